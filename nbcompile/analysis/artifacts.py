@@ -1,0 +1,29 @@
+"""What the stages hand to analysis: plain JAX objects, no IPython, no widgets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..capture.source import SourceInfo
+
+
+@dataclass
+class Artifacts:
+    """Everything one compile produced.
+
+    ``closed_jaxpr`` is the traced program; ``lowered`` / ``compiled`` are ``jax.stages.Lowered``
+    / ``jax.stages.Compiled`` (``compiled`` is None where the backend could not compile, e.g. a
+    TPU target lowered without libtpu); ``hlo_text`` is ``compiled.as_text()`` (optimised HLO);
+    ``grad_argnums`` is set when the program is a ``value_and_grad``; ``backend`` is the platform
+    name (``cpu``, ``cuda``, ``tpu``).
+    """
+
+    closed_jaxpr: Any
+    lowered: Any
+    compiled: Any | None
+    hlo_text: str | None
+    source: SourceInfo
+    backend: str = "cpu"
+    grad_argnums: tuple[int, ...] | None = None
+    name: str = "f"

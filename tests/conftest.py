@@ -1,0 +1,24 @@
+"""Test configuration: CPU only, strict JAX, no network."""
+
+from __future__ import annotations
+
+import os
+
+# libtpu may be installed (nbcompile[tpu]) on a machine with no TPU: keep JAX on the CPU and let
+# deviceless TPU compiles go through topologies explicitly.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+
+@pytest.fixture
+def relaxed_dtypes():
+    """For third-party model libraries that rely on standard dtype promotion."""
+    jax.config.update("jax_numpy_dtype_promotion", "standard")
+    yield
+    jax.config.update("jax_numpy_dtype_promotion", "strict")
