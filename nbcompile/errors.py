@@ -51,6 +51,15 @@ CODES: dict[str, str] = {
 }
 
 
+#: The last error the magic showed (its ``__cause__`` is JAX's full error).
+LAST_ERROR: BaseException | None = None
+
+
+def last_error() -> BaseException | None:
+    """The last nbcompile error shown in this kernel, with JAX's error as ``__cause__``."""
+    return LAST_ERROR
+
+
 class NbcompileError(Exception):
     """Base of every nbcompile error: ``code``, visible cell ``line`` (or None) and ``hint``."""
 

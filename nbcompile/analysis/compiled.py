@@ -1,0 +1,322 @@
+"""What XLA made of the program: kernels, fusions and the compiled graph.
+
+Definitions (used consistently by the tests against XLA's own dump):
+
+* A *non-fused computation* is the ENTRY computation or a computation reachable from it through
+  control flow (``while`` body/condition, ``conditional`` branches, ``call``), never through a
+  ``fusion``'s ``calls=`` or a reducer's ``to_apply=``.
+* A *fusion* is a ``fusion`` instruction in a non-fused computation (so fusions nested inside
+  other fusions are members, not fusions of their own).
+* A *kernel* is an instruction of a non-fused computation that runs code: everything but
+  parameters, constants, tuples, get-tuple-element, bitcasts and control flow (whose bodies'
+  kernels are counted instead).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..capture.source import SourceInfo
+from . import _jax
+from .graph import Graph
+from .hlo import Computation, HloModule, Instruction, parse_replica_groups, shape_bytes
+from .hlo import shape_elements as _elements
+
+__all__ = ["CompiledInfo", "Fusion", "analyse_compiled", "op_name_phase"]
+
+FREE_OPS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all",
+            "add-dependency", "opt-barrier", "domain", "partition-id", "replica-id"}  # fmt: skip
+CONTROL_OPS = {"while": "loop", "conditional": "branch", "call": "function"}
+COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+               "all-reduce-start", "all-gather-start", "collective-permute-start",
+               "ragged-all-to-all", "collective-broadcast"}  # fmt: skip
+_TRANSCENDENTAL = {"exponential", "log", "tanh", "logistic", "rsqrt", "sqrt", "power", "sine",
+                   "cosine", "tan", "atan2", "exponential-minus-one", "log-plus-one", "erf",
+                   "cbrt"}  # fmt: skip
+_NO_FLOPS = FREE_OPS | {"broadcast", "reshape", "transpose", "copy", "slice", "concatenate",
+                        "dynamic-slice", "dynamic-update-slice", "pad", "iota", "gather",
+                        "convert", "reverse"}  # fmt: skip
+_FRAME = re.compile(r"\s*stack_frame_id=\d+")
+
+
+def op_name_phase(op_name: str | None) -> str | None:
+    """forward / backward / None from an HLO ``op_name`` (``;``-joined names: any backward wins
+    unless some part is forward too, which makes it ``mixed``)."""
+    if not op_name:
+        return None
+    phases = set()
+    for part in op_name.split(";"):
+        if "transpose(" in part:
+            phases.add("backward")
+        elif "jvp(" in part:
+            phases.add("forward")
+    if len(phases) == 2:
+        return "mixed"
+    return phases.pop() if phases else None
+
+
+def _module_path(op_name: str | None) -> str | None:
+    if not op_name:
+        return None
+    parts = []
+    for part in op_name.split(";", 1)[0].split("/")[:-1]:
+        part = re.sub(r"^(?:[\w.\-]+\()+|\)+$", "", part)
+        if part:
+            parts.append(part)
+    return "/".join(parts) or None
+
+
+@dataclass
+class Fusion:
+    """One fusion kernel. ``source_lines`` come from every member op's metadata."""
+
+    name: str
+    kind: str
+    ops: list[str]
+    source_lines: list[int]
+    locations: list[tuple[str, int]]
+    modules: list[str]
+    flops: float | None
+    bytes: float | None
+    bytes_saved: int
+    phase: str | None = None
+    computation: str = ""
+    node: str | None = None
+    op_names: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.name, "name": self.name, "kind": self.kind, "ops": list(self.ops),
+            "nodes": [self.node] if self.node else [], "lines": list(self.source_lines),
+            "locations": [list(loc) for loc in self.locations], "modules": list(self.modules),
+            "flops": self.flops, "bytes": self.bytes, "bytes_saved": self.bytes_saved,
+            "phase": self.phase, "computation": self.computation,
+        }  # fmt: skip
+
+
+@dataclass
+class CompiledInfo:
+    graph: Graph
+    fusions: list[Fusion]
+    kernels: list[Instruction]
+    unit_costs: dict[str, dict[str, float]]  # entry kernels + control ops -> XLA / shape figures
+    phases: dict[str, str]  # "computation/instruction" -> forward | backward (grad only)
+    collectives: list[dict[str, Any]]
+    non_fused: list[str]
+
+
+def _non_fused(module: HloModule) -> list[Computation]:
+    out, seen, todo = [], set(), [module.entry]
+    while todo:
+        name = todo.pop()
+        comp = module.computations.get(name) if name else None
+        if comp is None or name in seen:
+            continue
+        seen.add(name)
+        out.append(comp)
+        for instr in comp.instructions:
+            if instr.opcode in CONTROL_OPS:
+                todo.extend(instr.called)
+    return out
+
+
+def _members(module: HloModule, instr: Instruction) -> list[Instruction]:
+    out, seen, todo = [], set(), list(instr.called)
+    while todo:
+        comp = module.computations.get(todo.pop())
+        if comp is None or comp.name in seen:
+            continue
+        seen.add(comp.name)
+        for member in comp.instructions:
+            out.append(member)
+            todo.extend(member.called)
+    return out
+
+
+def _module_text(module: HloModule, instr: Instruction, comp: Computation) -> str | None:
+    """A one-kernel module: the kernel with its operands as parameters, for XLA's cost model."""
+    shapes = {i.name: i.shape for i in comp.instructions}
+    if any(o not in shapes for o in instr.operands):
+        return None
+    texts, seen, todo = [], set(), list(instr.called)
+    while todo:
+        name = todo.pop()
+        sub = module.computations.get(name)
+        if sub is None:
+            return None
+        if name in seen:
+            continue
+        seen.add(name)
+        lines = [("ROOT " if i.is_root and not i.text.startswith("ROOT") else "") + i.text
+                 for i in sub.instructions]  # fmt: skip
+        header = sub.header.removeprefix("ENTRY").strip()
+        texts.append(_FRAME.sub("", header + "\n" + "\n".join(lines)) + "\n}\n")
+        todo.extend(c for i in sub.instructions for c in i.called)
+    params = [f"%p{k} = {shapes[o]} parameter({k})" for k, o in enumerate(instr.operands)]
+    ops = ", ".join(f"%p{k}" for k in range(len(instr.operands)))
+    root = f"ROOT %kernel = {instr.shape} {instr.opcode}({ops}){_FRAME.sub('', instr.tail)}"
+    body = "\n".join([*params, root])
+    return "HloModule kernel\n\n" + "\n".join(reversed(texts)) + "\nENTRY %e {\n" + body + "\n}\n"
+
+
+def _shape_cost(module: HloModule, instr: Instruction, comp: Computation) -> dict[str, float]:
+    """Fallback figures from shapes: flops of member ops, bytes of operands plus result."""
+    shapes = {i.name: i.shape for i in comp.instructions}
+    members = _members(module, instr) or [instr]
+    flops = trans = 0.0
+    for m in members:
+        if m.opcode in _TRANSCENDENTAL:
+            trans += _elements(m.shape)
+        elif m.opcode == "dot":
+            flops += 2.0 * _elements(m.shape) * _contracted(m, module)
+        elif m.opcode not in _NO_FLOPS and m.opcode != "fusion":
+            flops += _elements(m.shape)
+    nbytes = shape_bytes(instr.shape) + sum(shape_bytes(shapes.get(o, "")) for o in instr.operands)
+    return {"flops": flops, "bytes accessed": float(nbytes), "transcendentals": trans}
+
+
+def _contracted(dot: Instruction, module: HloModule) -> int:
+    dims = re.findall(r"\d+", dot.attrs.get("lhs_contracting_dims", ""))
+    comp = module.computations.get(dot.computation)
+    lhs = next((i for i in comp.instructions if dot.operands and i.name == dot.operands[0]), None)
+    if lhs is None:
+        return 1
+    sizes = [int(d) for d in re.findall(r"\[([\d,]*)\]", lhs.shape)[0].split(",") if d] or [1]
+    n = 1
+    for d in dims:
+        n *= sizes[int(d)] if int(d) < len(sizes) else 1
+    return n
+
+
+def _cost(module: HloModule, instr: Instruction, comp: Computation, use_xla: bool) -> dict:
+    text = _module_text(module, instr, comp) if use_xla else None
+    figures = _jax.xla_cost(text) if text is not None else None
+    if figures is None:
+        figures = _shape_cost(module, instr, comp)
+        figures["source"] = "shapes"
+    else:
+        figures["source"] = "xla"
+    return figures
+
+
+def _lines(module: HloModule, instrs: list[Instruction], source: SourceInfo) -> tuple[list, list]:
+    lines: set[int] = set()
+    locations: set[tuple[str, int]] = set()
+    for m in instrs:
+        stack = module.stack(m)
+        if not stack:
+            continue
+        locations.add(stack[0])
+        for file, line in stack:
+            visible = source.visible_line(file, line)
+            if visible is not None:
+                lines.add(visible)
+                break
+    return sorted(lines), sorted(locations)
+
+
+def analyse_compiled(module: HloModule, source: SourceInfo, grad: bool,
+                     use_xla_cost: bool = True) -> CompiledInfo:  # fmt: skip
+    """Fusions, kernels, per-kernel cost and the compiled graph of an optimised module."""
+    graph = Graph()
+    fusions: list[Fusion] = []
+    kernels: list[Instruction] = []
+    unit_costs: dict[str, dict[str, float]] = {}
+    phases: dict[str, str] = {}
+    collectives: list[dict[str, Any]] = []
+    comps = _non_fused(module)
+    groups: dict[str, str | None] = {module.entry or "": None}
+    for comp in comps:
+        for instr in comp.instructions:
+            if instr.opcode in CONTROL_OPS:
+                for called in instr.called:
+                    groups.setdefault(called, graph.group(groups.get(comp.name), f"{instr.name}"
+                                      f" {called}", CONTROL_OPS[instr.opcode], unique=True))  # fmt: skip
+    for comp in comps:
+        ids: dict[str, str] = {}
+        group = groups.get(comp.name)
+        for instr in comp.instructions:
+            members = _members(module, instr) if instr.opcode == "fusion" else [instr]
+            line_list, locs = _lines(module, [instr, *members], source)
+            own = module.stack(instr)
+            phase = _kernel_phase(instr, members) if grad else None
+            kind = ("param" if instr.opcode == "parameter" else "const" if instr.opcode ==
+                    "constant" else "fusion" if instr.opcode == "fusion" else "call"
+                    if instr.opcode in CONTROL_OPS else "op")  # fmt: skip
+            node = graph.add_node(instr.kind if kind == "fusion" else instr.opcode, kind,
+                                  prefix="c", label=instr.name, shape=instr.shape,
+                                  bytes=shape_bytes(instr.shape), group=group,
+                                  line=line_list[0] if line_list else None,
+                                  file=own[0][0] if own else None,
+                                  file_line=own[0][1] if own else None,
+                                  path=_module_path(instr.op_name) or "", phase=phase)  # fmt: skip
+            node.extra["opcode"] = instr.opcode
+            ids[instr.name] = node.id
+            for operand in instr.operands:
+                src = graph.node(ids.get(operand, ""))
+                if src is not None:
+                    graph.add_edge(src.id, node.id, src.bytes, src.shape)
+            if grad:
+                for m in members:
+                    phases[f"{m.computation}/{m.name}"] = op_name_phase(m.op_name) or phase or "forward"
+                    if phases[f"{m.computation}/{m.name}"] == "mixed":
+                        phases[f"{m.computation}/{m.name}"] = "backward"
+                phases[f"{comp.name}/{instr.name}"] = "backward" if phase == "backward" else "forward"
+            if instr.opcode in COLLECTIVES:
+                groups_ = parse_replica_groups(instr.attrs.get("replica_groups"))
+                collectives.append({"name": instr.name, "opcode": instr.opcode, "node": node.id,
+                                    "replica_groups": groups_, "bytes": node.bytes})  # fmt: skip
+                node.extra["replica_groups"] = groups_
+            runs = instr.opcode not in FREE_OPS and instr.opcode not in CONTROL_OPS
+            if runs:
+                kernels.append(instr)
+            if (runs or instr.opcode in CONTROL_OPS) and comp.is_entry or instr.opcode == "fusion":
+                cost = _cost(module, instr, comp, use_xla_cost)
+                node.flops = cost.get("flops")
+                if comp.is_entry:
+                    unit_costs[instr.name] = cost
+            if instr.opcode == "fusion":
+                cost = unit_costs.get(instr.name) or _cost(module, instr, comp, use_xla_cost)
+                node.fusion = instr.name
+                fusions.append(Fusion(
+                    name=instr.name, kind=instr.kind or "loop",
+                    ops=[m.opcode for m in members if m.opcode != "parameter"],
+                    source_lines=line_list, locations=locs,
+                    modules=sorted({p for m in members if (p := _module_path(m.op_name))}),
+                    flops=cost.get("flops"), bytes=cost.get("bytes accessed"),
+                    bytes_saved=_bytes_saved(module, instr), phase=phase,
+                    computation=comp.name, node=node.id,
+                    op_names=sorted({m.op_name for m in members if m.op_name}),
+                ))  # fmt: skip
+            if instr.is_root and comp.is_entry:
+                out = graph.add_node("output", "output", prefix="c", label="output",
+                                     shape=instr.shape, bytes=node.bytes)  # fmt: skip
+                graph.add_edge(node.id, out.id, node.bytes, instr.shape)
+    return CompiledInfo(graph, fusions, kernels, unit_costs, phases, collectives,
+                        [c.name for c in comps])  # fmt: skip
+
+
+def _kernel_phase(instr: Instruction, members: list[Instruction]) -> str:
+    found = {op_name_phase(m.op_name) for m in (members or [instr])} - {None}
+    if "mixed" in found or {"forward", "backward"} <= found:
+        return "mixed"
+    if found:
+        return found.pop()
+    return op_name_phase(instr.op_name) or "forward"
+
+
+def _bytes_saved(module: HloModule, fusion: Instruction) -> int:
+    """Bytes of values computed inside the fusion that an unfused program would write out."""
+    comp = module.computations.get(fusion.called[0]) if fusion.called else None
+    if comp is None:
+        return 0
+    root = comp.root
+    outputs = set(root.operands) if root is not None and root.opcode == "tuple" else set()
+    total = 0
+    for m in comp.instructions:
+        if m.is_root or m.name in outputs or m.opcode in ("parameter", "constant", "bitcast"):
+            continue
+        total += shape_bytes(m.shape)
+    return total

@@ -1,0 +1,263 @@
+"""The traced program as a graph: one node per jaxpr equation, recursively.
+
+Nested programs (pjit / nested jit, scan, while, cond, custom_jvp / custom_vjp, remat, shard_map)
+become groups: their equations are nodes inside the group, the outer operands feed the inner
+equations directly and a ``call`` node collects the inner results. Top-level arguments are
+``param`` nodes, closed-over constants and literals ``const`` nodes, results ``output`` nodes.
+
+Alongside the graph the walk records, per equation, what the gradient, cost and folding
+analyses need (phase, analytic flops and bytes, operands and results), so the jaxpr is walked
+once.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..capture.source import SourceInfo
+from . import _jax
+from .graph import Graph, Node
+
+__all__ = ["EqnInfo", "Traced", "trace_graph"]
+
+_CALL_KINDS = {
+    "pjit": "function", "jit": "function", "closed_call": "function", "core_call": "function",
+    "scan": "loop", "while": "loop", "cond": "branch", "custom_jvp_call": "custom",
+    "custom_vjp_call": "custom", "custom_vjp_call_jaxpr": "custom", "checkpoint": "remat",
+    "remat2": "remat", "remat": "remat", "shard_map": "shard_map",
+}  # fmt: skip
+# Eager execution runs these as one dispatch; custom-derivative and remat wrappers run their body.
+_EAGER_TRANSPARENT = {"custom", "remat"}
+_MOVEMENT = {
+    "reshape", "broadcast_in_dim", "transpose", "squeeze", "expand_dims", "slice",
+    "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "gather", "select_n",
+    "convert_element_type", "copy", "copy_p", "rev", "iota", "bitcast_convert_type", "stop_gradient",
+}  # fmt: skip
+_REDUCE = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin",
+           "reduce_and", "reduce_or", "cumsum", "cumprod", "cummax", "reduce_precision"}  # fmt: skip
+_TRANSFORM = re.compile(r"^(?:\w+\()+|\)+$")
+
+
+@dataclass(slots=True)
+class EqnInfo:
+    """One equation: its node, primitive, phase and the vars it reads and writes."""
+
+    node: Node
+    primitive: str
+    phase: str | None
+    depth: int
+    invars: list[Any]
+    outvars: list[Any]
+    is_call: bool = False
+    recompute: bool = False
+    multiplier: int = 1
+    bytes: int = 0
+
+
+@dataclass
+class Traced:
+    graph: Graph
+    eqns: list[EqnInfo] = field(default_factory=list)
+    consts: list[tuple[Node, Any, Any]] = field(default_factory=list)  # node, var, value
+    eager_kernels: int = 0
+
+
+def _short(aval: Any) -> str:
+    try:
+        return aval.str_short(short_dtypes=True)
+    except (AttributeError, TypeError):
+        return str(aval)
+
+
+def _nbytes(aval: Any) -> int:
+    shape = getattr(aval, "shape", None)
+    dtype = getattr(aval, "dtype", None)
+    if shape is None or dtype is None:
+        return 0
+    return math.prod(shape) * getattr(dtype, "itemsize", 0)
+
+
+def _path_of(name_stack: str) -> tuple[list[str], set[str]]:
+    """Scopes (transforms stripped) and the transforms named in a name stack string."""
+    scopes, transforms = [], set(re.findall(r"(\w+)\(", name_stack))
+    for part in name_stack.split("/"):
+        part = _TRANSFORM.sub("", part)
+        if part:
+            scopes.append(part)
+    return scopes, transforms
+
+
+def _phase(transforms: set[str]) -> str | None:
+    if "transpose" in transforms:
+        return "backward"
+    if "jvp" in transforms:
+        return "forward"
+    return None
+
+
+def eqn_flops(prim: str, eqn: Any) -> float:
+    """nbcompile's analytic flop count for one equation (multiply-add = 2 flops)."""
+    outs = [v.aval for v in eqn.outvars]
+    out_elems = sum(math.prod(getattr(a, "shape", ())) for a in outs)
+    if prim == "dot_general":
+        (contract, _), _ = eqn.params["dimension_numbers"]
+        lhs = eqn.invars[0].aval.shape
+        return 2.0 * out_elems * math.prod(lhs[d] for d in contract)
+    if prim == "conv_general_dilated":
+        rhs = eqn.invars[1].aval.shape
+        out_feature_dim = eqn.params["dimension_numbers"].rhs_spec[0]
+        return 2.0 * out_elems * math.prod(rhs) / max(rhs[out_feature_dim], 1)
+    if prim in _MOVEMENT or prim in _CALL_KINDS:
+        return 0.0
+    if prim in _REDUCE or prim.startswith("reduce"):
+        return float(sum(math.prod(getattr(v.aval, "shape", ())) for v in eqn.invars))
+    return float(out_elems)
+
+
+def _subprograms(eqn: Any) -> list[tuple[str, Any, list[Any] | None]]:
+    """(label, jaxpr, outer atoms bound to its invars or None) for each nested program."""
+    prim, params, outer = eqn.primitive.name, eqn.params, list(eqn.invars)
+    found: list[tuple[str, Any]] = []
+    for key, value in params.items():
+        for i, sub in enumerate(value if isinstance(value, tuple | list) else (value,)):
+            if isinstance(sub, _jax.ClosedJaxpr | _jax.Jaxpr):
+                label = f"{key}[{i}]" if isinstance(value, tuple | list) else key
+                found.append((label, sub))
+    out = []
+    for label, sub in found:
+        inner = sub.jaxpr if isinstance(sub, _jax.ClosedJaxpr) else sub
+        n = len(inner.invars)
+        if prim == "while":
+            cn, bn = params.get("cond_nconsts", 0), params.get("body_nconsts", 0)
+            carry = outer[cn + bn :]
+            bind = outer[:cn] + carry if label == "cond_jaxpr" else outer[cn : cn + bn] + carry
+        elif prim == "cond":
+            bind = outer[1:]
+        else:
+            bind = outer if n == len(outer) else (outer[-n:] if n < len(outer) else None)
+        out.append((label, sub, bind if bind is not None and len(bind) == n else None))
+    return out
+
+
+class _Walker:
+    def __init__(self, source: SourceInfo, grad: bool) -> None:
+        self.source = source
+        self.grad = grad
+        self.traced = Traced(Graph())
+        self.producer: dict[Any, EqnInfo] = {}
+
+    def atom_node(self, atom: Any, env: dict[Any, str], group: str | None, path: str) -> str | None:
+        if _jax.is_literal(atom):
+            value = getattr(atom, "val", "?")
+            label = str(value) if getattr(value, "ndim", 0) == 0 else "literal"
+            node = self.traced.graph.add_node("literal", "const", label=label, group=group,
+                                              shape=_short(atom.aval), path=path,
+                                              bytes=_nbytes(atom.aval))  # fmt: skip
+            return node.id
+        return env.get(atom)
+
+    def bind_consts(self, closed: Any, env: dict[Any, str], group: str | None, path: str) -> None:
+        for var, value in zip(closed.jaxpr.constvars, closed.consts):
+            node = self.traced.graph.add_node("constant", "const", label="constant", group=group,
+                                              shape=_short(var.aval), bytes=_nbytes(var.aval),
+                                              path=path)  # fmt: skip
+            env[var] = node.id
+            self.traced.consts.append((node, var, value))
+
+    def walk(self, jaxpr: Any, env: dict[Any, str], group: str | None, path: list[str],
+             phase: str | None, depth: int, mult: int, opaque: bool, remat: bool) -> None:  # fmt: skip
+        graph = self.traced.graph
+        for eqn in jaxpr.eqns:
+            prim = eqn.primitive.name
+            si = eqn.source_info
+            scopes, transforms = _path_of(str(si.name_stack))
+            eqn_phase = _phase(transforms) or phase
+            if self.grad and eqn_phase is None:
+                eqn_phase = "forward"
+                for v in eqn.invars:
+                    info = self.producer.get(v) if not _jax.is_literal(v) else None
+                    if info is not None and info.phase == "backward":
+                        eqn_phase = "backward"
+                        break
+            g = group
+            for scope in scopes:
+                g = graph.group(g, scope, "scope")
+            node_path = "/".join([*path, *scopes])
+            tb = si.traceback
+            line_raw = _jax.cell_frame(tb, self.source.filename)
+            raw = (self.source.filename, line_raw) if line_raw is not None else _jax.user_frame(tb)
+            subs = _subprograms(eqn)
+            kind = _CALL_KINDS.get(prim, "function") if subs else None
+            out_shape = ", ".join(_short(v.aval) for v in eqn.outvars)
+            out_bytes = sum(_nbytes(v.aval) for v in eqn.outvars)
+            node = graph.add_node(prim, "call" if subs else "op", group=g, shape=out_shape,
+                                  bytes=out_bytes, path=node_path,
+                                  line=self.source.visible_line(*raw) if raw else None,
+                                  file=raw[0] if raw else None, file_line=raw[1] if raw else None,
+                                  phase=eqn_phase if self.grad else None,
+                                  flops=None if subs else eqn_flops(prim, eqn) * mult)  # fmt: skip
+            if subs and kind == "function" and eqn.params.get("name"):
+                node.label = f"{prim}:{eqn.params['name']}"
+            in_bytes = sum(_nbytes(v.aval) for v in eqn.invars)
+            info = EqnInfo(node, prim, eqn_phase, depth, list(eqn.invars), list(eqn.outvars),
+                           is_call=bool(subs), recompute=remat, multiplier=mult,
+                           bytes=(in_bytes + out_bytes) * mult)  # fmt: skip
+            self.traced.eqns.append(info)
+            counts = not opaque and (not subs or kind not in _EAGER_TRANSPARENT)
+            self.traced.eager_kernels += int(counts)
+            for sub_label, sub, bind in subs:
+                label = eqn.params.get("name") if kind == "function" else f"{prim} {sub_label}"
+                sg = graph.group(g, str(label or prim), kind or "function", unique=True)
+                inner = sub.jaxpr if isinstance(sub, _jax.ClosedJaxpr) else sub
+                inner_env: dict[Any, str] = {}
+                if isinstance(sub, _jax.ClosedJaxpr):
+                    self.bind_consts(sub, inner_env, sg, node_path)
+                for k, var in enumerate(inner.invars):
+                    src = self.atom_node(bind[k], env, sg, node_path) if bind else None
+                    if src is None:
+                        src = graph.add_node("parameter", "param", group=sg, path=node_path,
+                                             shape=_short(var.aval), bytes=_nbytes(var.aval)).id
+                    inner_env[var] = src
+                sub_mult = mult * int(eqn.params.get("length", 1)) if prim == "scan" else mult
+                self.walk(inner, inner_env, sg, [*path, *scopes, str(label or prim)], eqn_phase,
+                          depth + 1, sub_mult, opaque or (kind not in _EAGER_TRANSPARENT),
+                          remat or kind == "remat" or "rematted_computation" in scopes)  # fmt: skip
+                for var in inner.outvars:
+                    src = self.atom_node(var, inner_env, sg, node_path)
+                    if src is not None:
+                        graph.add_edge(src, node.id, _nbytes(var.aval), _short(var.aval))
+            if not subs:
+                for var in eqn.invars:
+                    src = self.atom_node(var, env, g, node_path)
+                    if src is not None:
+                        graph.add_edge(src, node.id, _nbytes(var.aval), _short(var.aval))
+            for var in eqn.outvars:
+                if not _jax.is_dropvar(var):
+                    env[var] = node.id
+                    self.producer[var] = info
+
+
+def trace_graph(closed_jaxpr: Any, source: SourceInfo, name: str = "f",
+                grad: bool = False) -> Traced:  # fmt: skip
+    """Walk ``closed_jaxpr`` once: the traced Graph plus per-equation records."""
+    walker = _Walker(source, grad)
+    graph = walker.traced.graph
+    jaxpr = closed_jaxpr.jaxpr
+    env: dict[Any, str] = {}
+    names = _jax.arg_names(jaxpr) or []
+    for k, var in enumerate(jaxpr.invars):
+        label = names[k] if k < len(names) and names[k] else f"arg{k}"
+        env[var] = graph.add_node("parameter", "param", label=label, shape=_short(var.aval),
+                                  bytes=_nbytes(var.aval), path=name).id  # fmt: skip
+    walker.bind_consts(closed_jaxpr, env, None, name)
+    walker.walk(jaxpr, env, None, [name], None, 0, 1, False, False)
+    for k, var in enumerate(jaxpr.outvars):
+        src = walker.atom_node(var, env, None, name)
+        out = graph.add_node("output", "output", label=f"out{k}", shape=_short(var.aval),
+                             bytes=_nbytes(var.aval), path=name)  # fmt: skip
+        if src is not None:
+            graph.add_edge(src, out.id, _nbytes(var.aval), _short(var.aval))
+    return walker.traced

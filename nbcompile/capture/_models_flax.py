@@ -1,0 +1,102 @@
+"""Flax adapters: NNX modules (split/merge) and Linen modules (apply with explicit variables).
+
+Imported only once a Flax object has been given (``models.adapt`` checks first), so importing
+nbcompile never imports Flax.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import flax.linen as nn
+from flax import nnx
+
+from ..errors import CaptureError
+from ._models_scopes import format_path, module_scopes
+
+__all__ = ["NnxSplit", "linen_call"]
+
+
+class NnxSplit:
+    """An NNX module as (graph definition, ``nnx.Param`` state, every other state).
+
+    The non-parameter state (BatchNorm statistics, RNG keys and counts, ...) is kept as a
+    separate explicit input rather than baked into the program.
+    """
+
+    kind = "flax-nnx"
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.name = type(model).__name__
+        self.graphdef, self.params, self.state = nnx.split(model, nnx.Param, ...)
+
+    @contextlib.contextmanager
+    def bound(self, params: Any, state: Any) -> Iterator[Any]:
+        """A fresh module holding ``params``/``state``, with module name scopes while in use."""
+        module = nnx.merge(self.graphdef, params, state)
+        named = [
+            ((self.name, *format_path(path)), sub) for path, sub in nnx.iter_modules(module)
+        ]
+        with module_scopes(named):
+            yield module
+
+    def update(self, params: Any) -> Any:
+        """Write ``params`` into the original module, in place."""
+        nnx.update(self.model, params)
+        return self.model
+
+
+def _split_variables(variables: Any) -> tuple[Any, dict[str, Any]]:
+    if not isinstance(variables, Mapping):
+        raise CaptureError(
+            "model.apply needs the variables dict as its first argument",
+            code="NBC113",
+            hint="call it as model.apply(variables, x) with variables = model.init(key, x)",
+        )
+    rest = {k: v for k, v in variables.items() if k != "params"}
+    return variables.get("params", {}), rest
+
+
+def linen_call(target: Any, args: tuple, kwargs: dict) -> tuple[Any, Callable, tuple, tuple, str]:
+    """(module, call(params, state, *args, **kwargs), params, state, display name) for Linen.
+
+    ``target`` is ``module.apply``, a bound module (``module.bind(variables)``) or a method of a
+    bound module. Linen names submodule calls itself (``named_call``); it is switched on while
+    tracing so the name stack holds ``Model/attn/q_proj`` whatever the global setting.
+    """
+    method_name: str | None = None
+    if isinstance(target, nn.Module):
+        module, method_name = target, "__call__"
+    else:
+        module, method_name = target.__self__, target.__name__
+    if method_name == "apply":
+        if not args:
+            raise CaptureError(
+                "model.apply was called without variables",
+                code="NBC113",
+                hint="call it as model.apply(variables, x)",
+            )
+        variables, args = args[0], tuple(args[1:])
+        unbound, method = module, None
+    elif module.scope is None:
+        raise CaptureError(
+            f"{type(module).__name__} is a Flax Linen module with no variables bound",
+            code="NBC112",
+            hint="call model.apply(variables, x), or bind it first: model.bind(variables)(x)",
+        )
+    else:
+        unbound, variables = module.unbind()
+        method = None if method_name == "__call__" else method_name
+    params, state = _split_variables(variables)
+    has_params = "params" in variables
+
+    def call(p: Any, s: Any, *a: Any, **kw: Any) -> Any:
+        extra = {} if method is None else {"method": method}
+        merged = {"params": p, **s} if has_params else dict(s)
+        with nn.override_named_call(True):
+            return unbound.apply(merged, *a, **extra, **kw)
+
+    return unbound, call, params, state, type(unbound).__name__

@@ -1,0 +1,160 @@
+"""Every reach of the freeze package into JAX internals, with version notes.
+
+Kept apart so the lead can fold it into ``nbcompile/_compat.py``. Measured on JAX 0.10.2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import jax
+from jax.extend import core as jex_core
+
+# Primitives whose closed jaxpr is inlined when re-tracing, so the constants they close over
+# become top-level constants that can be hoisted into the weight section. JAX 0.10 names the
+# jit primitive "jit" (older: "pjit"); custom_jvp/vjp calls only matter for differentiation,
+# which a frozen inference program never does.
+_INLINE = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr",
+           "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr"}
+
+# Custom-call targets a frozen program may use: JAX's own "guaranteed stable" export set
+# (jax._src.export._export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE, present since 0.4.14) minus
+# targets that call back into another runtime. The fallback is that set's non-FFI part.
+_DENY = frozenset({"tf.call_tf_function"})
+_FALLBACK_ALLOWED = frozenset({
+    "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "annotate_device_placement",
+    "cu_threefry2x32_ffi", "hip_threefry2x32_ffi", "Eigh", "Qr",
+    "ProductOfElementaryHouseholderReflectors", "LuDecomposition", "ApproxTopK",
+    "stablehlo.dynamic_approx_top_k", "AllocateBuffer", "stablehlo.dynamic_reduce_window",
+    "stablehlo.dynamic_rng_bit_generator", "stablehlo.dynamic_top_k", "shape_assertion",
+})
+
+
+def allowed_custom_calls() -> frozenset[str]:
+    try:
+        from jax._src.export import _export
+
+        stable = frozenset(_export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE)
+    except (ImportError, AttributeError):
+        stable = _FALLBACK_ALLOWED
+    return stable - _DENY
+
+
+def serialization_version() -> int | None:
+    """The jax.export flatbuffer schema version this JAX writes (None if not exposed).
+
+    The flatbuffer itself always records 3 for old readers' sake (JAX 0.10 comment), so the
+    manifest keeps the real one.
+    """
+    try:
+        from jax._src.export import serialization
+
+        return int(serialization._SERIALIZATION_VERSION)
+    except (ImportError, AttributeError):
+        return None
+
+
+def calling_convention_range() -> tuple[int, int]:
+    return (
+        int(jax.export.minimum_supported_calling_convention_version),
+        int(jax.export.maximum_supported_calling_convention_version),
+    )
+
+
+def inline_eval(jaxpr: Any, consts: Sequence[Any], *args: Any) -> list[Any]:
+    """Evaluate ``jaxpr`` like ``jax.core.eval_jaxpr``, inlining nested jit calls."""
+    from jax._src import source_info_util
+
+    env: dict[Any, Any] = {}
+
+    def read(v: Any) -> Any:
+        return v.val if isinstance(v, jex_core.Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, consts, strict=True))
+    env.update(zip(jaxpr.invars, args, strict=True))
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        inner = eqn.params.get(_INLINE.get(eqn.primitive.name, ""), None)
+        if isinstance(inner, jex_core.ClosedJaxpr):
+            outs = inline_eval(inner.jaxpr, inner.consts, *invals)
+        else:
+            params = eqn.primitive.get_bind_params(eqn.params)
+            name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
+            with (
+                source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack),
+                eqn.ctx.manager,
+            ):
+                outs = eqn.primitive.bind(*invals, **params)
+            if not eqn.primitive.multiple_results:
+                outs = [outs]
+        env.update(zip(eqn.outvars, outs, strict=True))
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _walk(exported: jax.export.Exported) -> tuple[int, list[str]]:
+    from jax._src.interpreters import mlir
+    from jax._src.lib import _jax
+    from jax._src.lib.mlir import ir
+
+    ops, targets = 0, []
+    with mlir.make_ir_context():
+        module = _jax.mlir.deserialize_portable_artifact(exported.mlir_module_serialized)
+        if isinstance(module, str | bytes):
+            module = ir.Module.parse(module)
+
+        def visit(op: Any) -> Any:
+            nonlocal ops
+            name = op.name
+            if name.startswith(("stablehlo.", "chlo.")) and name != "stablehlo.return":
+                ops += 1
+            if name == "stablehlo.custom_call":
+                targets.append(ir.StringAttr(op.attributes["call_target_name"]).value)
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(visit)
+    return ops, targets
+
+
+def program_stats(exported: jax.export.Exported) -> tuple[int, list[str]]:
+    """(StableHLO op count, custom-call targets) of an Exported, without printing the module.
+
+    Ops counted: every ``stablehlo.*`` / ``chlo.*`` operation except ``stablehlo.return``.
+    """
+    return _walk(exported)
+
+
+def export_platform(device: jax.Device) -> str:
+    """The jax.export platform name ("cpu", "cuda", "rocm", "tpu") of a device."""
+    platform = device.platform
+    if platform == "gpu":
+        version = str(getattr(device.client, "platform_version", "")).lower()
+        return "rocm" if "rocm" in version or "hip" in version else "cuda"
+    return platform
+
+
+def devices_for(platform: str) -> list[jax.Device]:
+    """Local devices for an export platform; [] when that backend is not available."""
+    backend = {"cuda": "gpu", "rocm": "gpu"}.get(platform, platform)
+    try:
+        devices = jax.devices(backend)
+    except RuntimeError:
+        return []
+    return [d for d in devices if export_platform(d) == platform]
+
+
+def count_entry_instructions(hlo_text: str) -> int:
+    """Instructions in the ENTRY computation of an optimised HLO module text."""
+    count, inside = 0, False
+    for line in hlo_text.splitlines():
+        if line.startswith("ENTRY "):
+            inside = True
+        elif inside and line.startswith("}"):
+            break
+        elif inside and "=" in line:
+            count += 1
+    return count
+
+
+def unique(items: Iterable[str]) -> list[str]:
+    return sorted(set(items))

@@ -1,0 +1,244 @@
+"""The JSON manifest of a `.nbc` file: pytree structure as JSON, schema checks, version window.
+
+A pytree structure is stored as plain JSON, never as a pickled treedef::
+
+    {"type": "leaf"} | {"type": "none"} | {"type": "tuple", "children": [...]}
+    | {"type": "list", "children": [...]} | {"type": "dict", "keys": [...], "children": [...]}
+
+Dict keys are strings or integers, kept in JAX's order (sorted). Inputs and outputs of a frozen
+model must be arrays in such containers; weights may be any pytree (only their key-path names
+are stored).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from nbcompile.errors import FreezeError
+from nbcompile.freeze._safetensors import CODES
+
+SCHEMA = "nbcompile.frozen-model"
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+MAX_TREE_DEPTH = 64
+MAX_LEAVES = 100_000
+_VERSION = re.compile(r"^(\d{1,4})\.(\d{1,4})\.(\d{1,6})(?:[.+a-z0-9-]{0,40})$")
+
+
+def _bad(field: str, message: str) -> FreezeError:
+    return FreezeError(f"manifest field {field}: {message}", code="NBC500")
+
+
+# ---------------------------------------------------------------- pytrees as JSON
+def tree_of(value: Any, where: str, depth: int = 0) -> dict[str, Any]:
+    """JSON structure of ``value`` (dict / list / tuple / None / array leaves)."""
+    if depth > MAX_TREE_DEPTH:
+        raise FreezeError(f"{where}: nested deeper than {MAX_TREE_DEPTH}", code="NBC506")
+    if value is None:
+        return {"type": "none"}
+    if isinstance(value, dict):
+        keys = sorted(value)
+        if not all(type(k) in (str, int) for k in keys):
+            raise FreezeError(f"{where}: dict keys must be str or int", code="NBC506")
+        children = [tree_of(value[k], f"{where}[{k!r}]", depth + 1) for k in keys]
+        return {"type": "dict", "keys": keys, "children": children}
+    if type(value) in (list, tuple):
+        kind = "list" if isinstance(value, list) else "tuple"
+        children = [tree_of(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+        return {"type": kind, "children": children}
+    if hasattr(value, "shape") and hasattr(value, "dtype") or isinstance(value, int | float | bool):
+        return {"type": "leaf"}
+    raise FreezeError(
+        f"{where} is a {type(value).__name__}; frozen inputs and outputs must be arrays in "
+        "dicts, lists or tuples",
+        code="NBC506",
+        hint="return plain containers (e.g. a dict instead of a namedtuple or dataclass)",
+    )
+
+
+def flatten(tree: dict[str, Any], value: Any, where: str) -> list[Any]:
+    """Leaves of ``value`` laid out as ``tree``; FreezeError NBC507 on a structure mismatch."""
+    kind = tree["type"]
+    if kind == "leaf":
+        if value is None or isinstance(value, dict | list | tuple):
+            raise FreezeError(f"{where}: expected an array, got {type(value).__name__}", code="NBC507")
+        return [value]
+    if kind == "none":
+        if value is not None:
+            raise FreezeError(f"{where}: expected None", code="NBC507")
+        return []
+    if kind == "dict":
+        if not isinstance(value, dict) or set(value) != set(tree["keys"]):
+            got = sorted(map(repr, value)) if isinstance(value, dict) else type(value).__name__
+            raise FreezeError(
+                f"{where}: expected a dict with keys {tree['keys']}, got {got}", code="NBC507"
+            )
+        pairs = zip(tree["keys"], tree["children"], strict=True)
+        return [x for k, t in pairs for x in flatten(t, value[k], f"{where}[{k!r}]")]
+    if not isinstance(value, list | tuple) or len(value) != len(tree["children"]):
+        n = len(tree["children"])
+        raise FreezeError(f"{where}: expected a sequence of {n} items", code="NBC507")
+    return [x for i, t in enumerate(tree["children"]) for x in flatten(t, value[i], f"{where}[{i}]")]
+
+
+def unflatten(tree: dict[str, Any], leaves: Sequence[Any]) -> Any:
+    """Rebuild a value of structure ``tree`` from its leaves (in `flatten` order)."""
+    it = iter(leaves)
+
+    def build(t: dict[str, Any]) -> Any:
+        kind = t["type"]
+        if kind == "leaf":
+            return next(it)
+        if kind == "none":
+            return None
+        children = [build(c) for c in t["children"]]
+        if kind == "dict":
+            return dict(zip(t["keys"], children, strict=True))
+        return children if kind == "list" else tuple(children)
+
+    return build(tree)
+
+
+# ---------------------------------------------------------------- schema checks
+def _check_tree(tree: Any, field: str, depth: int = 0) -> int:
+    """Validate a JSON tree; return its number of leaves."""
+    if depth > MAX_TREE_DEPTH:
+        raise _bad(field, f"nested deeper than {MAX_TREE_DEPTH}")
+    if not isinstance(tree, dict) or not isinstance(tree.get("type"), str):
+        raise _bad(field, "tree node must be an object with a type")
+    kind = tree["type"]
+    if kind in ("leaf", "none"):
+        if set(tree) != {"type"}:
+            raise _bad(field, f"unexpected keys in a {kind} node")
+        return int(kind == "leaf")
+    children = tree.get("children")
+    if kind not in ("tuple", "list", "dict") or not isinstance(children, list):
+        raise _bad(field, f"unknown tree node {kind!r}")
+    if kind == "dict":
+        keys = tree.get("keys")
+        if (
+            set(tree) != {"type", "keys", "children"}
+            or not isinstance(keys, list)
+            or len(keys) != len(children)
+            or not all(type(k) in (str, int) for k in keys)
+            or len({(type(k), k) for k in keys}) != len(keys)
+        ):
+            raise _bad(field, "dict node needs unique str/int keys, one per child")
+    elif set(tree) != {"type", "children"}:
+        raise _bad(field, f"unexpected keys in a {kind} node")
+    return sum(_check_tree(c, f"{field}[{i}]", depth + 1) for i, c in enumerate(children))
+
+
+def _check_array_spec(spec: Any, field: str, named: bool = False) -> None:
+    keys = {"name", "shape", "dtype"} if named else {"shape", "dtype"}
+    if not isinstance(spec, dict) or set(spec) != keys:
+        raise _bad(field, f"must be an object with exactly {sorted(keys)}")
+    if named and (not isinstance(spec["name"], str) or not 0 < len(spec["name"]) <= 1000):
+        raise _bad(field, "name must be a non-empty string")
+    shape = spec["shape"]
+    if not isinstance(shape, list) or len(shape) > 32:
+        raise _bad(field, "shape must be a list of at most 32 dims")
+    if not all(type(d) is int and 0 <= d < 1 << 62 for d in shape):
+        raise _bad(field, f"shape {shape!r} must hold non-negative integers")
+    if not isinstance(spec["dtype"], str) or spec["dtype"] not in CODES:
+        raise _bad(field, f"unknown dtype {spec['dtype']!r}")
+
+
+def _check_signature(sig: Any, field: str) -> None:
+    if not isinstance(sig, dict) or set(sig) != {"tree", "leaves"}:
+        raise _bad(field, "must be an object with tree and leaves")
+    if not isinstance(sig["leaves"], list) or len(sig["leaves"]) > MAX_LEAVES:
+        raise _bad(f"{field}.leaves", "must be a list")
+    if _check_tree(sig["tree"], f"{field}.tree") != len(sig["leaves"]):
+        raise _bad(field, "the tree's leaf count differs from the leaves listed")
+    for i, leaf in enumerate(sig["leaves"]):
+        _check_array_spec(leaf, f"{field}.leaves[{i}]")
+
+
+def _expect(obj: dict[str, Any], field: str, kind: type | tuple[type, ...]) -> Any:
+    value = obj.get(field)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        raise _bad(field, f"missing or not a {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _bad(key, "appears twice")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise _bad("(number)", f"non-finite JSON number {name}")
+
+
+def parse(raw: memoryview | bytes, format_version: int) -> dict[str, Any]:
+    """Decode and validate the manifest section; FreezeError NBC500 naming the bad field."""
+    try:
+        manifest = json.loads(
+            bytes(raw).decode("utf-8"),
+            object_pairs_hook=_reject_duplicates,
+            parse_constant=_reject_constant,
+        )
+    except FreezeError:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise FreezeError(
+            f"manifest is not valid UTF-8 JSON ({type(err).__name__})", code="NBC500"
+        ) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != SCHEMA:
+        raise _bad("format", f"expected {SCHEMA!r}")
+    if _expect(manifest, "format_version", int) != format_version:
+        raise _bad("format_version", "differs from the header's format version")
+    _expect(manifest, "name", str)
+    _expect(manifest, "created_utc", str)
+    writer = _expect(manifest, "writer", dict)
+    for key in ("nbcompile", "jax", "jaxlib"):
+        if not isinstance(writer.get(key), str):
+            raise _bad(f"writer.{key}", "missing or not a string")
+    for key in ("export_serialization_version", "calling_convention_version"):
+        if type(writer.get(key)) is not int:
+            raise _bad(f"writer.{key}", "missing or not an integer")
+    platforms = _expect(manifest, "platforms", list)
+    if not platforms or len(set(map(str, platforms))) != len(platforms) or not all(
+        p in PLATFORMS for p in platforms
+    ):
+        raise _bad("platforms", f"must be distinct names among {PLATFORMS}, got {platforms!r}")
+    count = _expect(manifest, "device_count", int)
+    if not 1 <= count <= 1 << 20:
+        raise _bad("device_count", f"{count} is out of range")
+    _expect(manifest, "constants_mode", bool)
+    for field in ("inputs", "outputs"):
+        _check_signature(manifest.get(field), field)
+    weights = _expect(manifest, "weights", list)
+    if len(weights) > MAX_LEAVES:
+        raise _bad("weights", "too many tensors")
+    for i, spec in enumerate(weights):
+        _check_array_spec(spec, f"weights[{i}]", named=True)
+    if len({w["name"] for w in weights}) != len(weights):
+        raise _bad("weights", "duplicate tensor names")
+    program = _expect(manifest, "program", dict)
+    if type(program.get("stablehlo_ops")) is not int:
+        raise _bad("program.stablehlo_ops", "missing or not an integer")
+    return manifest
+
+
+def encode(manifest: dict[str, Any]) -> bytes:
+    """Canonical manifest bytes (sorted keys, UTF-8)."""
+    return json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=False).encode("utf-8")
+
+
+def array_spec(shape: Sequence[int], dtype: Any) -> dict[str, Any]:
+    return {"shape": [int(d) for d in shape], "dtype": np.dtype(dtype).name}
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    match = _VERSION.match(text)
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None

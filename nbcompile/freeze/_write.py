@@ -1,0 +1,284 @@
+"""`freeze`: trace a model, hoist its weights out of the program, write one `.nbc` file."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from nbcompile.errors import FreezeError
+from nbcompile.freeze import _format, _jaxcompat, _manifest, _safetensors
+
+#: Closed-over arrays larger than this are hoisted into the weight section (weights mode).
+HOIST_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class FreezeResult:
+    """What freezing did: sizes, op counts, platforms and the input/output signature."""
+
+    path: str
+    file_bytes: int
+    weight_bytes: int
+    n_weights: int
+    program_ops: int
+    constants_mode: bool
+    platforms: tuple[str, ...]
+    signature: dict[str, Any]
+    name: str = "model"
+    n_hoisted: int = 0
+    hoisted_bytes: int = 0
+    compiled_ops: int | None = None
+    reference_ops: int | None = None
+    custom_calls: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ops_removed(self) -> int | None:
+        """Training-graph ops minus program ops, when the training graph's count is known."""
+        return None if self.reference_ops is None else self.reference_ops - self.program_ops
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["platforms"] = list(self.platforms)
+        data["custom_calls"] = list(self.custom_calls)
+        data["ops_removed"] = self.ops_removed
+        return data
+
+    def text(self) -> str:
+        mode = "constants baked in" if self.constants_mode else "weights as arguments"
+        overhead = self.file_bytes - self.weight_bytes
+        lines = [
+            f"frozen {self.name!r} -> {self.path}",
+            f"  file {_size(self.file_bytes)}, weights {_size(self.weight_bytes)} "
+            f"in {self.n_weights} tensors ({self.n_hoisted} hoisted constants), "
+            f"overhead {_size(overhead)}",
+            f"  program: {self.program_ops} StableHLO ops, {mode}, "
+            f"platforms {', '.join(self.platforms)}",
+        ]
+        if self.compiled_ops is not None:
+            lines.append(f"  compiled here: {self.compiled_ops} top-level HLO instructions")
+        if self.reference_ops is not None:
+            lines.append(
+                f"  training graph: {self.reference_ops} ops ({self.ops_removed} removed by freezing)"
+            )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def _arg_names(fn: Callable[..., Any], count: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return [names[i] if i < len(names) else f"args[{i}]" for i in range(count)]
+
+
+def _as_numpy(leaf: Any, where: str) -> np.ndarray:
+    try:
+        arr = np.asarray(jax.device_get(leaf)) if isinstance(leaf, jax.Array) else None
+        if arr is None:
+            arr = np.asarray(jax.numpy.asarray(leaf))
+    except (TypeError, ValueError) as err:
+        raise FreezeError(f"{where} is not an array ({type(leaf).__name__})", code="NBC506") from err
+    _safetensors.dtype_code(arr.dtype)
+    return arr
+
+
+def _weights(fn: Callable[..., Any], args: Sequence[Any], argnums: Sequence[int]):
+    names = _arg_names(fn, len(args))
+    tensors, treedefs = [], {}
+    for i in argnums:
+        pairs, treedefs[i] = jax.tree_util.tree_flatten_with_path(args[i])
+        for path, leaf in pairs:
+            name = names[i] + jax.tree_util.keystr(path)
+            tensors.append((name, _as_numpy(leaf, name)))
+    return tensors, treedefs
+
+
+def _versions() -> dict[str, Any]:
+    try:
+        own = importlib_metadata.version("nbcompile")
+    except importlib_metadata.PackageNotFoundError:
+        own = "0+unknown"
+    import jaxlib
+
+    return {
+        "nbcompile": own,
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "python": ".".join(map(str, sys.version_info[:3])),
+        "export_serialization_version": _jaxcompat.serialization_version() or 0,
+        "calling_convention_version": _jaxcompat.calling_convention_range()[1],
+    }
+
+
+def freeze(
+    fn: Callable[..., Any],
+    *example_args: Any,
+    path: str | Path = "model.nbc",
+    platforms: Sequence[str] = ("cpu", "cuda", "tpu"),
+    weights_argnums: Sequence[int] | int | None = None,
+    constants: bool = False,
+    name: str | None = None,
+    reference_ops: int | None = None,
+    measure_compiled: bool = True,
+) -> FreezeResult:
+    """Freeze ``fn`` at ``example_args`` into the single file ``path`` (see docs/format.md).
+
+    ``weights_argnums`` picks the arguments stored as weights (default: every argument except
+    the last, so ``predict(params, x)`` stores ``params``); the loaded model is called on the
+    others. ``constants=True`` bakes the weights into the program instead. ``reference_ops``
+    (the training graph's op count, when known) is reported against the program's.
+    """
+    platforms = tuple(dict.fromkeys("cuda" if p == "gpu" else p for p in platforms))
+    if not platforms or any(p not in _manifest.PLATFORMS for p in platforms):
+        raise FreezeError(
+            f"platforms must be among {_manifest.PLATFORMS}, got {platforms!r}", code="NBC506"
+        )
+    n = len(example_args)
+    argnums = (
+        tuple(range(n - 1)) if weights_argnums is None
+        else (weights_argnums,) if isinstance(weights_argnums, int)
+        else tuple(weights_argnums)
+    )
+    if any(not -n <= i < n for i in argnums):
+        raise FreezeError(f"weights_argnums {argnums} out of range for {n} arguments", code="NBC506")
+    argnums = tuple(sorted({i % n for i in argnums}))
+    tensors, treedefs = _weights(fn, example_args, argnums)
+    input_args = tuple(a for i, a in enumerate(example_args) if i not in argnums)
+    input_tree = _manifest.tree_of(input_args, "inputs")
+    input_leaves = [
+        _as_numpy(x, f"input {i}") for i, x in enumerate(_manifest.flatten(input_tree, input_args, "inputs"))
+    ]
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for _, a in tensors]
+    specs += [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in input_leaves]
+    n_weights = len(tensors)
+    out_tree: dict[str, Any] = {}
+
+    def program(*flat: Any) -> tuple[Any, ...]:
+        args, pos = list(example_args), 0
+        for i in argnums:
+            count = treedefs[i].num_leaves
+            args[i] = jax.tree_util.tree_unflatten(treedefs[i], flat[pos : pos + count])
+            pos += count
+        inputs = _manifest.unflatten(input_tree, flat[n_weights:])
+        for i, value in zip([i for i in range(n) if i not in argnums], inputs, strict=True):
+            args[i] = value
+        out = fn(*args)
+        out_tree.update(_manifest.tree_of(out, "output"))
+        return tuple(_manifest.flatten(out_tree, out, "output"))
+
+    try:
+        traced = jax.make_jaxpr(program)(*specs)
+        closed = jax.make_jaxpr(lambda *a: _jaxcompat.inline_eval(traced.jaxpr, traced.consts, *a))(*specs)
+    except FreezeError:
+        raise
+    except Exception as err:
+        raise FreezeError(f"tracing the model failed: {err}", code="NBC506") from err
+    consts = list(closed.consts)
+    hoisted = [] if constants else [i for i, c in enumerate(consts) if np.asarray(c).nbytes > HOIST_BYTES]
+    taken = {nm for nm, _ in tensors}
+    hoisted_tensors = []
+    for k, i in enumerate(hoisted):
+        nm = f"const_{k}"
+        while nm in taken:
+            nm = "_" + nm
+        hoisted_tensors.append((nm, _as_numpy(consts[i], nm)))
+
+    if constants:
+        weight_values = [a for _, a in tensors]
+
+        def exported_fn(*inputs: Any) -> tuple[Any, ...]:
+            return tuple(_jaxcompat.inline_eval(closed.jaxpr, consts, *weight_values, *inputs))
+
+        stored, export_specs = [], specs[n_weights:]
+    else:
+
+        def exported_fn(*args: Any) -> tuple[Any, ...]:
+            values = list(consts)
+            for k, i in enumerate(hoisted):
+                values[i] = args[k]
+            return tuple(_jaxcompat.inline_eval(closed.jaxpr, values, *args[len(hoisted) :]))
+
+        stored = hoisted_tensors + tensors
+        export_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for _, a in hoisted_tensors] + specs
+    try:
+        exported = jax.export.export(jax.jit(exported_fn), platforms=list(platforms))(*export_specs)
+        program_bytes = bytes(exported.serialize())
+    except FreezeError:
+        raise
+    except Exception as err:
+        raise FreezeError(f"exporting the program failed: {err}", code="NBC506") from err
+    ops, targets = _jaxcompat.program_stats(exported)
+    name = name or getattr(fn, "__name__", None) or type(fn).__name__
+    signature = {
+        "inputs": {"tree": input_tree, "leaves": [_manifest.array_spec(a.shape, a.dtype) for a in input_leaves]},
+        "outputs": {
+            "tree": dict(out_tree),
+            "leaves": [_manifest.array_spec(a.shape, a.dtype) for a in exported.out_avals],
+        },
+    }
+    manifest = {
+        "format": _manifest.SCHEMA,
+        "format_version": _format.FORMAT_VERSION,
+        "name": str(name)[:200],
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "writer": _versions(),
+        "platforms": list(platforms),
+        "device_count": int(exported.nr_devices),
+        "constants_mode": bool(constants),
+        **signature,
+        "weights": [{"name": nm, **_manifest.array_spec(a.shape, a.dtype)} for nm, a in stored],
+        "program": {"stablehlo_ops": ops, "custom_calls": _jaxcompat.unique(targets)},
+    }
+    file_bytes = _format.write_atomic(
+        path, _manifest.encode(manifest), lambda: _safetensors.chunks(stored), program_bytes
+    )
+    return FreezeResult(
+        path=str(path),
+        file_bytes=file_bytes,
+        weight_bytes=sum(a.nbytes for _, a in stored) if not constants else sum(a.nbytes for _, a in tensors),
+        n_weights=len(stored) if not constants else len(tensors),
+        program_ops=ops,
+        constants_mode=bool(constants),
+        platforms=platforms,
+        signature=json.loads(json.dumps(signature)),
+        name=manifest["name"],
+        n_hoisted=len(hoisted_tensors),
+        hoisted_bytes=sum(a.nbytes for _, a in hoisted_tensors),
+        compiled_ops=_compiled_ops(exported, export_specs) if measure_compiled else None,
+        reference_ops=reference_ops,
+        custom_calls=tuple(_jaxcompat.unique(targets)),
+    )
+
+
+def _compiled_ops(exported: jax.export.Exported, specs: Sequence[Any]) -> int | None:
+    """Top-level instructions after XLA optimisation on the local backend, if it is a target."""
+    local = _jaxcompat.export_platform(jax.devices()[0])
+    if local not in exported.platforms:
+        return None
+    try:
+        compiled = jax.jit(exported.call).lower(*specs).compile()
+        return _jaxcompat.count_entry_instructions(compiled.as_text())
+    except Exception:  # a statistic only: never fail a freeze over it
+        return None

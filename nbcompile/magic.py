@@ -1,0 +1,217 @@
+"""The ``%%compile`` cell magic: parse options, run the cell, call the library, bind, display.
+
+Deliberately thin: everything it does is :class:`nbcompile.session.Session` behaviour, which is
+tested without a kernel. Misuse raises IPython's one-line ``UsageError``; every other failure is
+one raised :class:`~nbcompile.errors.NbcompileError` naming the visible cell line.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .errors import NbcompileError
+from .history import RecompileWatcher
+from .session import CellOptions, Session
+
+_USAGE_CODES = {"NBC110", "NBC111", "NBC114"}
+
+
+def _names(text: str | None) -> list[str]:
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
+
+
+def _argnums(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(n) for n in _names(text)) or (0,)
+    except ValueError:
+        raise UsageError(f"--grad takes argument numbers like 0 or 0,1, not {text!r}") from None
+
+
+def _shards(specs: list[str] | None) -> dict[str, str]:
+    out = {}
+    for spec in specs or []:
+        name, sep, value = spec.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--shard takes ARG=SPEC (e.g. x=data,None), not {spec!r}")
+        out[name.strip()] = value.strip()
+    return out
+
+
+class _Progress:
+    """Shows the stage and elapsed time once a compile takes longer than half a second."""
+
+    DELAY = 0.5
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.start = time.perf_counter()
+        self.handle: Any = None
+
+    def __call__(self, stage: str) -> None:
+        elapsed = time.perf_counter() - self.start
+        if self.handle is None and elapsed < self.DELAY:
+            return
+        from IPython.display import display
+
+        text = f"⏳ {self.name}: {stage}… ({elapsed:.1f} s)"
+        bundle = {"text/plain": text}
+        if self.handle is None:
+            self.handle = display(bundle, raw=True, display_id=True)
+        else:
+            self.handle.update(bundle, raw=True)
+
+    def done(self) -> None:
+        if self.handle is not None:
+            elapsed = time.perf_counter() - self.start
+            self.handle.update({"text/plain": f"✓ {self.name}: done in {elapsed:.1f} s"}, raw=True)
+
+
+@magics_class
+class CompileMagics(Magics):
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.session = Session()
+        self.bound: dict[str, Any] = {}
+        self.watcher = RecompileWatcher()
+
+    # IPython events: explain recompiles of functions this magic bound.
+    def pre_run_cell(self, *_: Any) -> None:
+        self.watcher.start()
+
+    def post_run_cell(self, *_: Any) -> None:
+        ns = self.shell.user_ns
+        live = {n: fn for n, fn in self.bound.items() if ns.get(n) is fn}
+        for note in self.watcher.stop(live):
+            print(f"nbcompile: {note}", file=sys.stderr)
+
+    @magic_arguments()
+    @argument("TARGET", nargs="?", default=None,
+              help="the callable to compile (default: the one called on the last line)")
+    @argument("-b", "--backend", choices=["cpu", "gpu", "tpu"], default=None,
+              help="platform to compile for (default: JAX's default backend); absent devices "
+                   "are compiled deviceless where possible")
+    @argument("-g", "--grad", nargs="?", const="0", default=None, metavar="ARGNUMS",
+              help="also compile value_and_grad(TARGET, ARGNUMS) (default 0) and show the "
+                   "backward graph; TARGET must return a scalar")
+    @argument("--freeze", metavar="PATH", default=None,
+              help="write the frozen single-file model (.nbc) after compiling")
+    @argument("--freeze-constants", action="store_true",
+              help="with --freeze: bake the weights into the program as constants")
+    @argument("--bench", action="store_true",
+              help="measure eager vs compiled, compile time and break-even call count")
+    @argument("--ablate", action="store_true",
+              help="recompile with fusion / constant folding off and measure what each bought")
+    @argument("--debug", action="store_true",
+              help="run op by op keeping every intermediate; stop at the first NaN/Inf")
+    @argument("--mesh", metavar="SHAPE", default=None,
+              help="compile for a device mesh, e.g. 4x2 or 4x2:data,model")
+    @argument("--shard", nargs="+", metavar="ARG=SPEC", default=None,
+              help="shard an argument over mesh axes, e.g. x=data,None")
+    @argument("--topology", default=None, help="TPU topology for deviceless compiles, e.g. v5e:2x2")
+    @argument("--target", dest="gpu_target", default=None,
+              help="GPU model for deviceless compiles, e.g. h100")
+    @argument("--static", metavar="ARGNAMES", default=None,
+              help="comma-separated argument names passed to jax.jit as static_argnames")
+    @argument("--donate", metavar="ARGNAMES", default=None,
+              help="comma-separated argument names passed to jax.jit as donate_argnames")
+    @argument("--args", dest="args_expr", metavar="EXPR", default=None,
+              help="the example arguments, when the last line is not a call of TARGET")
+    @argument("-f", "--force", action="store_true", help="recompile even if nothing changed")
+    @argument("-q", "--quiet", action="store_true", help="compile and bind without display")
+    @cell_magic("compile")
+    def compile(self, line: str, cell: str) -> Any:
+        """Compile the model in this cell with JAX/XLA and show what the compiler did.
+
+        The cell runs like a normal cell; its last line is the example call, e.g.
+        ``predict(params, x)``: that callable is traced with those arguments, lowered to
+        StableHLO and compiled by XLA. A function defined in the cell is rebound to its compiled
+        ``jax.jit`` version (with ``.compilation``); the cell's value is the ``Compilation``.
+        Re-running an unchanged cell does not compile again (``-f`` forces it).
+        """
+        __tracebackhide__ = True
+        args = parse_argstring(self.compile, line)
+        options = CellOptions(
+            target=args.TARGET, backend=args.backend, grad=_argnums(args.grad),
+            freeze=args.freeze, freeze_constants=args.freeze_constants, bench=args.bench,
+            ablate=args.ablate, debug=args.debug, mesh=args.mesh, shard=_shards(args.shard),
+            topology=args.topology, gpu_target=args.gpu_target, static=_names(args.static),
+            donate=_names(args.donate), args_expr=args.args_expr, force=args.force,
+            quiet=args.quiet, line=line,
+        )
+        filename = self.shell.compile.cache("\n" + cell, self.shell.execution_count)
+        progress = _Progress(options.target or "model")
+        try:
+            result = self.session.run_cell(cell, options, self.shell.user_ns, filename,
+                                           progress=progress)
+        except NbcompileError as err:
+            if err.code in _USAGE_CODES:
+                raise UsageError(str(err)) from None
+            raise err.with_traceback(None) from err.__cause__  # shown by short_traceback
+        finally:
+            progress.done()
+        for name in result.bound:
+            self.bound[name] = self.shell.user_ns[name]
+        for warning in result.warnings:
+            print(f"nbcompile: {warning}", file=sys.stderr)
+        if options.quiet or result.captured.quiet:
+            return None
+        return result.compilation
+
+
+def short_traceback(value: BaseException) -> list[str]:
+    """The error as the user sees it: JAX's cause in one or two lines, then ours."""
+    lines = []
+    cause = value.__cause__
+    if cause is not None and not isinstance(cause, NbcompileError):
+        text = [ln for ln in str(cause).strip().splitlines() if ln.strip()][:2]
+        lines.append(f"{type(cause).__name__} (raised by JAX/XLA): " + " ".join(text)[:400])
+        lines.append("  (the full JAX error is at `nbcompile.last_error().__cause__`)")
+    lines.append(f"{type(value).__name__}: {value}")
+    return ["\n".join(lines)]
+
+
+def _show_nbcompile_error(shell: Any, etype: type, value: BaseException, tb: Any,
+                          tb_offset: int | None = None) -> list[str]:
+    from . import errors
+
+    errors.LAST_ERROR = value
+    stb = short_traceback(value)
+    shell._showtraceback(etype, value, stb)
+    return stb
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    from .cache import enable_persistent_cache
+
+    enable_persistent_cache()
+    if not ipython.custom_exceptions:  # never replace a handler the user installed
+        ipython.set_custom_exc((NbcompileError,), _show_nbcompile_error)
+    magics = CompileMagics(ipython)
+    ipython.register_magics(magics)
+    ipython.events.register("pre_run_cell", magics.pre_run_cell)
+    ipython.events.register("post_run_cell", magics.post_run_cell)
+    ipython._nbcompile_magics = magics
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    magics = getattr(ipython, "_nbcompile_magics", None)
+    if magics is None:
+        return
+    for event, fn in (("pre_run_cell", magics.pre_run_cell),
+                      ("post_run_cell", magics.post_run_cell)):
+        try:
+            ipython.events.unregister(event, fn)
+        except ValueError:
+            pass
+    magics.watcher.stop({})
+    if ipython.custom_exceptions == (NbcompileError,):
+        ipython.set_custom_exc((), None)
+    del ipython._nbcompile_magics

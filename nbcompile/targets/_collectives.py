@@ -1,0 +1,111 @@
+"""Collectives in an optimised (per-device, SPMD) HLO module, and whether they cross hosts.
+
+Each collective's ``replica_groups`` (both printed syntaxes: explicit ``{{0,1},{2,3}}`` and iota
+``[2,4]<=[4,2]T(1,0)``) or ``source_target_pairs`` name partitions; partition ``i`` runs on the
+``i``-th device of the mesh (row-major), so the devices' ``process_index`` tells which groups
+span more than one host.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ._hlo import Instruction, array_shapes, parse_hlo, shape_bytes
+
+__all__ = ["COLLECTIVE_OPS", "collectives", "expand_replica_groups"]
+
+COLLECTIVE_OPS = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "ragged-all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+)
+_IOTA = re.compile(r"^\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?$")
+
+
+def expand_replica_groups(text: str | None) -> list[list[int]] | None:
+    """Explicit groups from either ``replica_groups`` syntax; [] means "all in one group"."""
+    if text is None:
+        return None
+    text = text.strip()
+    iota = _IOTA.match(text)
+    if iota:
+        import numpy as np
+
+        group_shape = [int(v) for v in iota.group(1).split(",")]
+        dims = [int(v) for v in iota.group(2).split(",")]
+        ids = np.arange(int(np.prod(dims))).reshape(dims)
+        if iota.group(3):
+            ids = ids.transpose([int(v) for v in iota.group(3).split(",")])
+        return ids.reshape(group_shape).tolist()
+    return [
+        [int(v) for v in group.split(",") if v.strip()]
+        for group in re.findall(r"\{([\d,\s]*)\}", text)
+        if group.strip()
+    ]
+
+
+def _operand_bytes(inst: Instruction, shapes: dict[str, str]) -> int:
+    printed = array_shapes(inst.operands)  # older printers show operand shapes inline
+    if printed:
+        return sum(shape_bytes(f"{d}[{','.join(map(str, s))}]") for d, s in printed)
+    return sum(shape_bytes(shapes.get(name, "")) for name in inst.operand_names)
+
+
+def _result_bytes(opcode: str, shape: str) -> int:
+    arrays = array_shapes(shape)
+    if opcode.endswith("-start") and len(arrays) > 1:
+        # async starts return (operands..., results..., context): the largest buffer is the payload
+        return max(shape_bytes(f"{d}[{','.join(map(str, s))}]") for d, s in arrays)
+    return shape_bytes(shape)
+
+
+def _crosses(groups: list[list[int]] | None, hosts: list[int] | None) -> bool | None:
+    if hosts is None or groups is None:
+        return None
+    if not groups:  # one group of every partition
+        return len(set(hosts)) > 1
+    if any(i >= len(hosts) for group in groups for i in group):
+        return None
+    return any(len({hosts[i] for i in group}) > 1 for group in groups)
+
+
+def collectives(hlo_text: str, devices: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+    """Every collective in ``hlo_text``, in module order.
+
+    Each entry: ``op`` (``all-reduce``, ... without ``-start``), ``name``, ``computation``,
+    ``replica_groups`` (raw text), ``groups`` (expanded lists of partition ids; pairs for
+    collective-permute), ``bytes`` (result buffer per device), ``operand_bytes``,
+    ``crosses_hosts`` (True/False given ``devices`` in mesh order — e.g.
+    ``mesh.devices.flat`` — else None) and ``op_name`` (the JAX source op).
+    """
+    hosts = [int(getattr(d, "process_index", 0)) for d in devices] if devices is not None else None
+    found: list[dict[str, Any]] = []
+    for computation in parse_hlo(hlo_text):
+        shapes = {inst.name: inst.shape for inst in computation.instructions}
+        for inst in computation.instructions:
+            op = inst.opcode.removesuffix("-start")
+            if op not in COLLECTIVE_OPS or inst.opcode.endswith("-done"):
+                continue
+            raw = inst.attribute("replica_groups")
+            pairs = inst.attribute("source_target_pairs")
+            groups = expand_replica_groups(pairs if op == "collective-permute" else raw)
+            found.append(
+                {
+                    "op": op,
+                    "name": inst.name,
+                    "computation": computation.name,
+                    "replica_groups": raw if raw is not None else pairs,
+                    "groups": groups,
+                    "bytes": _result_bytes(inst.opcode, inst.shape),
+                    "operand_bytes": _operand_bytes(inst, shapes),
+                    "crosses_hosts": _crosses(groups, hosts),
+                    "op_name": inst.op_name,
+                }
+            )
+    return found
