@@ -8,6 +8,7 @@ content up to 64 MiB, larger ones by identity) since closed-over arrays become c
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import types
@@ -68,10 +69,8 @@ def globals_fingerprint(fn: Any, depth: int = 3) -> str:
             return
         seen.add(id(code))
         for cell in getattr(obj, "__closure__", None) or ():
-            try:
+            with contextlib.suppress(ValueError):  # an empty closure cell
                 parts.append("closure:" + _value_key(cell.cell_contents, level, visit))
-            except ValueError:  # empty cell
-                pass
         for name in sorted(_code_names(code)):
             if name in glb:
                 parts.append(f"{name}=" + _value_key(glb[name], level, visit))

@@ -244,7 +244,7 @@ def _name_of(fn: Any) -> str:
     return type(fn).__name__
 
 
-def compile(  # noqa: A001 - the public name the spec asks for
+def compile(
     fn: Callable[..., Any],
     *example_args: Any,
     backend: str | None = None,

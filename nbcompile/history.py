@@ -10,6 +10,7 @@ own cache-miss explanations (``jax_explain_cache_misses``).
 from __future__ import annotations
 
 import difflib
+import itertools
 import logging
 import re
 from collections import Counter
@@ -79,7 +80,7 @@ class History:
         """Add this run; return (what changed since the last run, a repeat warning or None)."""
         name = captured.target_expr
         entry = Entry(
-            lines=captured.source.lines[1:], signature=list(comp.signature),
+            lines=["", *captured.source.lines[1:]], signature=list(comp.signature),
             options=options.describe()["options"], versions=_versions(), key=key,
             compiled=compiled,
         )
@@ -106,7 +107,7 @@ class History:
             return None
         self.warned.add(name)
         counts: Counter[str] = Counter()
-        for a, b in zip(compiles, compiles[1:], strict=False):
+        for a, b in itertools.pairwise(compiles):
             for change in signature_changes(a.signature, b.signature):
                 counts[change.split(":", 1)[0].removeprefix("argument ")] += 1
         culprit = counts.most_common(1)[0][0] if counts else None
@@ -173,10 +174,11 @@ class RecompileWatcher(logging.Handler):
             name = next((n for n, fn in bound.items() if _defined_at(fn) == m["def"]), None)
             if name is None:
                 continue
-            reasons = [ln.strip() for ln in msg.splitlines()[3:] if ln.strip()]
+            reasons = [ln.strip().lstrip("* ") for ln in msg.splitlines()[3:] if ln.strip()]
+            at = m["at"].split(" (")[0].rstrip(":")
             notes.append(
-                f"`{name}` was compiled again at {m['at']}: " + " ".join(reasons)
-                + " (each new shape/dtype compiles once; pad/bucket shapes to avoid it)"
+                f"`{name}` was compiled again (called at {at}): " + "; ".join(reasons)
+                + " — each new shape/dtype compiles once; pad or bucket shapes to avoid it"
             )
         return notes
 

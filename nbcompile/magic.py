@@ -7,6 +7,7 @@ one raised :class:`~nbcompile.errors.NbcompileError` naming the visible cell lin
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from typing import Any
@@ -207,10 +208,8 @@ def unload_ipython_extension(ipython: Any) -> None:
         return
     for event, fn in (("pre_run_cell", magics.pre_run_cell),
                       ("post_run_cell", magics.post_run_cell)):
-        try:
+        with contextlib.suppress(ValueError):
             ipython.events.unregister(event, fn)
-        except ValueError:
-            pass
     magics.watcher.stop({})
     if ipython.custom_exceptions == (NbcompileError,):
         ipython.set_custom_exc((), None)

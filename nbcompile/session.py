@@ -193,7 +193,7 @@ class Session:
         adapted = comp.adapted
         if name is None or namespace.get(name) is not target:
             return []
-        if adapted is not None and (adapted.is_model or adapted.fn is not target):
+        if adapted is not None and not adapted.rebindable:
             return []
         if getattr(comp, "target", None) is not None and not comp.target.present:
             return []  # compiled for a device that is not here: keep the Python function

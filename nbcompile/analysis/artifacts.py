@@ -16,7 +16,8 @@ class Artifacts:
     / ``jax.stages.Compiled`` (``compiled`` is None where the backend could not compile, e.g. a
     TPU target lowered without libtpu); ``hlo_text`` is ``compiled.as_text()`` (optimised HLO);
     ``grad_argnums`` is set when the program is a ``value_and_grad``; ``backend`` is the platform
-    name (``cpu``, ``cuda``, ``tpu``).
+    name (``cpu``, ``cuda``, ``tpu``); ``fn`` (optional) is the user's function, used only to name
+    closed-over constants from its globals / closure.
     """
 
     closed_jaxpr: Any
@@ -27,3 +28,4 @@ class Artifacts:
     backend: str = "cpu"
     grad_argnums: tuple[int, ...] | None = None
     name: str = "f"
+    fn: Any | None = None

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..capture.source import SourceInfo
+from .lines import LineMap
 from . import _jax
 from .graph import Graph
 from .hlo import Computation, HloModule, Instruction, parse_replica_groups, shape_bytes
@@ -135,9 +135,8 @@ def _members(module: HloModule, instr: Instruction) -> list[Instruction]:
     return out
 
 
-def _module_text(module: HloModule, instr: Instruction, comp: Computation) -> str | None:
+def _module_text(module: HloModule, instr: Instruction, shapes: dict[str, str]) -> str | None:
     """A one-kernel module: the kernel with its operands as parameters, for XLA's cost model."""
-    shapes = {i.name: i.shape for i in comp.instructions}
     if any(o not in shapes for o in instr.operands):
         return None
     texts, seen, todo = [], set(), list(instr.called)
@@ -161,9 +160,8 @@ def _module_text(module: HloModule, instr: Instruction, comp: Computation) -> st
     return "HloModule kernel\n\n" + "\n".join(reversed(texts)) + "\nENTRY %e {\n" + body + "\n}\n"
 
 
-def _shape_cost(module: HloModule, instr: Instruction, comp: Computation) -> dict[str, float]:
+def _shape_cost(module: HloModule, instr: Instruction, shapes: dict[str, str]) -> dict[str, float]:
     """Fallback figures from shapes: flops of member ops, bytes of operands plus result."""
-    shapes = {i.name: i.shape for i in comp.instructions}
     members = _members(module, instr) or [instr]
     flops = trans = 0.0
     for m in members:
@@ -190,18 +188,18 @@ def _contracted(dot: Instruction, module: HloModule) -> int:
     return n
 
 
-def _cost(module: HloModule, instr: Instruction, comp: Computation, use_xla: bool) -> dict:
-    text = _module_text(module, instr, comp) if use_xla else None
+def _cost(module: HloModule, instr: Instruction, shapes: dict[str, str], use_xla: bool) -> dict:
+    text = _module_text(module, instr, shapes) if use_xla else None
     figures = _jax.xla_cost(text) if text is not None else None
     if figures is None:
-        figures = _shape_cost(module, instr, comp)
+        figures = _shape_cost(module, instr, shapes)
         figures["source"] = "shapes"
     else:
         figures["source"] = "xla"
     return figures
 
 
-def _lines(module: HloModule, instrs: list[Instruction], source: SourceInfo) -> tuple[list, list]:
+def _lines(module: HloModule, instrs: list[Instruction], source: LineMap) -> tuple[list, list]:
     lines: set[int] = set()
     locations: set[tuple[str, int]] = set()
     for m in instrs:
@@ -217,7 +215,7 @@ def _lines(module: HloModule, instrs: list[Instruction], source: SourceInfo) -> 
     return sorted(lines), sorted(locations)
 
 
-def analyse_compiled(module: HloModule, source: SourceInfo, grad: bool,
+def analyse_compiled(module: HloModule, source: LineMap, grad: bool,
                      use_xla_cost: bool = True) -> CompiledInfo:  # fmt: skip
     """Fusions, kernels, per-kernel cost and the compiled graph of an optimised module."""
     graph = Graph()
@@ -236,6 +234,7 @@ def analyse_compiled(module: HloModule, source: SourceInfo, grad: bool,
                                       f" {called}", CONTROL_OPS[instr.opcode], unique=True))  # fmt: skip
     for comp in comps:
         ids: dict[str, str] = {}
+        shapes = {i.name: i.shape for i in comp.instructions}
         group = groups.get(comp.name)
         for instr in comp.instructions:
             members = _members(module, instr) if instr.opcode == "fusion" else [instr]
@@ -273,12 +272,12 @@ def analyse_compiled(module: HloModule, source: SourceInfo, grad: bool,
             if runs:
                 kernels.append(instr)
             if (runs or instr.opcode in CONTROL_OPS) and comp.is_entry or instr.opcode == "fusion":
-                cost = _cost(module, instr, comp, use_xla_cost)
+                cost = _cost(module, instr, shapes, use_xla_cost)
                 node.flops = cost.get("flops")
                 if comp.is_entry:
                     unit_costs[instr.name] = cost
             if instr.opcode == "fusion":
-                cost = unit_costs.get(instr.name) or _cost(module, instr, comp, use_xla_cost)
+                cost = unit_costs.get(instr.name) or _cost(module, instr, shapes, use_xla_cost)
                 node.fusion = instr.name
                 fusions.append(Fusion(
                     name=instr.name, kind=instr.kind or "loop",

@@ -78,10 +78,6 @@ def _fusion_key(f: dict[str, Any]) -> tuple:
     return (tuple(f["modules"]), f["kind"], tuple(sorted(f["ops"])), tuple(f["lines"]))
 
 
-def _multiset(items: list[dict], key: Any) -> tuple[list[dict], list[dict]]:
-    return items, [key(i) for i in items]
-
-
 def _compare(before: list[dict], after: list[dict], key: Any) -> tuple[list, list]:
     a, b = Counter(key(i) for i in before), Counter(key(i) for i in after)
     added, removed = b - a, a - b

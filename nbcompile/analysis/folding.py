@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..capture.source import SourceInfo
+from .lines import LineMap
 from . import _jax
 from .hlo import HloModule, Instruction, shape_bytes
 from .traced import _MOVEMENT, Traced
@@ -123,7 +123,7 @@ def _hlo_const_roots(module: HloModule) -> list[tuple[Instruction, list[Instruct
 
 
 def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
-                source: SourceInfo, fn: Any = None) -> list[Folded]:  # fmt: skip
+                source: LineMap, fn: Any = None) -> list[Folded]:  # fmt: skip
     """Everything constant about the program, in trace / lowering / xla order."""
     consumers: dict[str, int | None] = {}
     for e in traced.graph.edges:
@@ -176,7 +176,7 @@ def _const_eqns_from_graph(traced: Traced) -> list[Any]:
     return found
 
 
-def _line(module: HloModule, instr: Instruction, source: SourceInfo) -> int | None:
+def _line(module: HloModule, instr: Instruction, source: LineMap) -> int | None:
     for file, line in module.stack(instr):
         visible = source.visible_line(file, line)
         if visible is not None:

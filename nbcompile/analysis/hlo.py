@@ -45,6 +45,10 @@ _META_ITEM = re.compile(r"(\w+)=(" + _STRING + r"|[^\s}]+)")
 _TABLE_ROW = re.compile(r"(\d+)\s+(" + _STRING + r"|\{[^{}]*\})\s*$")
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
 _NAME_REF = re.compile(r"%([^\s,(){}]+)")
+_CALLS = re.compile(r"\b(?:calls|to_apply|body|condition|branch_computations|true_computation"
+                    r"|false_computation)=")
+_METADATA = re.compile(r"\bmetadata=\{((?:[^{}\"]|" + _STRING + r")*)\}")
+_SIMPLE_OPERANDS = re.compile(r"[^()\"\[\]{}]*\)")
 _TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
 _DTYPE_BITS = {
@@ -138,7 +142,7 @@ class Instruction:
     opcode: str
     shape: str
     operands: list[str]
-    attrs: dict[str, str]
+    _attrs: dict[str, str] | None
     computation: str
     is_root: bool = False
     op_name: str | None = None
@@ -148,6 +152,16 @@ class Instruction:
     literal: str | None = None
     tail: str = ""
     text: str = ""
+
+    @property
+    def attrs(self) -> dict[str, str]:
+        """Attributes as raw text, parsed on first use (the tail was checked at parse time)."""
+        if self._attrs is None:
+            self._attrs = {}
+            for part in _split_top(self.tail[1:]):
+                key, _, value = part.partition("=")
+                self._attrs[key.strip()] = value.strip()
+        return self._attrs
 
     @property
     def kind(self) -> str | None:
@@ -160,6 +174,8 @@ class Instruction:
     @property
     def called(self) -> list[str]:
         """Names of the computations this instruction calls (fusion body, loop body, branches)."""
+        if _CALLS.search(self.tail) is None:
+            return []
         names: list[str] = []
         for key in ("calls", "to_apply", "body", "condition", "branch_computations",
                     "true_computation", "false_computation"):  # fmt: skip
@@ -271,7 +287,8 @@ def _parse_instruction(line: str, comp: str, line_no: int) -> Instruction:
     if op is None or not shape:
         raise HloParseError("expected a shape and an opcode", line_no)
     opcode = op.group(1)
-    close = _close(line, op.end() - 1, line_no)
+    simple = _SIMPLE_OPERANDS.match(line, op.end())
+    close = simple.end() if simple is not None else _close(line, op.end() - 1, line_no)
     inner = line[op.end() : close - 1]
     literal = None
     if opcode in ("constant", "parameter"):
@@ -280,7 +297,7 @@ def _parse_instruction(line: str, comp: str, line_no: int) -> Instruction:
         operands = _NAME_REF.findall(inner)
         if not operands and inner.strip():
             operands = [p.split()[-1] for p in _split_top(inner)]
-    instr = Instruction(m.group(2), opcode, shape, operands, {}, comp, bool(m.group(1)))
+    instr = Instruction(m.group(2), opcode, shape, operands, None, comp, bool(m.group(1)))
     instr.literal = literal
     tail = line[close:].strip()
     instr.tail = tail
@@ -288,14 +305,9 @@ def _parse_instruction(line: str, comp: str, line_no: int) -> Instruction:
     if tail:
         if not tail.startswith(","):
             raise HloParseError("expected ',' before attributes", line_no)
-        for part in _split_top(tail[1:]):
-            key, eq, value = part.partition("=")
-            if not eq:
-                raise HloParseError(f"malformed attribute {part[:40]!r}", line_no)
-            instr.attrs[key.strip()] = value.strip()
-    meta = instr.attrs.get("metadata")
+    meta = _METADATA.search(tail) if "metadata=" in tail else None
     if meta:
-        items = dict(_META_ITEM.findall(meta))
+        items = dict(_META_ITEM.findall(meta.group(1)))
         if "op_name" in items:
             instr.op_name = _unquote(items["op_name"])
         instr.stack_frame_id = _int(items.get("stack_frame_id"))

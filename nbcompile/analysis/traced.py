@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..capture.source import SourceInfo
+from .lines import LineMap
 from . import _jax
 from .graph import Graph, Node
 
@@ -143,7 +143,7 @@ def _subprograms(eqn: Any) -> list[tuple[str, Any, list[Any] | None]]:
 
 
 class _Walker:
-    def __init__(self, source: SourceInfo, grad: bool) -> None:
+    def __init__(self, source: LineMap, grad: bool) -> None:
         self.source = source
         self.grad = grad
         self.traced = Traced(Graph())
@@ -240,7 +240,7 @@ class _Walker:
                     self.producer[var] = info
 
 
-def trace_graph(closed_jaxpr: Any, source: SourceInfo, name: str = "f",
+def trace_graph(closed_jaxpr: Any, source: LineMap, name: str = "f",
                 grad: bool = False) -> Traced:  # fmt: skip
     """Walk ``closed_jaxpr`` once: the traced Graph plus per-equation records."""
     walker = _Walker(source, grad)

@@ -23,6 +23,8 @@ class AdaptedCall:
     name: str | None = None
     model: Any = None  # the library object (for models), else None
 
+    rebindable: bool = True  # fn is what the cell called, so its jit can replace it
+
     @property
     def is_model(self) -> bool:
         return self.kind != "function"
@@ -41,12 +43,14 @@ def adapt_target(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Adap
             return AdaptedCall(
                 fn=ad.fn, args=tuple(ad.args), kwargs={},
                 params_argnums=tuple(ad.params_argnums), kind=ad.kind, name=ad.name, model=fn,
+                rebindable=False,
             )
-        changed = len(ad.args) != len(args) or any(a is not b for a, b in zip(ad.args, args))
+        changed = len(ad.args) != len(args) or any(a is not b for a, b in zip(ad.args, args, strict=False))
         if ad.fn is not fn or changed:
             # a model passed as an argument was split into (static part, params)
             return AdaptedCall(
                 fn=ad.fn, args=tuple(ad.args), kwargs={},
                 params_argnums=tuple(ad.params_argnums), kind="function", name=ad.name,
+                rebindable=False,
             )
     return AdaptedCall(fn=fn, args=tuple(args), kwargs=dict(kwargs), name=None)

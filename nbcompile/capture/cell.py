@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import CaptureError
 from .source import SourceInfo
 
-__all__ = ["Captured", "capture", "run_body", "evaluate_call", "snapshot", "restore"]
+__all__ = ["Captured", "capture", "evaluate_call", "restore", "run_body", "snapshot"]
 
 
 @dataclass
@@ -192,7 +192,7 @@ def evaluate_call(
         )
     try:
         if captured.args_expr is not None:
-            value = _eval(captured.args_expr, namespace, filename)
+            value = _eval(_unquote(captured.args_expr), namespace, filename)
             return target, (value if isinstance(value, tuple) else (value,)), {}
         assert captured.call is not None
         args: list[Any] = []
@@ -215,6 +215,13 @@ def evaluate_call(
             hint="define the arguments before the call (or give them with --args)",
         ) from exc
     return target, tuple(args), kwargs
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
 
 
 def snapshot(namespace: dict[str, Any]) -> dict[str, Any]:

@@ -113,7 +113,10 @@ class Interpreter:
         order = range(length - 1, -1, -1) if p["reverse"] else range(length)
         for i in order:
             out = self.eval_jaxpr(
-                p["jaxpr"], [*consts, *carry, *(x[i] for x in xs)], f"{node_id}/body/", (*iteration, i)
+                p["jaxpr"],
+                [*consts, *carry, *(x[i] for x in xs)],
+                f"{node_id}/body/",
+                (*iteration, i),
             )
             carry, ys[i] = out[:n_carry], out[n_carry:]
         y_avals = [v.aval for v in eqn.outvars[n_carry:]]
@@ -138,5 +141,7 @@ class Interpreter:
             )
             if not bool(jax.device_get(pred)):
                 return carry
-            carry = self.eval_jaxpr(p["body_jaxpr"], [*body_consts, *carry], f"{node_id}/body/", where)
+            carry = self.eval_jaxpr(
+                p["body_jaxpr"], [*body_consts, *carry], f"{node_id}/body/", where
+            )
             step += 1

@@ -91,8 +91,14 @@ class DebugResult:
         """The value of output ``output`` of equation ``node_id`` (default: its last evaluation),
         kept or recomputed by replaying the program up to that equation."""
         if node_id not in self.summaries:
-            raise KeyError(f"{node_id!r} was not evaluated (unknown id, untaken branch, or after the stop)")
-        where = tuple(iteration) if iteration is not None else tuple(self.summaries[node_id]["iteration"])
+            raise KeyError(
+                f"{node_id!r} was not evaluated (unknown id, untaken branch, or after the stop)"
+            )
+        where = (
+            tuple(iteration)
+            if iteration is not None
+            else tuple(self.summaries[node_id]["iteration"])
+        )
         if self._values is not None and (node_id, where) in self._values:
             return self._values[(node_id, where)][output]
 
@@ -142,16 +148,24 @@ class DebugResult:
             what = "NaN" if at["kind"] == "nan" else "Inf"
             where = f"line {at['line']}" if at["line"] else f"{at['file']}:{at['file_line']}"
             it = f" iteration {at['iteration']}" if at["iteration"] else ""
-            lines.append(f"Stopped at the first {what}: `{at['primitive']}` ({at['id']}{it}) at {where}")
+            lines.append(
+                f"Stopped at the first {what}: `{at['primitive']}` ({at['id']}{it}) at {where}"
+            )
             if at.get("code"):
                 lines.append(f"  {at['code'].strip()}")
             lines += [f"  input {i}: {short(s)}" for i, s in enumerate(at["inputs"])]
         else:
-            lines.append(f"Ran {self.equations} equations op by op; no NaN (stop_on={self.stop_on}).")
-            lines += [f"  output {i}: {short(summarise(o))}" for i, o in enumerate(self.outputs or [])]
+            lines.append(
+                f"Ran {self.equations} equations op by op; no NaN (stop_on={self.stop_on})."
+            )
+            lines += [
+                f"  output {i}: {short(summarise(o))}" for i, o in enumerate(self.outputs or [])
+            ]
         if self.first_inf and not (self.nan_at and self.nan_at["id"] == self.first_inf["id"]):
             fi = self.first_inf
-            lines.append(f"  Inf first appeared at `{fi['primitive']}` ({fi['id']}), line {fi['line']}")
+            lines.append(
+                f"  Inf first appeared at `{fi['primitive']}` ({fi['id']}), line {fi['line']}"
+            )
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -163,7 +177,9 @@ class _Recorder:
         self.source = source
         self.stop_on = stop_on
         self.summaries: dict[str, dict[str, Any]] = {}
-        self.values: dict[tuple[str, tuple[int, ...]], list[Any]] | None = {} if keep_values else None
+        self.values: dict[tuple[str, tuple[int, ...]], list[Any]] | None = (
+            {} if keep_values else None
+        )
         self.nan_at: dict[str, Any] | None = None
         self.first_inf: dict[str, Any] | None = None
         self._where: dict[int, dict[str, Any]] = {}

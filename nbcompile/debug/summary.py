@@ -77,7 +77,9 @@ def summarise(value: Any) -> dict[str, Any]:
     if finite.size == 0:
         return out
     lo, hi = float(finite.min()), float(finite.max())
-    counts, edges = np.histogram(finite, bins=BINS, range=(lo, hi) if hi > lo else (lo - 0.5, lo + 0.5))
+    counts, edges = np.histogram(
+        finite, bins=BINS, range=(lo, hi) if hi > lo else (lo - 0.5, lo + 0.5)
+    )
     out.update(
         min=lo,
         max=hi,
@@ -94,6 +96,8 @@ def short(summary: dict[str, Any]) -> str:
     text = f"{short_dtype}{summary['shape']}".replace(" ", "")
     if summary["min"] is not None:
         text += f" min {summary['min']:.4g} max {summary['max']:.4g} mean {summary['mean']:.4g}"
-    bad = [f"{summary[k]} {k.upper() if k == 'nan' else 'Inf'}" for k in ("nan", "inf") if summary[k]]
+    bad = [
+        f"{summary[k]} {k.upper() if k == 'nan' else 'Inf'}" for k in ("nan", "inf") if summary[k]
+    ]
     bad = [b.replace("NAN", "NaN") for b in bad]
     return text + (f" ({', '.join(bad)})" if bad else "")

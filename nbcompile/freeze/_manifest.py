@@ -242,3 +242,18 @@ def array_spec(shape: Sequence[int], dtype: Any) -> dict[str, Any]:
 def parse_version(text: str) -> tuple[int, int, int] | None:
     match = _VERSION.match(text)
     return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+def leaf_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    """Key-path names of a JSON tree's leaves, e.g. ``[0]['y']``, in `flatten` order."""
+    kind = tree["type"]
+    if kind == "leaf":
+        return [prefix]
+    if kind == "none":
+        return []
+    keys = tree["keys"] if kind == "dict" else range(len(tree["children"]))
+    return [
+        p
+        for k, child in zip(keys, tree["children"], strict=True)
+        for p in leaf_paths(child, f"{prefix}[{k!r}]")
+    ]

@@ -2,7 +2,8 @@
 
 Each sample times ``number`` back-to-back calls (enough to last ~2 ms, so timer resolution and
 call jitter stay small) and is divided by ``number``. The number of samples adapts to the budget
-(at least 3 when they fit, at most 51). Callers pass a ``call`` that blocks until the result is
+(at most 51). The budget is a soft cap: at least 3 samples are taken unless a single call is
+longer than the whole budget, so a slow warm-up cannot leave one noisy sample. Callers pass a ``call`` that blocks until the result is
 ready (``jax.block_until_ready``), so asynchronous dispatch cannot hide work.
 """
 
@@ -74,16 +75,15 @@ def time_call(call: Callable[[], object], budget: float) -> Timing:
     per_call = [estimate]
     number = max(1, min(1000, int(_SAMPLE_SECONDS / estimate)))
     deadline = start + budget
-    while len(per_call) <= _MAX_SAMPLES:
-        enough = len(per_call) > _MIN_SAMPLES  # per_call[0] is the estimate, dropped below
-        if enough and time.perf_counter() + estimate * number > deadline:
-            break
-        if not enough and time.perf_counter() + estimate * number > deadline + budget:
-            break  # a single call longer than the budget: keep what we have
-        t0 = time.perf_counter()
-        for _ in range(number):
-            call()
-        per_call.append((time.perf_counter() - t0) / number)
+    if estimate < budget:  # else one call is over budget: the estimate is the only sample
+        while len(per_call) <= _MAX_SAMPLES:
+            enough = len(per_call) > _MIN_SAMPLES  # per_call[0] is the estimate, dropped below
+            if enough and time.perf_counter() + estimate * number > deadline:
+                break
+            t0 = time.perf_counter()
+            for _ in range(number):
+                call()
+            per_call.append((time.perf_counter() - t0) / number)
     if len(per_call) > 1:
         per_call = per_call[1:]  # the estimate call ran alone, right after the warm-up
     q25, q75 = _quartiles(per_call)

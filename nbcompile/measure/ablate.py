@@ -153,13 +153,17 @@ def ablate(
     The first variant with no disabled passes is the baseline (one is added if missing)."""
     start = time.perf_counter()
     platform = platform or _platform_of(args)
-    chosen = [_as_variant(v) for v in (variants if variants is not None else variants_for(platform))]
+    chosen = [
+        _as_variant(v) for v in (variants if variants is not None else variants_for(platform))
+    ]
     if not any(not v.disabled for v in chosen):
         chosen.insert(0, Variant("baseline", "all optimisations", ()))
     chosen.sort(key=lambda v: bool(v.disabled))  # baseline first, others in given order
     notes = []
     if len(chosen) == 1:
-        notes.append(f"no XLA pass names are known for {platform!r}: only the baseline was compiled")
+        notes.append(
+            f"no XLA pass names are known for {platform!r}: only the baseline was compiled"
+        )
 
     results: list[VariantResult] = []
     compiled_variants: list[Any] = []
@@ -189,7 +193,9 @@ def ablate(
         compiled_variants.append(compiled)
 
     if time_it:
-        runnable = [(r, c) for r, c in zip(results, compiled_variants, strict=True) if c is not None]
+        runnable = [
+            (r, c) for r, c in zip(results, compiled_variants, strict=True) if c is not None
+        ]
         for i, (r, compiled) in enumerate(runnable):
             left = max_seconds - (time.perf_counter() - start)
             budget = max(left / (len(runnable) - i), 0.02)

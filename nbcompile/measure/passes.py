@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CHECKED_WITH", "PASS_NAMES", "VARIANTS", "PassName", "Variant", "passes_for", "variants_for"]
+__all__ = [
+    "CHECKED_WITH",
+    "PASS_NAMES",
+    "VARIANTS",
+    "PassName",
+    "Variant",
+    "passes_for",
+    "variants_for",
+]
 
 #: The versions the CPU names were verified with (and the GPU sources read against).
 CHECKED_WITH = "jax 0.10.2 / jaxlib 0.10.2 (XLA:CPU); GPU names from openxla/xla sources, 2025"
@@ -30,7 +38,11 @@ class PassName:
 PASS_NAMES: tuple[PassName, ...] = (
     PassName("cpu", "fusion", "loop fusion of element-wise ops (CpuInstructionFusion)", True),
     PassName(
-        "cpu", "fusion-wrapper", "wraps each op left unfused in its own kLoop fusion", True, ("fusion",)
+        "cpu",
+        "fusion-wrapper",
+        "wraps each op left unfused in its own kLoop fusion",
+        True,
+        ("fusion",),
     ),
     PassName("cpu", "dot-library-rewriter", "dot/conv library fusions (kCustom ynn/onednn)", True),
     PassName("cpu", "constant_folding", "evaluates ops on constants at compile time", True),
@@ -74,8 +86,13 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
         Variant(
             "no_fusion",
             "no fusion at all",
-            ("fusion", "priority-fusion", "multi_output_fusion", "horizontal_loop_fusion",
-             "triton-gemm-rewriter"),
+            (
+                "fusion",
+                "priority-fusion",
+                "multi_output_fusion",
+                "horizontal_loop_fusion",
+                "triton-gemm-rewriter",
+            ),
         ),
         Variant("no_constant_folding", "no constant folding", ("constant_folding",)),
     ),

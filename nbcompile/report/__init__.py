@@ -12,7 +12,7 @@ from typing import Any
 
 SCHEMA = "nbcompile.report/1"
 
-__all__ = ["SCHEMA", "build_report", "mimebundle", "text_summary", "html_summary"]
+__all__ = ["SCHEMA", "build_report", "html_summary", "mimebundle", "text_summary"]
 
 
 def build_report(c: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import jax
 from ..capture.source import SourceInfo
 from .errors import translate
 
-__all__ = ["Stages", "run_stages", "make_jitted"]
+__all__ = ["Stages", "make_jitted", "run_stages"]
 
 Progress = Callable[[str], None]
 

@@ -34,14 +34,27 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-_ARG_PATH = re.compile(r"at path ([A-Za-z_][\w]*)|argument '?([A-Za-z_]\w*)'? ")
+_ARG_PATH = re.compile(r"at path (?:args\[(\d+)\]|kwargs\['(\w+)'\]|(\w+))")
 _TYPE_OF = re.compile(r"value is of type (<class '[^']+'>|\S+)")
 
 
-def _non_array_error(exc: BaseException, line: int | None) -> NbcompileError:
+def _param_name(fn: Any, index: int) -> str | None:
+    import inspect
+
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names[index] if index < len(names) else None
+
+
+def _non_array_error(exc: BaseException, line: int | None, fn: Any) -> NbcompileError:
     text = str(exc)
     match = _ARG_PATH.search(text)
-    name = next((g for g in match.groups() if g), None) if match else None
+    name = None
+    if match:
+        index, keyword, plain = match.groups()
+        name = _param_name(fn, int(index)) if index is not None else (keyword or plain)
     kind = _TYPE_OF.search(text)
     what = f"argument `{name}`" if name else "an example argument"
     of_type = f" ({kind.group(1)})" if kind else ""
@@ -110,7 +123,7 @@ def translate(
     if isinstance(exc, TypeError) and (
         "not a valid JAX type" in text or "as an abstract array" in text
     ):
-        return _non_array_error(exc, line)
+        return _non_array_error(exc, line, fn)
     if isinstance(exc, TypeError) and "scalar-output" in text:
         return TraceError(
             f"--grad needs a function that returns a scalar: {_first_line(exc)}",
@@ -131,5 +144,5 @@ def translate(
     return TraceError(
         f"tracing failed: {type(exc).__name__}: {_first_line(exc)}",
         line=line,
-        hint="fix the line above (the JAX error is chained below)",
+        hint="fix that line; JAX's own message is shown above",
     )

@@ -98,6 +98,10 @@ def _local_devices(platform: str) -> list[Any]:
 def _topology_devices(platform: str, name: str, config: str | None) -> tuple[Any, ...]:
     from jax.experimental import topologies
 
+    if platform == "tpu":
+        # libtpu takes /tmp/libtpu_lockfile, so a second process (another notebook kernel, a
+        # test worker) could not compile for TPU at all; compile-only use touches no TPU.
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     with captured_stderr() as noise:
         try:
             if platform == "tpu":

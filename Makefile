@@ -1,0 +1,70 @@
+# nbcompile — two commands on a fresh machine: `make lab` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip -q --disable-pip-version-check
+PORT   ?= 8888
+export JAX_PLATFORMS ?= cpu
+
+.PHONY: lab demo test test-fast test-ui test-fuzz test-gpu-deviceless bench bench-check gpu-check docs lint clean
+
+$(PY):
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "nbcompile needs Python >= 3.11"'
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+
+# Installs are stamped by the pyproject.toml they came from, so re-runs are instant.
+$(VENV)/.lab-installed: pyproject.toml package.json | $(PY)
+	$(PIP) install -e ".[lab]"
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml package.json | $(PY)
+	$(PIP) install -e ".[lab,test,tpu,flax,equinox,keras,docs]"
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+/usr/bin/chromium:
+	@command -v apt-get >/dev/null || { echo "install Chromium (Debian package 'chromium') for the browser tests"; exit 1; }
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+
+lab: $(VENV)/.lab-installed
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.port=$(PORT) --ServerApp.ip=127.0.0.1
+
+demo: $(VENV)/.lab-installed
+	$(VENV)/bin/nbcompile render notebooks/01_quickstart.ipynb -o build/demo.html
+
+test: $(VENV)/.test-installed /usr/bin/chromium
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q
+
+test-fast: $(VENV)/.test-installed
+	$(VENV)/bin/pytest -q -m "not ui and not kernel and not slow"
+
+test-ui: $(VENV)/.test-installed /usr/bin/chromium
+	$(VENV)/bin/pytest -q -m ui
+
+test-fuzz: $(VENV)/.test-installed
+	$(VENV)/bin/pytest -q -m fuzz_full --run-fuzz-full
+
+test-gpu-deviceless: $(VENV)/.test-installed
+	$(PIP) install "jax[cuda12]==$$($(PY) -c 'import jax; print(jax.__version__)')"
+	$(VENV)/bin/pytest -q -m gpu_deviceless
+
+bench: $(VENV)/.test-installed /usr/bin/chromium
+	$(PY) -m benchmarks
+
+bench-check: $(VENV)/.test-installed /usr/bin/chromium
+	$(PY) -m benchmarks --check
+
+gpu-check: $(PY)
+	$(PY) scripts/gpu_check.py
+
+docs: $(VENV)/.test-installed
+	$(VENV)/bin/mkdocs build --strict
+
+lint: $(VENV)/.test-installed
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf build dist .pytest_cache .ruff_cache

@@ -1,0 +1,137 @@
+"""GPU targets: the target descriptions, and deviceless XLA:GPU compiles (``gpu_deviceless``).
+
+The deviceless tests need the JAX CUDA plugin (``pip install "jax[cuda12]==<jax version>"``,
+about 5.5 GB) and are not part of ``make test``; run them with
+``JAX_PLATFORMS=cpu .venv/bin/pytest tests/targets -m gpu_deviceless`` (docs/targets.md).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import jax
+import pytest
+
+from nbcompile.targets import GPU_TARGETS, compile_for_target, gpu_target_config, resolve_target
+from nbcompile.targets import _resolve as resolve_module
+
+from _targets_models import mlp, mlp_args  # isort: skip
+
+needs_cuda_plugin = pytest.mark.skipif(
+    not resolve_module._cuda_plugin_available(),
+    reason=f'needs the JAX CUDA plugin: pip install "jax[cuda12]=={jax.__version__}"',
+)
+
+
+def _config_fields(text: str) -> dict[str, set[str]]:
+    """{message path: field names} of a text-format proto (nested ``name { ... }`` blocks)."""
+    fields: dict[str, set[str]] = {}
+    stack = [""]
+    for token in re.findall(r"[A-Za-z_]\w*\s*\{|[A-Za-z_]\w*\s*:|\}", text):
+        if token == "}":
+            stack.pop()
+        elif token.endswith("{"):
+            name = token[:-1].strip()
+            fields.setdefault(stack[-1], set()).add(name)
+            stack.append(f"{stack[-1]}.{name}".lstrip("."))
+        else:
+            fields.setdefault(stack[-1], set()).add(token[:-1].strip())
+    return fields
+
+
+def _jaxlib_schema() -> dict[str, set[str]] | None:
+    """Field names of GpuTargetConfigProto and its nested messages, read from this jaxlib."""
+    descriptor_pb2 = pytest.importorskip("google.protobuf.descriptor_pb2")
+    import jaxlib
+
+    lib = Path(jaxlib.__file__).parent / "libjax_common.so"
+    if not lib.exists():
+        return None
+    data = lib.read_bytes()
+    name = b"xla/stream_executor/device_description.proto"
+    at = data.find(bytes([0x0A, len(name)]) + name)
+    if at < 0:
+        return None
+    for end in range(at + 20000, at, -1):  # the serialized FileDescriptorProto's end is unknown
+        try:
+            proto = descriptor_pb2.FileDescriptorProto.FromString(data[at:end])
+        except Exception:
+            continue
+        if proto.name == name.decode() and proto.message_type:
+            messages = {m.name: m for m in proto.message_type}
+            break
+    else:
+        return None
+
+    def walk(message: str, path: str, out: dict[str, set[str]]) -> None:
+        out[path] = {f.name for f in messages[message].field}
+        for f in messages[message].field:
+            short = f.type_name.rsplit(".", 1)[-1]
+            if short in messages:
+                walk(short, f"{path}.{f.name}".lstrip("."), out)
+
+    schema: dict[str, set[str]] = {}
+    if "GpuTargetConfigProto" not in messages:
+        return None
+    walk("GpuTargetConfigProto", "", schema)
+    return schema
+
+
+@pytest.mark.parametrize("name", sorted(GPU_TARGETS))
+def test_gpu_configs_describe_the_gpu(name):
+    spec = GPU_TARGETS[name]
+    text = gpu_target_config(name)
+    assert f"core_count: {spec.sm_count}" in text
+    assert f"major: {spec.compute_capability[0]} minor: {spec.compute_capability[1]}" in text
+    assert 'platform_name: "CUDA"' in text
+    assert text.count("{") == text.count("}")
+
+
+def test_gpu_configs_use_only_fields_this_jaxlib_parses():
+    schema = _jaxlib_schema()
+    if schema is None:
+        pytest.skip("could not read GpuTargetConfigProto's descriptor from this jaxlib")
+    assert "core_count" in schema["gpu_device_info"]
+    for name in GPU_TARGETS:
+        for path, names in _config_fields(gpu_target_config(name)).items():
+            assert path in schema, (name, path)
+            assert names <= schema[path], (name, path, names - schema[path])
+
+
+def test_gpu_compute_capabilities():
+    assert GPU_TARGETS["v100"].compute_capability == (7, 0)
+    assert GPU_TARGETS["a100"].compute_capability == (8, 0)
+    assert GPU_TARGETS["h100"].compute_capability == GPU_TARGETS["h200"].compute_capability == (9, 0)
+    assert GPU_TARGETS["b200"].compute_capability == (10, 0)
+    assert GPU_TARGETS["h200"].memory_bytes > GPU_TARGETS["h100"].memory_bytes
+
+
+def test_gpu_target_from_a_txtpb_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(resolve_module, "_cuda_plugin_available", lambda: False)
+    path = tmp_path / "my_gpu.txtpb"
+    path.write_text(gpu_target_config("a100"))
+    t = resolve_target("gpu", target=str(path))
+    assert t.gpu_target == "my_gpu.txtpb" and t.lower_only
+
+
+@pytest.mark.gpu_deviceless
+@needs_cuda_plugin
+@pytest.mark.parametrize(("name", "gemm"), [("h100", "triton"), ("v100", "cublas")])
+def test_deviceless_gpu_compile(name, gemm):
+    t = resolve_target("gpu", target=name)
+    assert t.deviceless and t.platform == "cuda" and len(t.devices) == 1
+    tc = compile_for_target(mlp, mlp_args(), t)
+    assert tc.compiled is not None
+    assert gemm in tc.hlo_text.lower()  # H100: Triton GEMM fusions; V100: cuBLAS custom calls
+    assert tc.memory is not None and tc.memory.argument_size_in_bytes > 0
+
+
+@pytest.mark.gpu_deviceless
+@needs_cuda_plugin
+def test_deviceless_multi_host_gpu_collectives_cross_hosts():
+    t = resolve_target("gpu", target="h100", topology="1x2x4", mesh="8")
+    assert t.hosts == 2 and len(t.devices) == 8
+    tc = compile_for_target(mlp, mlp_args(), t, shard_specs={"params.w2": "data,None"})
+    found = [c for c in tc.collectives() if c["op"] in ("all-reduce", "reduce-scatter")]
+    assert found and all(c["crosses_hosts"] for c in found)

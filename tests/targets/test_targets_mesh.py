@@ -1,0 +1,71 @@
+"""Mesh compiles on 8 virtual CPU devices (a subprocess: the device count is fixed at start-up)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+
+
+@pytest.fixture(scope="module")
+def mesh_result() -> dict:
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "_targets_mesh_child.py"), "4x2"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_mesh_uses_eight_devices(mesh_result):
+    assert mesh_result["devices"] == 8
+    assert mesh_result["mesh"] == {"data": 4, "model": 2}
+    assert mesh_result["hosts"] == 1
+
+
+def test_per_device_shapes_follow_the_sharding(mesh_result):
+    shapes = mesh_result["per_device_shapes"]
+    mesh = mesh_result["mesh"]
+    (gx, px) = shapes["x"]
+    assert px == [gx[0] // mesh["data"], gx[1]]
+    (gw1, pw1) = shapes["params.w1"]
+    assert pw1 == [gw1[0], gw1[1] // mesh["model"]]
+    (gw2, pw2) = shapes["params.w2"]
+    assert pw2 == [gw2[0] // mesh["model"], gw2[1]]
+    (gout, pout) = shapes["output"]
+    assert pout[0] == gout[0] // mesh["data"]
+    assert mesh_result["input_shardings"]["params.w2"] == "model,None"
+    assert mesh_result["output_shardings"]["output"].startswith("data")
+
+
+def test_row_split_matmul_needs_an_all_reduce_over_model(mesh_result):
+    found = mesh_result["collectives"]
+    reduces = [c for c in found if c["op"] == "all-reduce"]
+    assert reduces, found
+    ar = reduces[0]
+    # w2 is split over its contraction dim: partial sums are added across "model" (pairs)
+    mesh = mesh_result["mesh"]
+    assert all(len(g) == mesh["model"] for g in ar["groups"])
+    assert sorted(i for g in ar["groups"] for i in g) == list(range(8))
+    _, per_device_out = mesh_result["per_device_shapes"]["output"]
+    assert ar["bytes"] == 4 * math.prod(per_device_out)
+    assert ar["crosses_hosts"] is False
+    assert "dot_general" in (ar["op_name"] or "")
+
+
+def test_mesh_larger_than_the_devices_is_nbc601(mesh_result):
+    assert mesh_result["too_big"] == "NBC601"
