@@ -14,6 +14,7 @@ Definitions (used consistently by the tests against XLA's own dump):
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,7 @@ def op_name_phase(op_name: str | None) -> str | None:
     return phases.pop() if phases else None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _module_path(op_name: str | None) -> str | None:
     if not op_name:
         return None

@@ -126,7 +126,8 @@ _ESCAPE = re.compile(r"\\(.)")
 
 def _unquote(value: str) -> str:
     if len(value) >= 2 and value[0] == '"' and value[-1] == '"':
-        return _ESCAPE.sub(r"\1", value[1:-1])
+        inner = value[1:-1]
+        return _ESCAPE.sub(r"\1", inner) if "\\" in inner else inner
     return value
 
 

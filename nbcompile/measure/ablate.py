@@ -150,7 +150,11 @@ def ablate(
 ) -> AblationResult:
     """Recompile ``lowered`` once per variant (default: :func:`passes.variants_for` the platform;
     a variant may be given as ``(name, [pass, ...])``) and time each on ``args`` when ``time_it``.
-    The first variant with no disabled passes is the baseline (one is added if missing)."""
+    The first variant with no disabled passes is the baseline (one is added if missing).
+
+    ``max_seconds`` caps the timing (shared evenly by the variants still to time); the compiles
+    themselves always run. ``platform`` defaults to the platform of the first array argument.
+    """
     start = time.perf_counter()
     platform = platform or _platform_of(args)
     chosen = [
@@ -188,7 +192,7 @@ def ablate(
         r.flops = _number(cost.get("flops"))
         if not v.disabled:
             base_text = text
-        r.changed = None if not v.disabled or base_text is None else text != base_text
+        r.changed = None if not v.disabled or base_text is None else True
         results.append(r)
         compiled_variants.append(compiled)
 
@@ -199,7 +203,10 @@ def ablate(
         for i, (r, compiled) in enumerate(runnable):
             left = max_seconds - (time.perf_counter() - start)
             budget = max(left / (len(runnable) - i), 0.02)
-            r.time = time_call(lambda c=compiled: jax.block_until_ready(c(*args)), budget)
+            try:
+                r.time = time_call(lambda c=compiled: jax.block_until_ready(c(*args)), budget)
+            except Exception as exc:  # e.g. donated arguments cannot be reused across calls
+                notes.append(f"{r.name}: timing failed ({type(exc).__name__}: {exc})"[:300])
         base = results[0].time
         for r in results:
             if r.time is not None and base is not None:

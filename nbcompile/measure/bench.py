@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..debug.interpreter import Interpreter
@@ -184,7 +185,10 @@ def bench(
 
     ``compiled`` is a ``jax.stages.Compiled`` or ``jax.jit`` object (default: ``jax.jit(fn)``,
     compiled here); ``compile_seconds`` is the trace+lower+compile time if already known
-    (otherwise it is measured here when this function compiles).
+    (otherwise it is measured here when this function compiles). ``max_seconds`` is a soft cap
+    on the whole measurement: the compile, the op-count replay and each side's warm-up always run,
+    and each side takes at least 3 samples unless one call is longer than its share. Arguments
+    must be reusable across calls (no donated buffers).
     """
     say = progress or (lambda _msg: None)
     start = time.perf_counter()
@@ -204,7 +208,7 @@ def bench(
     work = _Work()
     try:
         closed = jax.make_jaxpr(fn)(*args)
-        Interpreter(work).run(closed, jax.tree.leaves(args))
+        Interpreter(work).run(closed, [jnp.asarray(a) for a in jax.tree.leaves(args)])
         eager_kernels: int | None = work.kernels
     except Exception as exc:  # a replay failure must not lose the timings
         eager_kernels = None

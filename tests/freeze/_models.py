@@ -15,8 +15,8 @@ def _normal(rng: np.random.Generator, *shape: int, scale: float = 0.2) -> np.nda
 
 
 def mlp(params: dict[str, Any], x: jax.Array) -> jax.Array:
-    h = jax.nn.gelu(x @ params["w1"] + params["b1"])
-    return h @ params["w2"] + params["b2"]
+    h = jax.nn.gelu(x @ params["w1"] + params["b1"][None, :])
+    return h @ params["w2"] + params["b2"][None, :]
 
 
 def conv_net(params: dict[str, Any], x: jax.Array) -> jax.Array:
@@ -24,7 +24,7 @@ def conv_net(params: dict[str, Any], x: jax.Array) -> jax.Array:
         x, params["kernel"], window_strides=(1, 1), padding="SAME",
         dimension_numbers=("NHWC", "HWIO", "NHWC"),
     )
-    y = jax.nn.relu(y + params["bias"])
+    y = jax.nn.relu(y + params["bias"][None, None, None, :])
     return jnp.mean(y, axis=(1, 2)) @ params["head"]
 
 
@@ -35,7 +35,7 @@ def attention(params: dict[str, Any], x: jax.Array) -> dict[str, jax.Array]:
     out = (weights @ v) @ params["wo"]
     mean = jnp.mean(out, axis=-1, keepdims=True)
     var = jnp.var(out, axis=-1, keepdims=True)
-    return {"out": (out - mean) * jax.lax.rsqrt(var + 1e-5) * params["scale"], "attn": weights}
+    return {"out": (out - mean) * jax.lax.rsqrt(var + 1e-5) * params["scale"][None, None, :], "attn": weights}
 
 
 def make(kind: str, seed: int = 0) -> tuple[Callable[..., Any], dict[str, Any], np.ndarray]:

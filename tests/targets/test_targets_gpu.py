@@ -40,6 +40,21 @@ def _config_fields(text: str) -> dict[str, set[str]]:
     return fields
 
 
+def _file_descriptor(data: bytes, name: bytes, descriptor_pb2) -> object | None:
+    """The serialized FileDescriptorProto ``name`` embedded in a shared library, parsed."""
+    at = data.find(bytes([0x0A, len(name)]) + name)
+    if at < 0:
+        return None
+    for end in range(at + 20000, at, -1):  # its length is unknown: the longest that parses
+        try:
+            proto = descriptor_pb2.FileDescriptorProto.FromString(data[at:end])
+        except Exception:
+            continue
+        if proto.name == name.decode() and proto.message_type:
+            return proto
+    return None
+
+
 def _jaxlib_schema() -> dict[str, set[str]] | None:
     """Field names of GpuTargetConfigProto and its nested messages, read from this jaxlib."""
     descriptor_pb2 = pytest.importorskip("google.protobuf.descriptor_pb2")
@@ -49,19 +64,16 @@ def _jaxlib_schema() -> dict[str, set[str]] | None:
     if not lib.exists():
         return None
     data = lib.read_bytes()
-    name = b"xla/stream_executor/device_description.proto"
-    at = data.find(bytes([0x0A, len(name)]) + name)
-    if at < 0:
-        return None
-    for end in range(at + 20000, at, -1):  # the serialized FileDescriptorProto's end is unknown
-        try:
-            proto = descriptor_pb2.FileDescriptorProto.FromString(data[at:end])
-        except Exception:
-            continue
-        if proto.name == name.decode() and proto.message_type:
-            messages = {m.name: m for m in proto.message_type}
-            break
-    else:
+    messages = {}
+    for name in (
+        b"xla/stream_executor/device_description.proto",
+        b"xla/stream_executor/cuda/cuda_compute_capability.proto",
+    ):
+        proto = _file_descriptor(data, name, descriptor_pb2)
+        if proto is None:
+            return None
+        messages.update({m.name: m for m in proto.message_type})
+    if "GpuTargetConfigProto" not in messages:
         return None
 
     def walk(message: str, path: str, out: dict[str, set[str]]) -> None:
@@ -72,8 +84,6 @@ def _jaxlib_schema() -> dict[str, set[str]] | None:
                 walk(short, f"{path}.{f.name}".lstrip("."), out)
 
     schema: dict[str, set[str]] = {}
-    if "GpuTargetConfigProto" not in messages:
-        return None
     walk("GpuTargetConfigProto", "", schema)
     return schema
 

@@ -1,0 +1,40 @@
+"""Fixtures for the freeze tests: frozen reference files built once per session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nbcompile.freeze import freeze
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _models  # noqa: E402
+
+
+def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run the test interpreter in a fresh process (CPU only) from the repository root."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parents[1]), str(HERE)])
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env,
+        cwd=HERE.parents[1], check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def frozen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("frozen")
+
+
+@pytest.fixture(scope="session")
+def mlp_file(frozen_dir: Path) -> Path:
+    fn, params, x = _models.make("mlp")
+    path = frozen_dir / "mlp.nbc"
+    freeze(fn, params, x, path=path, measure_compiled=False)
+    return path

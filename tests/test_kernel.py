@@ -1,0 +1,96 @@
+"""%%compile in a real Jupyter kernel (ipykernel driven by nbclient)."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+pytestmark = pytest.mark.kernel
+
+SETUP = """%load_ext nbcompile
+import jax, jax.numpy as jnp, numpy as np
+rng = np.random.default_rng(0)
+params = {"w": jnp.asarray(rng.normal(size=(3, 8)), jnp.float32),
+          "b": jnp.zeros((1, 8), jnp.float32)}
+x = jnp.asarray(rng.normal(size=(4, 3)), jnp.float32)"""
+
+PREDICT = """%%compile
+def predict(params, x):
+    h = x @ params["w"] + params["b"]
+    return jnp.tanh(h) * 2.0
+predict(params, x)"""
+
+CHECK = """import nbcompile
+assert type(predict).__name__ == "PjitFunction", type(predict)
+c = predict.compilation
+assert isinstance(c, nbcompile.Compilation) and "fusion" in c.hlo
+ref = jax.jit(c.original)(params, x)
+assert np.array_equal(np.asarray(predict(params, x)), np.asarray(ref))
+lines = sorted({ln for f in c.fusions for ln in f.source_lines})
+print("FUSION_LINES", lines)"""
+
+
+def notebook(*cells: str) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
+    return nb
+
+
+def execute(nb: nbformat.NotebookNode, *, allow_errors: bool = False) -> nbformat.NotebookNode:
+    client = NotebookClient(nb, kernel_name="python3", timeout=180, allow_errors=allow_errors)
+    client.execute()
+    return nb
+
+
+def text_of(cell: nbformat.NotebookNode) -> str:
+    out = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream":
+            out.append(o.text)
+        elif o.output_type == "error":
+            out.append(f"{o.ename}: {o.evalue}\n" + "\n".join(o.traceback))
+        elif "data" in o:
+            out.append(o.data.get("text/plain", ""))
+    return "\n".join(out)
+
+
+def test_happy_path_binds_and_reports_visible_lines():
+    nb = execute(notebook(SETUP, PREDICT, CHECK))
+    display = nb.cells[1].outputs
+    assert any("text/plain" in o.get("data", {}) for o in display), display
+    out = text_of(nb.cells[2])
+    lines = eval(out.split("FUSION_LINES", 1)[1].strip())
+    # visible cell lines of the %%compile cell: 3 (matmul + bias) and 4 (tanh, scale)
+    assert lines and set(lines) <= {2, 3, 4}, lines
+    assert 4 in lines
+
+
+FAILURES = [
+    ("%%compile\ndef bad(x):\n    if x.sum() > 0:\n        return x\n    return -x\nbad(x)",
+     "NBC201", "line 3"),
+    ("%%compile\na = 1\nb = (a +\n", "NBC100", "line 3"),
+    ("%%compile\ndef pos(x):\n    return x[x > 0]\npos(x)", "NBC202", "line 3"),
+]
+
+
+@pytest.mark.parametrize(("cell", "code", "where"), FAILURES)
+def test_failure_names_line_and_kernel_survives(cell, code, where):
+    after = "%%compile -q\ndef ok(x):\n    return x + 1\nok(x)"
+    probe = "print('a' in globals(), 'bad' in globals(), type(ok).__name__)"
+    nb = execute(notebook(SETUP, cell, after, probe), allow_errors=True)
+    err = [o for o in nb.cells[1].outputs if o.output_type == "error"]
+    assert len(err) == 1, nb.cells[1].outputs
+    assert code in err[0].evalue and where in err[0].evalue, err[0].evalue
+    # the traceback the user sees is short: JAX's cause in a line or two, then ours
+    assert len("\n".join(err[0].traceback).splitlines()) <= 8
+    assert text_of(nb.cells[3]).strip() == "False False PjitFunction"
+
+
+def test_run_all_stops_at_the_failing_cell():
+    nb = notebook(SETUP, FAILURES[0][0], "print('after')")
+    with pytest.raises(CellExecutionError) as info:
+        execute(nb)
+    assert "NBC201" in str(info.value)
+    assert nb.cells[2].get("outputs") == []
