@@ -17,7 +17,7 @@ import jax
 
 from .analysis.artifacts import Artifacts
 from .capture.source import SourceInfo, source_of_function
-from .stages import Progress, Stages, make_jitted, run_stages
+from .stages import Progress, Stages, make_jitted, recompile_with_metadata, run_stages
 
 __all__ = ["Compilation", "compile", "describe_args"]
 
@@ -141,6 +141,9 @@ class Compilation:
         if self._analysis is None:
             from .analysis import analyse
 
+            if recompile_with_metadata(self.stages):
+                self.__dict__.pop("hlo", None)
+                self._timings.update(self.stages.timings)
             t0 = time.perf_counter()
             self._analysis = analyse(self.artifacts())
             self._timings["analyse"] = time.perf_counter() - t0

@@ -87,6 +87,7 @@ class Fusion:
     computation: str = ""
     node: str | None = None
     op_names: list[str] = field(default_factory=list)
+    lines_inferred: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,6 +96,7 @@ class Fusion:
             "locations": [list(loc) for loc in self.locations], "modules": list(self.modules),
             "flops": self.flops, "bytes": self.bytes, "bytes_saved": self.bytes_saved,
             "phase": self.phase, "computation": self.computation,
+            "lines_inferred": self.lines_inferred,
         }  # fmt: skip
 
 
@@ -197,6 +199,8 @@ def _cost(module: HloModule, instr: Instruction, shapes: dict[str, str], use_xla
         figures = _shape_cost(module, instr, shapes)
         figures["source"] = "shapes"
     else:
+        for key in ("flops", "bytes accessed", "transcendentals"):
+            figures.setdefault(key, 0.0)  # XLA leaves out figures that are zero
         figures["source"] = "xla"
     return figures
 
@@ -273,7 +277,8 @@ def analyse_compiled(module: HloModule, source: LineMap, grad: bool,
             runs = instr.opcode not in FREE_OPS and instr.opcode not in CONTROL_OPS
             if runs:
                 kernels.append(instr)
-            if (runs or instr.opcode in CONTROL_OPS) and comp.is_entry or instr.opcode == "fusion":
+            unit = comp.is_entry and instr.opcode not in ("parameter", "constant")
+            if unit or instr.opcode == "fusion":
                 cost = _cost(module, instr, shapes, use_xla_cost)
                 node.flops = cost.get("flops")
                 if comp.is_entry:
@@ -295,8 +300,57 @@ def analyse_compiled(module: HloModule, source: LineMap, grad: bool,
                 out = graph.add_node("output", "output", prefix="c", label="output",
                                      shape=instr.shape, bytes=node.bytes)  # fmt: skip
                 graph.add_edge(node.id, out.id, node.bytes, instr.shape)
+    _infer_missing_lines(module, fusions, graph, source)
     return CompiledInfo(graph, fusions, kernels, unit_costs, phases, collectives,
                         [c.name for c in comps])  # fmt: skip
+
+
+def _infer_missing_lines(module: HloModule, fusions: list[Fusion], graph: Graph,
+                         source: LineMap) -> None:  # fmt: skip
+    """XLA-made fusions without metadata (a wrapped convert, iota, broadcast, layout copy) take
+    the lines of the nearest kernels that consume them, else of those that feed them (searched
+    breadth first through tuples and control flow); ``lines_inferred`` says so."""
+    users_of: dict[str, dict[str, list[Instruction]]] = {}
+    for fusion in fusions:
+        comp = module.computations.get(fusion.computation)
+        if fusion.source_lines or comp is None:
+            continue
+        by_name = {i.name: i for i in comp.instructions}
+        if comp.name not in users_of:
+            users: dict[str, list[Instruction]] = {}
+            for instr in comp.instructions:
+                for operand in instr.operands:
+                    users.setdefault(operand, []).append(instr)
+            users_of[comp.name] = users
+        users = users_of[comp.name]
+        for step in (lambda i: users.get(i.name, []),
+                     lambda i: [by_name[o] for o in i.operands if o in by_name]):  # fmt: skip
+            found = _nearest_lines(module, by_name[fusion.name], step, source)
+            if found:
+                fusion.source_lines = found
+                fusion.lines_inferred = True
+                node = graph.node(fusion.node or "")
+                if node is not None:
+                    node.line = found[0]
+                break
+
+
+def _nearest_lines(module: HloModule, start: Instruction, step: Any, source: LineMap) -> list[int]:
+    frontier, seen = [start], {start.name}
+    for _ in range(8):
+        following = []
+        for instr in frontier:
+            for near in step(instr):
+                if near.name not in seen:
+                    seen.add(near.name)
+                    following.append(near)
+        found: set[int] = set()
+        for instr in following:
+            found.update(_lines(module, [instr, *_members(module, instr)], source)[0])
+        if found:
+            return sorted(found)
+        frontier = following
+    return []
 
 
 def _kernel_phase(instr: Instruction, members: list[Instruction]) -> str:

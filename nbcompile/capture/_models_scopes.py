@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from typing import Any
 
 import jax
 
-__all__ = ["format_path", "module_paths", "module_scopes"]
+__all__ = ["format_path", "module_paths", "module_scopes", "scope_path"]
 
 
 def format_path(parts: Iterable[Any]) -> tuple[str, ...]:
@@ -157,17 +158,40 @@ def _sub_jaxprs(eqn: Any) -> Iterator[Any]:
                 yield inner
 
 
-def module_paths(closed_jaxpr: Any) -> set[str]:
-    """Every non-empty name-stack path in a (closed) jaxpr, sub-jaxprs included.
+def scope_path(name_stack: Any) -> str:
+    """The module path of a name stack without its transforms: ``vmap(q_proj)`` -> ``q_proj``.
+
+    ``str(name_stack)`` wraps scopes entered under a transform in its name (``vmap(attn)``,
+    ``transpose(jvp(Model))/dense1``); this keeps only the scope names. It reads the stack's
+    ``Scope``/``Transform`` entries (JAX >= 0.4.x) and falls back to stripping ``name(...)``
+    wrappers from the string form.
+    """
+    elements = getattr(name_stack, "stack", None)
+    if isinstance(elements, tuple) and all(hasattr(e, "name") for e in elements):
+        return "/".join(e.name for e in elements if type(e).__name__ == "Scope" and e.name)
+    text, previous = str(name_stack), None
+    while previous != text:
+        previous, text = text, _TRANSFORM.sub(r"\1", text)
+    return "/".join(part for part in text.split("/") if part)
+
+
+_TRANSFORM = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\(([^()]*)\)")
+
+
+def module_paths(closed_jaxpr: Any, *, keep_transforms: bool = False) -> set[str]:
+    """Every non-empty module path in a (closed) jaxpr's name stacks, sub-jaxprs included.
 
     A sub-jaxpr's paths are prefixed with the path of the equation that holds it (``jit``,
     ``scan``, ``cond``, ``custom_jvp_call``, ...), as they are when the program is lowered.
+    Transforms (``vmap(...)``, ``jvp(...)``) are dropped unless ``keep_transforms``, in which
+    case the paths are ``str(eqn.source_info.name_stack)`` as JAX prints them.
     """
     found: set[str] = set()
 
     def visit(jaxpr: Any, prefix: str) -> None:
         for eqn in jaxpr.eqns:
-            own = str(eqn.source_info.name_stack)
+            stack = eqn.source_info.name_stack
+            own = str(stack) if keep_transforms else scope_path(stack)
             path = "/".join(p for p in (prefix, own) if p)
             if path:
                 found.add(path)

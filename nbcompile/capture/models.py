@@ -38,9 +38,9 @@ import jax
 import numpy as np
 
 from ..errors import CaptureError
-from ._models_scopes import module_paths
+from ._models_scopes import module_paths, scope_path
 
-__all__ = ["Adapted", "MissingLibraryError", "adapt", "model_kind", "module_paths"]
+__all__ = ["Adapted", "MissingLibraryError", "adapt", "model_kind", "module_paths", "scope_path"]
 
 
 class MissingLibraryError(CaptureError):
@@ -97,7 +97,7 @@ def model_kind(obj: Any) -> str | None:
         base = library.layers.Layer
     if base is None or not isinstance(obj, base):
         return None
-    if kind == "equinox" and not jax.tree.leaves(obj, is_leaf=_is_array_like):
+    if kind == "equinox" and not _holds_arrays(obj):
         return None  # a wrapper such as eqx.filter_jit(f), or a module with no arrays
     return kind
 

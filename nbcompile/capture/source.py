@@ -7,7 +7,19 @@ file-name comparison. Code from other files keeps its own file and line.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+# Cell files are named from a hash of the cell's code (plus a PID or execution count that
+# changes between kernels): ipykernel "/tmp/ipykernel_<pid>/<hash>.py", IPython
+# "<ipython-input-<n>-<hash>>". Same hash, same code, same line numbers.
+_CELL_FILE = re.compile(r"(?:ipykernel_\d+[/\\](\w+\.py)|<ipython-input-\d+-(\w+)>)$")
+
+
+def cell_identity(file: str) -> str:
+    """What identifies a cell file's *content*: its code hash, else the path itself."""
+    match = _CELL_FILE.search(file)
+    return (match.group(1) or match.group(2)) if match else file
 
 
 @dataclass(frozen=True)
@@ -28,7 +40,12 @@ class SourceInfo:
         return self.text.splitlines()
 
     def is_cell_file(self, file: str | None) -> bool:
-        return file is not None and self.filename is not None and file == self.filename
+        """Whether ``file`` is this cell's code, also as an earlier kernel named it (executables
+        restored from JAX's persistent cache keep the file names of the process that compiled
+        them)."""
+        if file is None or self.filename is None:
+            return False
+        return file == self.filename or cell_identity(file) == cell_identity(self.filename) != file
 
     def visible_line(self, file: str | None, line: int | None) -> int | None:
         """The visible cell line of ``file:line``, or None when it is not in this cell."""

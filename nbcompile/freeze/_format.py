@@ -108,6 +108,7 @@ def write_atomic(
     manifest = pad_manifest(manifest)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, _file_mode(target))
         with os.fdopen(fd, "wb") as out:
             out.write(b"\0" * HEADER_SIZE)
             entries, offset = [], HEADER_SIZE
@@ -134,6 +135,16 @@ def write_atomic(
             os.unlink(tmp)
         raise
     return offset
+
+
+def _file_mode(target: Path) -> int:
+    """Keep an existing file's permissions; new files get 0o666 minus the umask (not 0o600)."""
+    try:
+        return target.stat().st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def read_file(path: str | os.PathLike[str]) -> bytes:
@@ -178,7 +189,7 @@ def check_sections(data: bytes) -> Sections:
     if count != len(SECTION_KINDS):
         raise _malformed(f"section count is {count}, expected {len(SECTION_KINDS)}")
     if declared != size:
-        what = "truncated" if declared > size else "has trailing bytes"
+        what = "is truncated" if declared > size else "has trailing bytes"
         raise _malformed(f"file is {size} bytes but its header says {declared}: the file {what}")
     views, expected = {}, HEADER_SIZE
     mem = memoryview(data)

@@ -50,7 +50,9 @@ def check_version_window(writer: dict[str, Any]) -> None:
     if wrote is None:
         raise FreezeError(f"writer jax version {writer['jax']!r} is not a version", code="NBC500")
     if runtime is not None:
-        too_old = wrote[0] != runtime[0] or wrote[1] < runtime[1] - OLDER_MINORS
+        too_old = wrote[0] < runtime[0] or (
+            wrote[0] == runtime[0] and wrote[1] < runtime[1] - OLDER_MINORS
+        )
         too_new = wrote[:2] > runtime[:2] or (
             wrote[:2] == runtime[:2] and wrote[2] > runtime[2] + NEWER_PATCHES
         )
@@ -135,17 +137,19 @@ def check_file(data: bytes, platform: str | None = None) -> Checked:
 def _deserialize(checked: Checked) -> jax.export.Exported:
     manifest = checked.manifest
     program = checked.sections.program
-    if bytes(program[:4]) == b"" or len(program) < 8:
+    if len(program) < 8:
         raise FreezeError("program section is empty or truncated", code="NBC500")
     try:
         exported = jax.export.deserialize(bytearray(program))
         platforms = tuple(exported.platforms)
         in_avals, out_avals = list(exported.in_avals), list(exported.out_avals)
         nr_devices = int(exported.nr_devices)
-        ops, targets = _jaxcompat.program_stats(exported)
+        _, targets = _jaxcompat.program_stats(exported)
     except Exception as err:  # the flatbuffer / MLIR readers raise many kinds
         raise FreezeError(
-            f"program section could not be deserialised ({type(err).__name__})", code="NBC500"
+            f"program section is not a readable jax.export artifact ({type(err).__name__}: "
+            f"{str(err)[:200]})",
+            code="NBC500",
         ) from None
     if platforms != tuple(manifest["platforms"]) or nr_devices != manifest["device_count"]:
         raise FreezeError("program platforms/devices differ from the manifest", code="NBC500")
@@ -157,7 +161,6 @@ def _deserialize(checked: Checked) -> jax.export.Exported:
                 code="NBC505",
                 hint="only JAX's export-stable custom calls are accepted in frozen models",
             )
-    del ops
     expected = manifest["weights"] + manifest["inputs"]["leaves"]
     if len(in_avals) != len(expected):
         raise FreezeError(
@@ -241,7 +244,11 @@ def load(path: str | os.PathLike[str], *, platform: str | None = None) -> Frozen
     ``platform`` picks one of the file's platforms; default: this machine's default backend,
     else the first of the file's platforms that is available.
     """
-    data = _format.read_file(path)
+    return load_bytes(_format.read_file(path), platform=platform, path=os.fspath(path))
+
+
+def load_bytes(data: bytes, *, platform: str | None = None, path: str = "<bytes>") -> FrozenModel:
+    """`load` from the file's bytes (the weights stay views into ``data``)."""
     checked = check_file(data, platform)
     exported = _deserialize(checked)
-    return FrozenModel(checked, exported, os.fspath(path))
+    return FrozenModel(checked, exported, path)

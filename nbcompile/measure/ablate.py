@@ -192,7 +192,7 @@ def ablate(
         r.flops = _number(cost.get("flops"))
         if not v.disabled:
             base_text = text
-        r.changed = None if not v.disabled or base_text is None else True
+        r.changed = None if not v.disabled or base_text is None else text != base_text
         results.append(r)
         compiled_variants.append(compiled)
 

@@ -31,7 +31,8 @@ def build_report(c: Any) -> dict[str, Any]:
         "notes": list(c.notes),
         "extras": {k: _jsonable(v) for k, v in c.extras.items()},
     }
-    report.update(analysis)
+    report.update({k: v for k, v in analysis.items() if k != "notes"})
+    report["notes"] = list(c.notes) + [n for n in analysis.get("notes", []) if n not in c.notes]
     if c.grad is not None:
         g = c.grad.analysis.to_json()
         report["gradient"] = g.get("gradient")

@@ -49,6 +49,26 @@ class Stages:
             return None
 
 
+def recompile_with_metadata(
+    stages: Stages, compiler_options: dict[str, Any] | None = None
+) -> bool:
+    """If the executable carries no source metadata, compile it afresh (True if it did).
+
+    Executables restored from JAX's persistent cache keep the metadata of the process that
+    first compiled them (cell files then match by content: see ``SourceInfo.is_cell_file``);
+    one without any metadata could not be mapped back to cell lines at all.
+    """
+    text = stages.hlo_text
+    if stages.compiled is None or text is None or "metadata={" in text:
+        return False
+    t0 = time.perf_counter()
+    # A no-op debug option gives a fresh cache key, so XLA really compiles again.
+    options = {**(compiler_options or {}), "xla_dump_max_hlo_modules": -1}
+    stages.compiled = stages.lowered.compile(compiler_options=options)
+    stages.timings["compile_for_analysis"] = time.perf_counter() - t0
+    return True
+
+
 def make_jitted(
     fn: Callable[..., Any],
     *,

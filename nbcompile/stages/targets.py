@@ -44,8 +44,34 @@ def compile_on_target(
     )
     comp.target = tgt
     comp.target_compile = tc
-    comp.notes.extend(n for n in [getattr(tgt, "note", None), *getattr(tc, "notes", [])] if n)
+    comp.notes.extend(n for n in tc.notes if n)  # includes the target's own note
+    comp.extras["target"] = target_extras(tgt, tc)
     return comp
+
+
+def target_extras(tgt: Any, tc: Any) -> dict[str, Any]:
+    """What the view shows about the target: mode, shardings, per-device shapes, collectives."""
+    mode = "present" if tgt.present else "deviceless" if tgt.deviceless else "lowered only"
+    collectives = tc.collectives()
+    lines = [f"target: {_target_label(tgt)} ({mode})"]
+    for path, (global_shape, local) in tc.per_device_shapes.items():
+        lines.append(f"  {path}: global {list(global_shape)} → per device {list(local)}"
+                     f" [{tc.input_shardings.get(path) or tc.output_shardings.get(path) or ''}]")
+    for c in collectives:
+        hosts = " (crosses hosts)" if c.get("crosses_hosts") else ""
+        lines.append(f"  collective {c.get('op')}: {c.get('bytes')} bytes{hosts}")
+    return {
+        "platform": tgt.platform, "mode": mode, "label": _target_label(tgt),
+        "input_shardings": dict(tc.input_shardings),
+        "output_shardings": dict(tc.output_shardings),
+        "per_device_shapes": {k: [list(g), list(d)] for k, (g, d) in tc.per_device_shapes.items()},
+        "collectives": [{k: v for k, v in c.items() if _plain(v)} for c in collectives],
+        "text": "\n".join(lines),
+    }
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, str | int | float | bool | list | tuple | type(None))
 
 
 def _target_label(tgt: Any) -> str:

@@ -33,10 +33,10 @@ def _f32(shape: list[int], begin: int, end: int) -> dict:
     return {"dtype": "F32", "shape": shape, "data_offsets": [begin, end]}
 
 
-def _cases(base: bytes, tpu_only: bytes, canary: str) -> dict[str, tuple[bytes, str]]:
+def _cases(base: bytes, tpu_only: bytes, custom: bytes, canary: str) -> dict[str, tuple[bytes, str]]:
     m, w, p = split(base)
     manifest = json.loads(m)
-    first = manifest["weights"][0]
+    first = next(w for w in manifest["weights"] if len(set(w["shape"])) == 2)
     evil = pickle.dumps(_Canary(canary))
     moff, _ = section_offset(base, 0)
     woff, wlen = section_offset(base, 1)
@@ -46,7 +46,8 @@ def _cases(base: bytes, tpu_only: bytes, canary: str) -> dict[str, tuple[bytes, 
         return lambda man: man["writer"].update(changes)
 
     def reshape_weight(man: dict) -> None:
-        man["weights"][0]["shape"] = list(reversed(first["shape"]))
+        entry = next(w for w in man["weights"] if w["name"] == first["name"])
+        entry["shape"] = list(reversed(first["shape"]))
 
     swapped_section = _swap_weight(w, first["name"])
     return {
@@ -86,6 +87,7 @@ def _cases(base: bytes, tpu_only: bytes, canary: str) -> dict[str, tuple[bytes, 
         "weight_section_swapped": (repack(base, weights=swapped_section), "NBC504"),
         "weight_swapped_everywhere": (
             repack(edit_manifest(base, reshape_weight), weights=swapped_section), "NBC504"),
+        "custom_call_not_allowed": (custom, "NBC505"),
         "manifest_bad_field": (edit_manifest(base, lambda man: man.update(platforms="cpu")), "NBC500"),
         "pickle_program": (repack(base, program=evil), "NBC500"),
         "pickle_weights": (repack(base, weights=evil), "NBC500"),
@@ -114,7 +116,24 @@ def cases(mlp_file: Path, frozen_dir: Path, canary: Path) -> dict[str, tuple[byt
     tpu = frozen_dir / "tpu_only.nbc"
     freeze(lambda p, x: x @ p, np.ones((3, 3), np.float32), np.ones((2, 3), np.float32),
            path=tpu, platforms=("tpu",), measure_compiled=False)
-    return _cases(mlp_file.read_bytes(), tpu.read_bytes(), str(canary))
+    return _cases(mlp_file.read_bytes(), tpu.read_bytes(), _custom_call_file(frozen_dir), str(canary))
+
+
+def _custom_call_file(folder: Path) -> bytes:
+    """A valid-looking file whose program calls a custom call that is not on the allowlist."""
+    path = folder / "double.nbc"
+    x = jax.ShapeDtypeStruct((2, 3), np.float32)
+    freeze(lambda v: v * 2.0, np.ones(x.shape, x.dtype), path=path, measure_compiled=False)
+    target = "nbc_test_not_allowed"
+
+    def call(v):
+        return jax.ffi.ffi_call(target, x)(v)
+
+    exported = jax.export.export(
+        jax.jit(call), platforms=["cpu", "cuda", "tpu"],
+        disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(target)],
+    )(x)
+    return repack(path.read_bytes(), program=bytes(exported.serialize()))
 
 
 def test_every_case_refused_with_its_code(cases, tmp_path: Path) -> None:
@@ -134,7 +153,8 @@ def test_every_case_refused_with_its_code(cases, tmp_path: Path) -> None:
 def test_refusals_name_the_field(cases, tmp_path: Path) -> None:
     expect = {"overlap": "'b'", "dims_overflow": "overflow", "duplicate_names": "duplicate",
               "flip_weights": "weights", "flip_program": "program", "jax_too_old": "0.4.1",
-              "weight_section_swapped": "params['b1']", "platform_missing": "tpu"}
+              "weight_section_swapped": "params['w1']", "platform_missing": "tpu",
+              "custom_call_not_allowed": "nbc_test_not_allowed"}
     for name, needle in expect.items():
         path = tmp_path / f"{name}.nbc"
         path.write_bytes(cases[name][0])

@@ -141,7 +141,8 @@ def test_module_paths_name_the_attributes(cnn, transformer):
     for expected in ("Transformer/blocks_0/attn/q_proj", "Transformer/blocks_1/attn/out_proj",
                      "Transformer/blocks_1/norm2", "Transformer/head"):
         assert any(p == expected or p.startswith(expected + "/") for p in paths), expected
-    assert any(p.startswith("Transformer/blocks_0/mlp/layers_1") for p in paths)
+    # eqx.nn.MLP opens its own "eqx.nn.MLP" scope around its layers
+    assert any(p.startswith("Transformer/blocks_0/mlp/") and "/layers_1" in p for p in paths)
     model, x = cnn
     paths = paths_of(adapt(model, (x,), {}))
     for expected in ("CNN/conv1", "CNN/dense1", "CNN/dense2"):

@@ -12,11 +12,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import jax  # noqa: E402
-from _targets_models import MLP_SHARDING, mlp, mlp_args  # noqa: E402
+import jax
+from _targets_models import MLP_SHARDING, mlp, mlp_args
 
-from nbcompile.errors import TargetError  # noqa: E402
-from nbcompile.targets import compile_for_target, resolve_target  # noqa: E402
+from nbcompile.errors import TargetError
+from nbcompile.targets import compile_for_target, resolve_target
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 params, x = mlp_args()

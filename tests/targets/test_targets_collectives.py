@@ -88,7 +88,9 @@ def test_hlo_summary_counts_kernels_not_bookkeeping():
 
 
 def test_compare_reports_what_differs():
-    other = HLO.replace("%cvt = bf16[4,32]{1,0} convert(%fusion)", "%cvt = bf16[4,32]{1,0} copy(%fusion)")
+    other = HLO.replace(
+        "%cvt = bf16[4,32]{1,0} convert(%fusion)", "%cvt = bf16[4,32]{1,0} copy(%fusion)"
+    )
     result = compare(
         [
             ("A", HLO, {"flops": 10.0, "optimal_seconds": 2e-6}, {"temp": 64}),

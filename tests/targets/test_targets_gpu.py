@@ -112,7 +112,9 @@ def test_gpu_configs_use_only_fields_this_jaxlib_parses():
 def test_gpu_compute_capabilities():
     assert GPU_TARGETS["v100"].compute_capability == (7, 0)
     assert GPU_TARGETS["a100"].compute_capability == (8, 0)
-    assert GPU_TARGETS["h100"].compute_capability == GPU_TARGETS["h200"].compute_capability == (9, 0)
+    assert (
+        GPU_TARGETS["h100"].compute_capability == GPU_TARGETS["h200"].compute_capability == (9, 0)
+    )
     assert GPU_TARGETS["b200"].compute_capability == (10, 0)
     assert GPU_TARGETS["h200"].memory_bytes > GPU_TARGETS["h100"].memory_bytes
 

@@ -6,8 +6,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from nbcompile.errors import TargetError
-from nbcompile.targets import compile_for_target, parse_mesh, parse_shard_specs, resolve_target
 from nbcompile.targets import _resolve as resolve_module
+from nbcompile.targets import compile_for_target, parse_mesh, parse_shard_specs, resolve_target
 
 from _targets_models import mlp, mlp_args  # isort: skip
 

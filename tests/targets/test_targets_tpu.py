@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from nbcompile.targets import compare, compile_for_target, resolve_target
 from nbcompile.targets import _resolve as resolve_module
+from nbcompile.targets import compare, compile_for_target, resolve_target
 
 from _targets_models import MLP_SHARDING, mlp, mlp_args  # isort: skip
 
@@ -72,7 +72,9 @@ def test_compare_cpu_and_tpu_gives_kernel_counts_for_both(tpu_mlp):
 
 
 @needs_libtpu
-@pytest.mark.parametrize(("topology", "mesh", "crosses"), [("v5e:2x2", "4", False), ("v5e:4x4", "16", True)])
+@pytest.mark.parametrize(
+    ("topology", "mesh", "crosses"), [("v5e:2x2", "4", False), ("v5e:4x4", "16", True)]
+)
 def test_tpu_mesh_collectives_cross_hosts_only_on_multi_host_topologies(topology, mesh, crosses):
     t = resolve_target("tpu", topology=topology, mesh=mesh)
     assert t.hosts == (1 if not crosses else 4)
@@ -102,7 +104,9 @@ def test_libtpu_noise_is_kept_off_stderr():
         "assert tc.compiled is not None\n"
         "print('ok')\n"
     )
-    raw = "from jax.experimental import topologies\ntopologies.get_topology_desc('v5e:2x2', 'tpu')\n"
+    raw = (
+        "from jax.experimental import topologies\ntopologies.get_topology_desc('v5e:2x2', 'tpu')\n"
+    )
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     ours, control = (
         subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=env,
@@ -141,3 +145,22 @@ def test_without_cuda_plugin_gpu_is_lowered_only(monkeypatch):
     assert f'pip install "jax[cuda12]=={jax.__version__}"' in t.note and "\n" not in t.note
     tc = compile_for_target(mlp, mlp_args(), t)
     assert tc.compiled is None and "stablehlo.dot_general" in tc.stablehlo
+
+
+@needs_libtpu
+def test_analyse_finds_tpu_fusions_with_source_lines(tpu_mlp):
+    import inspect
+
+    from nbcompile.analysis import Artifacts, analyse
+    from nbcompile.capture.source import source_of_function
+
+    artifacts = Artifacts(
+        tpu_mlp.traced.jaxpr, tpu_mlp.lowered, tpu_mlp.compiled, tpu_mlp.hlo_text,
+        source_of_function(mlp), backend="tpu", name="mlp",
+    )  # fmt: skip
+    result = analyse(artifacts)
+    body, first = inspect.getsourcelines(mlp)
+    body_lines = set(range(first + 1, first + len(body)))
+    assert result.fusions
+    assert all(set(f.source_lines) <= body_lines for f in result.fusions)
+    assert set().union(*(f.source_lines for f in result.fusions)) == body_lines
