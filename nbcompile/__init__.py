@@ -23,6 +23,7 @@ __all__ = [
     "__version__",
     "compile",
     "freeze",
+    "last",
     "last_error",
     "load",
     "load_ipython_extension",
@@ -36,6 +37,7 @@ _LAZY = {
     "Graph": ("nbcompile.analysis", "Graph"),
     "NbcompileError": ("nbcompile.errors", "NbcompileError"),
     "last_error": ("nbcompile.errors", "last_error"),
+    "last": ("nbcompile.session", "last"),
     "freeze": ("nbcompile.freeze", "freeze"),
     "load": ("nbcompile.freeze", "load"),
     "verify": ("nbcompile.freeze", "verify"),
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from .compilation import Compilation, compile
     from .errors import NbcompileError, last_error
     from .freeze import freeze, load, verify
+    from .session import last
 
 
 def __getattr__(name: str) -> Any:

@@ -20,7 +20,14 @@ from .compilation import Compilation, compile
 from .errors import TraceError
 from .history import History
 
-__all__ = ["CellOptions", "CellResult", "Session"]
+__all__ = ["CellOptions", "CellResult", "Session", "last"]
+
+_LAST: Compilation | None = None
+
+
+def last() -> Compilation | None:
+    """The Compilation of the last successful ``%%compile`` cell (also with ``-q`` or ``;``)."""
+    return _LAST
 
 
 @dataclass
@@ -155,6 +162,9 @@ class Session:
                     "use jax.debug.print(...) to print values on every call"
                 )
             self._measure(comp, target, args, kwargs, options, progress)
+            debug = getattr(comp, "debug", None)
+            if debug is not None and debug.stopped:
+                warnings.append(str(debug.error()))
             self.cache.put(key, comp)
         if options.freeze:
             self._freeze(comp, options, progress)
@@ -168,6 +178,8 @@ class Session:
             comp.extras.pop("changes")
         comp.notes.extend(warnings)
         bound = self._bind(captured, comp, target, namespace)
+        global _LAST
+        _LAST = comp
         return CellResult(comp, captured, bound, cached is not None, changes, warnings)
 
     def _measure(self, comp: Compilation, target: Any, args: tuple[Any, ...],

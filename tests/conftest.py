@@ -22,3 +22,14 @@ def relaxed_dtypes():
     jax.config.update("jax_numpy_dtype_promotion", "standard")
     yield
     jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+
+@pytest.fixture(scope="session")
+def shell():
+    """One real IPython InteractiveShell with nbcompile loaded (reset per test by users)."""
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "nbcompile")
+    yield ip
+    ip.run_line_magic("unload_ext", "nbcompile")

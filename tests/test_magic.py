@@ -6,7 +6,6 @@ import jax
 import numpy as np
 import pytest
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import start_ipython
 
 from nbcompile.compilation import Compilation
 from nbcompile.errors import NbcompileError
@@ -29,14 +28,6 @@ predict(params, x){end}
 def cell(text: str) -> str:
     """Cell text without its `%%compile` line (run_cell_magic takes the body)."""
     return text.split("\n", 1)[1]
-
-
-@pytest.fixture(scope="module")
-def shell():
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "nbcompile")
-    yield ip
-    ip.run_line_magic("unload_ext", "nbcompile")
 
 
 @pytest.fixture

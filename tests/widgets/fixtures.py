@@ -233,9 +233,9 @@ def big_report(layers: int = 12, seed: int = 0) -> dict[str, Any]:
     grads: list[str] = []
     for i in reversed(range(layers)):
         lg = t.group(f"layer_{i} (backward)", "module", grad_g)
-        for rep in range(2):
-            for j, (scope, op, line) in enumerate(reversed(_LAYER_OPS)):
-                src = forward[i][len(_LAYER_OPS) - 1 - j]
+        for rep in range(3):
+            for j, (scope, op, line) in enumerate(reversed(_LAYER_OPS[: 30 if rep == 2 else None])):
+                src = forward[i][-1 - j]
                 g = t.node(op if rep == 0 else "mul", shape=act, inputs=(g, src), group=lg, line=line,
                            path=f"train_step/transpose(jvp(loss_fn))/layer_{i}", phase="backward",
                            fusion=f"fusion.{500 + i * 40 + j // 2}")
@@ -275,9 +275,8 @@ def _big_compiled(rng: random.Random, layers: int) -> tuple[dict, list[dict]]:
         for i in range(layers):
             for j in range(40 if phase == "forward" else 45):
                 fid = f"fusion.{base + i * 40 + j}"
-                ins = {rng.choice(kernels[-30:])} if kernels else set()
-                while kernels and len(ins) < rng.randint(3, 8):
-                    ins.add(rng.choice(kernels[-60:]))
+                recent = kernels[-60:]
+                ins = set(rng.sample(recent, min(len(recent), rng.randint(4, 9))))
                 if j % 4 == 0:
                     ins.add(params[(i * 12 + j) % 150])
                 if scalar_uses < 141 and j % 7 == 0:

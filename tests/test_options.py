@@ -1,0 +1,86 @@
+"""--bench, --ablate, --debug, --backend/--topology through the magic (real IPython shell)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+SETUP = """
+import jax, jax.numpy as jnp, numpy as np
+rng = np.random.default_rng(0)
+x = jnp.asarray(rng.normal(size=(64, 64)), jnp.float32)
+w = jnp.asarray(rng.normal(size=(64, 64)) / 8, jnp.float32)
+"""
+
+BLOCK = """%%compile -q {opts}
+def block(x, w):
+    h = x @ w
+    h = h - h.mean(axis=-1, keepdims=True)
+    h = h / jnp.sqrt((h * h).mean(axis=-1, keepdims=True) + 1e-5)
+    return jax.nn.softmax(jax.nn.gelu(h) * 1.5, axis=-1)
+block(x, w)
+"""
+
+
+@pytest.fixture
+def ip(shell):
+    shell.reset(new_session=False)
+    assert shell.run_cell(SETUP).success
+    return shell
+
+
+def compiled(ip, opts: str):
+    res = ip.run_cell(BLOCK.format(opts=opts))
+    assert res.success, res.error_in_exec
+    return ip.user_ns["block"].compilation
+
+
+def test_bench_reports_kernels_and_speedup(ip):
+    c = compiled(ip, "--bench")
+    bench = c.extras["bench"]
+    assert bench["eager_kernels"] > bench["compiled_kernels"] > 0
+    assert bench["speedup"] > 0 and bench["compile_seconds"] > 0
+    report = c.report()
+    assert "bench" in report["extras"]
+    assert "eager" in repr(c).lower()
+
+
+def test_ablate_shows_fusion_off_means_more_kernels(ip):
+    c = compiled(ip, "--ablate")
+    variants = {v["name"]: v for v in c.extras["ablate"]["variants"]}
+    base = variants["baseline"]
+    off = variants["no_fusion"]
+    assert off["changed"] and off["kernels"] > base["kernels"]
+
+
+def test_debug_keeps_every_intermediate(ip):
+    c = compiled(ip, "--debug")
+    d = c.debug
+    assert not d.stopped
+    n_eqns = len(c.jaxpr.jaxpr.eqns)
+    assert len(d.summaries) >= n_eqns
+    out = np.asarray(ip.user_ns["block"](ip.user_ns["x"], ip.user_ns["w"]))
+    np.testing.assert_allclose(np.asarray(d.outputs[0]), out, rtol=1e-5, atol=1e-6)
+
+
+def test_debug_finds_the_nan_line(ip, capsys):
+    res = ip.run_cell("%%compile -q --debug\ndef bad(x):\n    y = jnp.exp(x * 1000.0)\n"
+                      "    z = y - y\n    return z.sum()\nbad(x)\n")
+    assert res.success, res.error_in_exec
+    d = ip.user_ns["bad"].compilation.debug
+    assert d.stopped and d.nan_at["primitive"] == "sub" and d.nan_at["line"] == 4
+    assert "line 4" in capsys.readouterr().err
+
+
+def test_tpu_deviceless_through_the_magic(ip):
+    res = ip.run_cell("%%compile -q --backend tpu --topology v5e:2x2\n"
+                      "def mlp(x, w):\n    return jnp.tanh(x @ w) * 2.0\nmlp(x, w)\n")
+    assert res.success, res.error_in_exec
+    # compiled for a device that is not here: the Python function stays as it was
+    fn = ip.user_ns["mlp"]
+    assert type(fn).__name__ == "function"
+    import nbcompile
+
+    c = nbcompile.last()
+    assert c.backend == "tpu" and c.cost and c.cost.get("optimal_seconds")
+    assert any(f.source_lines for f in c.fusions)
