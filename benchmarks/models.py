@@ -8,6 +8,7 @@ that nothing is accidentally constant-folded away.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,8 @@ Model = tuple[Callable[..., Any], tuple[Any, ...]]
 
 def _dense_params(key: jax.Array, sizes: list[int], dtype: Any = jnp.float32) -> list[dict]:
     params = []
-    for k, (n_in, n_out) in zip(jax.random.split(key, len(sizes) - 1), zip(sizes, sizes[1:])):
+    keys = jax.random.split(key, len(sizes) - 1)
+    for k, (n_in, n_out) in zip(keys, itertools.pairwise(sizes), strict=True):
         w = jax.random.normal(k, (n_in, n_out), dtype) / jnp.sqrt(jnp.asarray(n_in, dtype))
         params.append({"w": w, "b": jnp.zeros((n_out,), dtype)})
     return params
@@ -74,7 +76,10 @@ def _block_params(key: jax.Array, d: int, dtype: Any = jnp.float32) -> dict:
     ks = jax.random.split(key, 6)
     scale = 1.0 / float(d) ** 0.5
     shapes = {"wq": (d, d), "wk": (d, d), "wv": (d, d), "wo": (d, d), "w1": (d, 4 * d)}
-    p = {name: jax.random.normal(k, s, dtype) * scale for k, (name, s) in zip(ks, shapes.items())}
+    p = {
+        name: jax.random.normal(k, s, dtype) * scale
+        for k, (name, s) in zip(ks, shapes.items(), strict=False)
+    }
     p["w2"] = jax.random.normal(ks[5], (4 * d, d), dtype) * (scale / 2)
     p["ln1"] = jnp.ones((d,), dtype)
     p["ln2"] = jnp.ones((d,), dtype)

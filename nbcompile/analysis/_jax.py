@@ -34,7 +34,7 @@ def cell_frame(traceback: Any, cell_file: str | None) -> int | None:
         return None
     try:
         codes, lastis = traceback.raw_frames()
-        for code, lasti in zip(codes, lastis):
+        for code, lasti in zip(codes, lastis, strict=False):
             if code.co_filename == cell_file:
                 return type(traceback).code_addr2line(code, lasti)
     except (AttributeError, TypeError):

@@ -19,11 +19,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .lines import LineMap
 from . import _jax
 from .graph import Graph
 from .hlo import Computation, HloModule, Instruction, parse_replica_groups, shape_bytes
 from .hlo import shape_elements as _elements
+from .lines import LineMap
 
 __all__ = ["CompiledInfo", "Fusion", "analyse_compiled", "op_name_phase"]
 
@@ -265,10 +265,14 @@ def analyse_compiled(module: HloModule, source: LineMap, grad: bool,
                     graph.add_edge(src.id, node.id, src.bytes, src.shape)
             if grad:
                 for m in members:
-                    phases[f"{m.computation}/{m.name}"] = op_name_phase(m.op_name) or phase or "forward"
+                    phases[f"{m.computation}/{m.name}"] = (
+                        op_name_phase(m.op_name) or phase or "forward"
+                    )
                     if phases[f"{m.computation}/{m.name}"] == "mixed":
                         phases[f"{m.computation}/{m.name}"] = "backward"
-                phases[f"{comp.name}/{instr.name}"] = "backward" if phase == "backward" else "forward"
+                phases[f"{comp.name}/{instr.name}"] = (
+                    "backward" if phase == "backward" else "forward"
+                )
             if instr.opcode in COLLECTIVES:
                 groups_ = parse_replica_groups(instr.attrs.get("replica_groups"))
                 collectives.append({"name": instr.name, "opcode": instr.opcode, "node": node.id,
@@ -323,8 +327,8 @@ def _infer_missing_lines(module: HloModule, fusions: list[Fusion], graph: Graph,
                     users.setdefault(operand, []).append(instr)
             users_of[comp.name] = users
         users = users_of[comp.name]
-        for step in (lambda i: users.get(i.name, []),
-                     lambda i: [by_name[o] for o in i.operands if o in by_name]):  # fmt: skip
+        for step in (lambda i, users=users: users.get(i.name, []),
+                     lambda i, by_name=by_name: [by_name[o] for o in i.operands if o in by_name]):  # fmt: skip
             found = _nearest_lines(module, by_name[fusion.name], step, source)
             if found:
                 fusion.source_lines = found

@@ -18,8 +18,8 @@ from .cost import analytic_cost, normalise_cost, normalise_memory
 from .folding import Folded, find_folded
 from .gradient import Gradient, analyse_gradient
 from .graph import Graph
-from .lines import LineMap
 from .hlo import HloModule, HloParseError, parse_hlo
+from .lines import LineMap
 from .traced import Traced, trace_graph
 
 __all__ = ["Analysis", "analyse"]
@@ -124,7 +124,9 @@ def _line_map(traced: Traced, info: CompiledInfo | None) -> dict[int, dict[str, 
     lines: dict[int, dict[str, Any]] = {}
 
     def entry(line: int) -> dict[str, Any]:
-        return lines.setdefault(line, {"fusions": [], "nodes": [], "kernels": [], "cost_share": 0.0})
+        return lines.setdefault(
+            line, {"fusions": [], "nodes": [], "kernels": [], "cost_share": 0.0}
+        )
 
     for node in traced.graph.nodes:
         if node.line is not None and node.kind in ("op", "call"):
@@ -132,7 +134,11 @@ def _line_map(traced: Traced, info: CompiledInfo | None) -> dict[int, dict[str, 
     if info is None:
         return lines
     weights: dict[int, float] = {}
-    use = "flops" if any((c.get("flops") or 0) > 0 for c in info.unit_costs.values()) else "bytes accessed"
+    use = (
+        "flops"
+        if any((c.get("flops") or 0) > 0 for c in info.unit_costs.values())
+        else "bytes accessed"
+    )
     fusion_of = {f.name: f for f in info.fusions}
     for node in info.graph.nodes:
         fusion = fusion_of.get(node.label) if node.kind == "fusion" else None
@@ -181,7 +187,9 @@ def analyse(artifacts: Artifacts) -> Analysis:
         _overlay_fusions(traced, info.fusions)
     counts = {
         "jaxpr_eqns": len(traced.eqns),
-        "stablehlo_ops": _stablehlo_ops(artifacts.lowered) if artifacts.lowered is not None else None,
+        "stablehlo_ops": _stablehlo_ops(artifacts.lowered)
+        if artifacts.lowered is not None
+        else None,
         "hlo_ops_before": pre.instruction_count() if pre is not None else None,
         "hlo_ops_after": post.instruction_count() if post is not None else None,
         "kernels": len(info.kernels) if info is not None else None,

@@ -56,10 +56,14 @@ class Diff:
         out = []
         for sign, items in (("+", self.ops_added), ("-", self.ops_removed)):
             for it in items:
-                out.append(f"{sign} op {it['op']} {it['shape']} at line {it['line']} ({it['path']})")
+                out.append(
+                    f"{sign} op {it['op']} {it['shape']} at line {it['line']} ({it['path']})"
+                )
         for sign, items in (("+", self.fusions_added), ("-", self.fusions_removed)):
             for it in items:
-                out.append(f"{sign} fusion {it['kind']} [{', '.join(it['ops'][:6])}] lines {it['lines']}")
+                out.append(
+                    f"{sign} fusion {it['kind']} [{', '.join(it['ops'][:6])}] lines {it['lines']}"
+                )
         for sign, items in (("+", self.folded_added), ("-", self.folded_removed)):
             for it in items:
                 out.append(f"{sign} folded {it['what']} ({it['bytes']} bytes)")
@@ -109,7 +113,8 @@ def diff(a: Analysis, b: Analysis) -> Diff:
     d.fusions_added, d.fusions_removed = _compare(fa, fb, _fusion_key)
     ka, kb = [f.to_json() for f in a.folded], [f.to_json() for f in b.folded]
     d.folded_added, d.folded_removed = _compare(
-        ka, kb, lambda f: (f["what"], f["stage"], f["bytes"], f["line"], f["folded"]))
+        ka, kb, lambda f: (f["what"], f["stage"], f["bytes"], f["line"], f["folded"])
+    )
     sa, sb = _signature(a), _signature(b)
     if sa != sb:
         d.signature = {"before": " ".join(sa), "after": " ".join(sb)}

@@ -17,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .lines import LineMap
-from . import _jax
 from .hlo import HloModule, Instruction, shape_bytes
+from .lines import LineMap
 from .traced import _MOVEMENT, Traced
 
 __all__ = ["LARGE_CONSTANT_BYTES", "Folded", "find_folded"]
@@ -58,7 +57,9 @@ def _names(fn: Any) -> dict[int, str]:
     pool: dict[str, Any] = {}
     pool.update(getattr(fn, "__globals__", {}) or {})
     code = getattr(fn, "__code__", None)
-    for name, cell in zip(getattr(code, "co_freevars", ()), getattr(fn, "__closure__", None) or ()):
+    for name, cell in zip(
+        getattr(code, "co_freevars", ()), getattr(fn, "__closure__", None) or (), strict=False
+    ):
         try:
             pool[name] = cell.cell_contents
         except ValueError:
@@ -147,9 +148,14 @@ def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
                  for i in c.instructions if i.opcode != "constant"}  # fmt: skip
     for root, members in _hlo_const_roots(pre):
         survived = (root.opcode, root.op_name) in post_keys
-        hint = None if not survived else (
-            "XLA left this constant computation to run at every call (it does not fold "
-            "iota/broadcast sources on this backend); precompute it once outside and pass it in")
+        hint = (
+            None
+            if not survived
+            else (
+                "XLA left this constant computation to run at every call (it does not fold "
+                "iota/broadcast sources on this backend); precompute it once outside and pass it in"
+            )
+        )
         ops = tuple(m.opcode for m in members)
         out.append(Folded(f"{root.opcode} of constants ({len(members)} ops)", "xla",
                           shape_bytes(root.shape), root.shape.split("{")[0],

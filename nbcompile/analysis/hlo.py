@@ -45,8 +45,10 @@ _META_ITEM = re.compile(r"(\w+)=(" + _STRING + r"|[^\s}]+)")
 _TABLE_ROW = re.compile(r"(\d+)\s+(" + _STRING + r"|\{[^{}]*\})\s*$")
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
 _NAME_REF = re.compile(r"%([^\s,(){}]+)")
-_CALLS = re.compile(r"\b(?:calls|to_apply|body|condition|branch_computations|true_computation"
-                    r"|false_computation)=")
+_CALLS = re.compile(
+    r"\b(?:calls|to_apply|body|condition|branch_computations|true_computation"
+    r"|false_computation)="
+)
 _METADATA = re.compile(r"\bmetadata=\{((?:[^{}\"]|" + _STRING + r")*)\}")
 _SIMPLE_OPERANDS = re.compile(r"[^()\"\[\]{}]*\)")
 _TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
@@ -303,9 +305,8 @@ def _parse_instruction(line: str, comp: str, line_no: int) -> Instruction:
     tail = line[close:].strip()
     instr.tail = tail
     instr.text = line
-    if tail:
-        if not tail.startswith(","):
-            raise HloParseError("expected ',' before attributes", line_no)
+    if tail and not tail.startswith(","):
+        raise HloParseError("expected ',' before attributes", line_no)
     meta = _METADATA.search(tail) if "metadata=" in tail else None
     if meta:
         items = dict(_META_ITEM.findall(meta.group(1)))

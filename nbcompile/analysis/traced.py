@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .lines import LineMap
 from . import _jax
 from .graph import Graph, Node
+from .lines import LineMap
 
 __all__ = ["EqnInfo", "Traced", "trace_graph"]
 
@@ -160,7 +160,7 @@ class _Walker:
         return env.get(atom)
 
     def bind_consts(self, closed: Any, env: dict[Any, str], group: str | None, path: str) -> None:
-        for var, value in zip(closed.jaxpr.constvars, closed.consts):
+        for var, value in zip(closed.jaxpr.constvars, closed.consts, strict=False):
             node = self.traced.graph.add_node("constant", "const", label="constant", group=group,
                                               shape=_short(var.aval), bytes=_nbytes(var.aval),
                                               path=path)  # fmt: skip
@@ -218,8 +218,14 @@ class _Walker:
                 for k, var in enumerate(inner.invars):
                     src = self.atom_node(bind[k], env, sg, node_path) if bind else None
                     if src is None:
-                        src = graph.add_node("parameter", "param", group=sg, path=node_path,
-                                             shape=_short(var.aval), bytes=_nbytes(var.aval)).id
+                        src = graph.add_node(
+                            "parameter",
+                            "param",
+                            group=sg,
+                            path=node_path,
+                            shape=_short(var.aval),
+                            bytes=_nbytes(var.aval),
+                        ).id
                     inner_env[var] = src
                 sub_mult = mult * int(eqn.params.get("length", 1)) if prim == "scan" else mult
                 self.walk(inner, inner_env, sg, [*path, *scopes, str(label or prim)], eqn_phase,

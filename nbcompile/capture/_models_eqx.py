@@ -1,7 +1,7 @@
 """Equinox adapter: a module is a pytree, partitioned into parameters, other arrays and the rest.
 
 Parameters are the inexact (floating/complex) arrays, as ``eqx.filter_grad`` differentiates;
-other arrays (integer buffers, PRNG keys) are a second explicit input; everything else (activation
+other arrays (integer buffers, PRNG keys as key data) are a second explicit input; everything else (activation
 functions, sizes, flags) is static and stays in the program's structure. Imported only once an
 Equinox object has been given.
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 import equinox as eqx
 
+from ._models_keys import keys_as_data, keys_from_data
 from ._models_scopes import format_path, module_scopes
 
 __all__ = ["EqxSplit"]
@@ -53,15 +54,16 @@ class EqxSplit:
         self.model = model
         self.name = type(model).__name__
         self.params, rest = eqx.partition(model, eqx.is_inexact_array)
-        self.state, self.static = eqx.partition(rest, eqx.is_array)
+        state, self.static = eqx.partition(rest, eqx.is_array)
+        self.state, self._key_impls = keys_as_data(state)
 
     @contextlib.contextmanager
     def bound(self, params: Any, state: Any) -> Iterator[Any]:
         """The module rebuilt around ``params``/``state``, with module name scopes while in use."""
-        module = eqx.combine(params, state, self.static)
+        module = eqx.combine(params, keys_from_data(state, self._key_impls), self.static)
         with module_scopes(_submodules(module)):
             yield module
 
     def update(self, params: Any) -> Any:
         """Equinox modules are immutable: return a new module holding ``params``."""
-        return eqx.combine(params, self.state, self.static)
+        return eqx.combine(params, keys_from_data(self.state, self._key_impls), self.static)

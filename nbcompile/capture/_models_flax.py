@@ -14,6 +14,7 @@ import flax.linen as nn
 from flax import nnx
 
 from ..errors import CaptureError
+from ._models_keys import keys_as_data, keys_from_data
 from ._models_scopes import format_path, module_scopes
 
 __all__ = ["NnxSplit", "linen_call"]
@@ -23,7 +24,7 @@ class NnxSplit:
     """An NNX module as (graph definition, ``nnx.Param`` state, every other state).
 
     The non-parameter state (BatchNorm statistics, RNG keys and counts, ...) is kept as a
-    separate explicit input rather than baked into the program.
+    separate explicit input rather than baked into the program; RNG keys travel as key data.
     """
 
     kind = "flax-nnx"
@@ -31,15 +32,14 @@ class NnxSplit:
     def __init__(self, model: Any) -> None:
         self.model = model
         self.name = type(model).__name__
-        self.graphdef, self.params, self.state = nnx.split(model, nnx.Param, ...)
+        self.graphdef, self.params, state = nnx.split(model, nnx.Param, ...)
+        self.state, self._key_impls = keys_as_data(state)
 
     @contextlib.contextmanager
     def bound(self, params: Any, state: Any) -> Iterator[Any]:
         """A fresh module holding ``params``/``state``, with module name scopes while in use."""
-        module = nnx.merge(self.graphdef, params, state)
-        named = [
-            ((self.name, *format_path(path)), sub) for path, sub in nnx.iter_modules(module)
-        ]
+        module = nnx.merge(self.graphdef, params, keys_from_data(state, self._key_impls))
+        named = [((self.name, *format_path(path)), sub) for path, sub in nnx.iter_modules(module)]
         with module_scopes(named):
             yield module
 

@@ -52,8 +52,11 @@ def test_numpy_constant_matmul_is_folded_into_one_constant(folded_matmul):
 
 
 def test_disabling_constant_folding_shows_the_matmul_unfolded():
-    art = make_artifacts(const_matmul, jnp.ones((8, 8)),
-                         compiler_options={"xla_disable_hlo_passes": "constant_folding"})
+    art = make_artifacts(
+        const_matmul,
+        jnp.ones((8, 8)),
+        compiler_options={"xla_disable_hlo_passes": "constant_folding"},
+    )
     a = analyse(art)
     (dot,) = [f for f in _xla(a) if "dot" in f.ops]
     assert not dot.folded and dot.hint

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from _analysis_helpers import make_artifacts
 
-
 from nbcompile.analysis import analyse
 
 
@@ -75,7 +74,9 @@ def test_every_equation_and_instruction_is_classified(grad_case):
     assert g.forward_ops > 0 and g.backward_ops > 0
     compiled_nodes = [n for n in a.compiled_graph.nodes if n.kind in ("op", "fusion", "call")]
     assert all(n.phase in ("forward", "backward", "mixed") for n in compiled_nodes)
-    assert sum(g.hlo_phases.values()) >= a.summary()["hlo_ops_after"] - a.compiled_graph.count("output")
+    assert sum(g.hlo_phases.values()) >= a.summary()["hlo_ops_after"] - a.compiled_graph.count(
+        "output"
+    )
     assert sum(g.kernels.values()) == a.summary()["kernels"]
 
 
@@ -92,7 +93,9 @@ def test_residuals_are_forward_values_read_by_backward(grad_case):
 
 
 def test_remat_recomputes_in_backward():
-    a = analyse(make_artifacts(remat_loss, jnp.ones((6, 6)) * 0.1, jnp.ones((3, 6)), grad_argnums=0))
+    a = analyse(
+        make_artifacts(remat_loss, jnp.ones((6, 6)) * 0.1, jnp.ones((3, 6)), grad_argnums=0)
+    )
     assert a.gradient.recompute_ops > 0
     recomputed = [n for n in a.traced_graph.nodes if "rematted_computation" in n.path]
     assert recomputed and all(n.phase == "backward" for n in recomputed)
@@ -106,5 +109,7 @@ def test_mlp_has_mixed_fusions():
     phases = {f.phase for f in a.fusions}
     assert "forward" in phases or "mixed" in phases
     assert "backward" in phases or "mixed" in phases
-    assert a.gradient.kernels["forward"] + a.gradient.kernels["backward"] + \
-        a.gradient.kernels["mixed"] == a.summary()["kernels"]
+    assert (
+        a.gradient.kernels["forward"] + a.gradient.kernels["backward"] + a.gradient.kernels["mixed"]
+        == a.summary()["kernels"]
+    )

@@ -66,7 +66,9 @@ def clip_grad(x):
     return jnp.tanh(x)
 
 
-clip_grad.defvjp(lambda x: (jnp.tanh(x), x), lambda x, g: (jnp.clip(g * (1 - jnp.tanh(x) ** 2), -1, 1),))
+clip_grad.defvjp(
+    lambda x: (jnp.tanh(x), x), lambda x, g: (jnp.clip(g * (1 - jnp.tanh(x) ** 2), -1, 1),)
+)
 
 
 def custom_vjp_model(w, x):
@@ -128,8 +130,9 @@ def _dump_fusion_count(dump_dir: str) -> int:
 def zoo(request, tmp_path_factory):
     fn, make_args, grad = ZOO[request.param]
     dump = tmp_path_factory.mktemp(request.param)
-    art = make_artifacts(fn, *make_args(), grad_argnums=grad,
-                         compiler_options={"xla_dump_to": str(dump)})
+    art = make_artifacts(
+        fn, *make_args(), grad_argnums=grad, compiler_options={"xla_dump_to": str(dump)}
+    )
     return request.param, art, analyse(art), str(dump)
 
 
@@ -174,8 +177,20 @@ def test_graph_json_follows_schema(zoo):
         for node in graph["nodes"]:
             assert node["kind"] in ("op", "param", "const", "output", "fusion", "call")
             assert node["group"] is None or node["group"] in group_ids
-            for key in ("op", "label", "shape", "bytes", "line", "file", "file_line", "path",
-                        "fusion", "phase", "flops", "folded"):
+            for key in (
+                "op",
+                "label",
+                "shape",
+                "bytes",
+                "line",
+                "file",
+                "file_line",
+                "path",
+                "fusion",
+                "phase",
+                "flops",
+                "folded",
+            ):
                 assert key in node
         for edge in graph["edges"]:
             assert edge["src"] in ids and edge["dst"] in ids
@@ -192,7 +207,9 @@ def test_summary_and_lines(zoo):
     s = a.summary()
     assert s["fusions"] == len(a.fusions)
     assert s["jaxpr_eqns"] >= s["eager_kernels"] > 0
-    assert s["hlo_ops_after"] == sum(len(c.instructions) for c in _parsed(art).computations.values())
+    assert s["hlo_ops_after"] == sum(
+        len(c.instructions) for c in _parsed(art).computations.values()
+    )
     assert 0 < s["kernels"] <= s["hlo_ops_after"]
     assert s["bytes_saved_by_fusion"] == sum(f.bytes_saved for f in a.fusions)
     shares = [v["cost_share"] for v in a.lines.values()]

@@ -52,7 +52,8 @@ class Attention(eqx.Module):
     def __init__(self, d: int, heads: int, key: jax.Array) -> None:
         keys = jax.random.split(key, 4)
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
-            eqx.nn.Linear(d, d, key=k) for k in keys)
+            eqx.nn.Linear(d, d, key=k) for k in keys
+        )
         self.heads = heads
 
     def __call__(self, x: jax.Array) -> jax.Array:  # (tokens, d)
@@ -116,7 +117,11 @@ def test_matches_filter_jit(cnn, transformer):
     for model, x in (cnn, transformer):
         ad = adapt(model, (x,), {})
         assert (ad.kind, ad.name, ad.params_argnums, ad.state_argnums) == (
-            "equinox", type(model).__name__, (0,), (1,))
+            "equinox",
+            type(model).__name__,
+            (0,),
+            (1,),
+        )
         assert_trees_close(jax.jit(ad.fn)(*ad.args), eqx.filter_jit(model)(x))
 
 
@@ -138,8 +143,12 @@ def test_params_are_inputs_not_constants(cnn, transformer):
 def test_module_paths_name_the_attributes(cnn, transformer):
     model, x = transformer
     paths = paths_of(adapt(model, (x,), {}))
-    for expected in ("Transformer/blocks_0/attn/q_proj", "Transformer/blocks_1/attn/out_proj",
-                     "Transformer/blocks_1/norm2", "Transformer/head"):
+    for expected in (
+        "Transformer/blocks_0/attn/q_proj",
+        "Transformer/blocks_1/attn/out_proj",
+        "Transformer/blocks_1/norm2",
+        "Transformer/head",
+    ):
         assert any(p == expected or p.startswith(expected + "/") for p in paths), expected
     # eqx.nn.MLP opens its own "eqx.nn.MLP" scope around its layers
     assert any(p.startswith("Transformer/blocks_0/mlp/") and "/layers_1" in p for p in paths)
@@ -148,8 +157,7 @@ def test_module_paths_name_the_attributes(cnn, transformer):
     for expected in ("CNN/conv1", "CNN/dense1", "CNN/dense2"):
         assert any(p == expected or p.startswith(expected + "/") for p in paths), expected
     # plain Equinox puts no module names in the name stack: the paths come from the adapter
-    assert not any("dense1" in str(e.source_info.name_stack)
-                   for e in jax.make_jaxpr(model)(x).eqns)
+    assert not any("dense1" in str(e.source_info.name_stack) for e in jax.make_jaxpr(model)(x).eqns)
 
 
 def test_gradient_matches_filter_grad(transformer):

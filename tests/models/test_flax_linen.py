@@ -95,7 +95,11 @@ def test_apply_matches_jitted_apply(mlp, transformer):
     for model, variables, x in (mlp, transformer):
         ad = adapt(model.apply, (variables, x), {})
         assert (ad.kind, ad.name, ad.params_argnums, ad.state_argnums) == (
-            "flax-linen", type(model).__name__, (0,), (1,))
+            "flax-linen",
+            type(model).__name__,
+            (0,),
+            (1,),
+        )
         assert_trees_close(jax.jit(ad.fn)(*ad.args), jax.jit(model.apply)(variables, x))
 
 
@@ -135,11 +139,17 @@ def test_params_are_inputs_not_constants(transformer):
 def test_module_paths_name_the_attributes(transformer, mlp):
     model, variables, x = transformer
     paths = paths_of(adapt(model.apply, (variables, x), {}))
-    for expected in ("Transformer/blocks_0/attn/q_proj", "Transformer/blocks_1/attn/out_proj",
-                     "Transformer/blocks_1/mlp_0", "Transformer/head"):
+    for expected in (
+        "Transformer/blocks_0/attn/q_proj",
+        "Transformer/blocks_1/attn/out_proj",
+        "Transformer/blocks_1/mlp_0",
+        "Transformer/head",
+    ):
         assert expected in paths
     model, variables, x = mlp
-    assert {"MLP/dense1", "MLP/bn", "MLP/dense2"} <= paths_of(adapt(model.apply, (variables, x), {}))
+    assert {"MLP/dense1", "MLP/bn", "MLP/dense2"} <= paths_of(
+        adapt(model.apply, (variables, x), {})
+    )
 
 
 def test_gradient_matches_jax_grad_on_variables(transformer):

@@ -60,7 +60,9 @@ class Block(nnx.Module):
         self.norm1 = nnx.LayerNorm(d, rngs=rngs)
         self.attn = Attention(d, 2, rngs=rngs)
         self.norm2 = nnx.LayerNorm(d, rngs=rngs)
-        self.mlp = nnx.Sequential(nnx.Linear(d, 2 * d, rngs=rngs), nnx.gelu, nnx.Linear(2 * d, d, rngs=rngs))
+        self.mlp = nnx.Sequential(
+            nnx.Linear(d, 2 * d, rngs=rngs), nnx.gelu, nnx.Linear(2 * d, d, rngs=rngs)
+        )
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x = x + self.attn(self.norm1(x))
@@ -95,7 +97,12 @@ def transformer() -> tuple[Transformer, jax.Array]:
 def test_cnn_matches_nnx_jit_with_state_as_inputs(cnn):
     model, x = cnn  # train mode: batch statistics and dropout RNG state are used
     ad = adapt(model, (x,), {})
-    assert (ad.kind, ad.name, ad.params_argnums, ad.state_argnums) == ("flax-nnx", "CNN", (0,), (1,))
+    assert (ad.kind, ad.name, ad.params_argnums, ad.state_argnums) == (
+        "flax-nnx",
+        "CNN",
+        (0,),
+        (1,),
+    )
     ours = jax.jit(ad.fn)(*ad.args)  # before nnx.jit, which advances the model's RNG count
     assert_trees_close(ours, nnx.jit(lambda m, x: m(x))(model, x))
     state_leaves = jax.tree.leaves(ad.args[1])
@@ -120,8 +127,12 @@ def test_params_are_inputs_not_constants(transformer):
 def test_module_paths_name_the_attributes(transformer, cnn):
     model, x = transformer
     paths = paths_of(adapt(model, (x,), {}))
-    for expected in ("Transformer/blocks_0/attn/q_proj", "Transformer/blocks_1/attn/out_proj",
-                     "Transformer/blocks_1/norm2", "Transformer/head"):
+    for expected in (
+        "Transformer/blocks_0/attn/q_proj",
+        "Transformer/blocks_1/attn/out_proj",
+        "Transformer/blocks_1/norm2",
+        "Transformer/head",
+    ):
         assert expected in paths
     assert any(p.startswith("Transformer/blocks_0/mlp/layers_") for p in paths)
     model, x = cnn
@@ -134,8 +145,10 @@ def test_scopes_are_restored_after_tracing(transformer):
     paths_of(adapt(model, (x,), {}))
     assert (nnx.Linear.__dict__["__call__"], Block.__dict__["__call__"]) == before
     # outside adapt, calling the model opens no scopes
-    assert all("blocks_0" not in str(e.source_info.name_stack)
-               for e in jax.make_jaxpr(lambda x: model(x))(x).eqns)
+    assert all(
+        "blocks_0" not in str(e.source_info.name_stack)
+        for e in jax.make_jaxpr(lambda x: model(x))(x).eqns
+    )
 
 
 def test_gradient_matches_nnx_grad(transformer):
@@ -173,7 +186,17 @@ def test_update_from_writes_parameters_back(cnn):
 
 
 def test_freeze_round_trip(transformer, tmp_path):
-    pytest.importorskip("nbcompile.freeze")
     model, x = transformer
     ad = adapt(model, (x,), {})
     freeze_round_trip(ad, tmp_path, nnx.jit(lambda m, x: m(x))(model, x))
+
+
+def test_freeze_round_trip_with_batch_stats_and_rng_state(cnn, tmp_path):
+    model, x = cnn
+    model.eval()
+    ad = adapt(model, (x,), {})
+    # RNG keys travel as plain uint32 key data, so every input is an ordinary array
+    assert not any(
+        jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key) for a in jax.tree.leaves(ad.args)
+    )
+    freeze_round_trip(ad, tmp_path, model(x))

@@ -6,11 +6,11 @@ import os
 
 os.environ["KERAS_BACKEND"] = "jax"  # before keras is first imported
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from _model_checks import (  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _model_checks import (
     assert_params_are_inputs,
     assert_trees_close,
     freeze_round_trip,
@@ -19,7 +19,7 @@ from _model_checks import (  # noqa: E402
     paths_of,
 )
 
-from nbcompile.capture.models import adapt  # noqa: E402
+from nbcompile.capture.models import adapt
 
 keras = pytest.importorskip("keras", reason="keras (nbcompile[keras]) is not installed")
 if keras.backend.backend() != "jax":  # keras was imported elsewhere first with another backend
@@ -126,15 +126,17 @@ def models(keras_numpy_rules):
     x_seq = jax.random.normal(jax.random.key(3), (2, 5, 16))
     transformer = Transformer()
     transformer(x_seq)  # build
-    return {"cnn": (sequential_cnn(), x_img), "mlp": (functional_mlp(), x_vec),
-            "transformer": (transformer, x_seq)}
+    return {
+        "cnn": (sequential_cnn(), x_img),
+        "mlp": (functional_mlp(), x_vec),
+        "transformer": (transformer, x_seq),
+    }
 
 
 def test_matches_jitted_stateless_call(models):
     for key, (model, x) in models.items():
         ad = adapt(model, (x,), {})
-        assert (ad.kind, ad.name, ad.params_argnums, ad.state_argnums) == (
-            "keras", key, (0,), (1,))
+        assert (ad.kind, ad.name, ad.params_argnums, ad.state_argnums) == ("keras", key, (0,), (1,))
         call, trainable, non_trainable = stateless(model, x)
         assert_trees_close(jax.jit(ad.fn)(*ad.args), jax.jit(call)(trainable, non_trainable, x))
 
@@ -158,8 +160,12 @@ def test_params_are_inputs_not_constants(models):
 def test_module_paths_show_layer_names(models):
     model, x = models["transformer"]  # subclassed model and layers
     paths = paths_of(adapt(model, (x,), {}))
-    for expected in ("transformer/blocks_0/attn/q_proj", "transformer/blocks_1/attn/out_proj",
-                     "transformer/blocks_1/norm2", "transformer/head"):
+    for expected in (
+        "transformer/blocks_0/attn/q_proj",
+        "transformer/blocks_1/attn/out_proj",
+        "transformer/blocks_1/norm2",
+        "transformer/head",
+    ):
         assert any(p == expected or p.startswith(expected + "/") for p in paths), expected
     model, x = models["cnn"]  # keras.Sequential
     assert {"cnn/conv1", "cnn/bn1", "cnn/dense1", "cnn/dense2"} <= paths_of(adapt(model, (x,), {}))
@@ -201,8 +207,10 @@ def test_update_from_assigns_variables(models):
     ad = adapt(model, (x,), {})
     doubled = jax.tree.map(lambda p: 2 * p, ad.args[0])
     assert ad.update_from(doubled) is model
-    assert_trees_close([v.value for v in model.trainable_variables],
-                       [doubled[v.path] for v in model.trainable_variables])
+    assert_trees_close(
+        [v.value for v in model.trainable_variables],
+        [doubled[v.path] for v in model.trainable_variables],
+    )
 
 
 def test_freeze_round_trip(models, tmp_path):

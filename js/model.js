@@ -1,0 +1,188 @@
+// Report decoding and graph preparation: indexes, the group tree, labels for parameters/scalars.
+//
+// Parameters and scalar constants are drawn as labels on their consumers, not as nodes (a scalar
+// used 142 times would otherwise dominate the layout). Groups come from the report; a graph with
+// no groups gets groups from node paths; any container with too many children is split into
+// chunks in program order so no single expansion draws more than CHUNK_MAX boxes.
+
+export const CHUNK_MAX = 60;
+const CHUNK = 40;
+
+/** Decode what Python sent: a plain report, or {format: "json.gz.b64", data}. Async. */
+export async function decodeReport(data) {
+  if (typeof data === "string") data = JSON.parse(data);
+  if (data && data.schema) return data;
+  if (data && data.format === "json.gz.b64") {
+    const raw = atob(data.data);
+    const bin = new Uint8Array(raw.length);
+    for (let i = 0; i < raw.length; i++) bin[i] = raw.charCodeAt(i);
+    const stream = new Blob([bin]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return JSON.parse(await new Response(stream).text());
+  }
+  throw new Error("nbcompile: this is not an nbcompile report");
+}
+
+export function isScalarShape(shape) {
+  return typeof shape === "string" && /^[a-z0-9]+\[\]$/i.test(shape.trim());
+}
+
+function isLabelNode(n) {
+  return n.kind === "param" || (n.kind === "const" && (isScalarShape(n.shape) || (n.bytes ?? 1e9) <= 8));
+}
+
+/** Index one report graph for drawing. */
+export function prepareGraph(graph, report) {
+  const nodes = graph.nodes || [];
+  const byId = new Map(), index = new Map(), labels = new Set();
+  nodes.forEach((n, i) => { byId.set(n.id, n); index.set(n.id, i); if (isLabelNode(n)) labels.add(n.id); });
+  const preds = new Map(), succs = new Map(), inLabels = new Map(), labelUsers = new Map();
+  const edges = [];
+  for (const e of graph.edges || []) {
+    if (!byId.has(e.src) || !byId.has(e.dst) || labels.has(e.dst)) continue;
+    if (labels.has(e.src)) {
+      push(inLabels, e.dst, e.src);
+      push(labelUsers, e.src, e.dst);
+      continue;
+    }
+    edges.push(e);
+    push(preds, e.dst, e.src);
+    push(succs, e.src, e.dst);
+  }
+  const fusionNodes = new Map();
+  for (const n of nodes) if (n.fusion && !labels.has(n.id)) push(fusionNodes, n.fusion, n.id);
+  const pg = { graph, report, nodes, byId, index, labels, preds, succs, inLabels, labelUsers, edges, fusionNodes };
+  buildTree(pg);
+  return pg;
+}
+
+function push(map, k, v) {
+  const a = map.get(k);
+  if (a) a.push(v); else map.set(k, [v]);
+}
+
+function buildTree(pg) {
+  const groups = new Map();
+  const root = mkGroup("", "all", "root", null);
+  groups.set("", root);
+  const drawn = pg.nodes.filter((n) => !pg.labels.has(n.id));
+  const explicit = (pg.graph.groups || []).length > 0 && drawn.some((n) => n.group);
+  const nodeGroup = new Map();
+  if (explicit) {
+    for (const g of pg.graph.groups) groups.set(g.id, mkGroup(g.id, g.label, g.kind, g.parent || ""));
+    for (const n of drawn) nodeGroup.set(n.id, groups.has(n.group) ? n.group : "");
+  } else {
+    for (const n of drawn) {
+      const segs = String(n.path || "").split("/").filter(Boolean);
+      let parent = "";
+      for (let i = 0; i < segs.length; i++) {
+        const gid = "p:" + segs.slice(0, i + 1).join("/");
+        if (!groups.has(gid)) groups.set(gid, mkGroup(gid, segs[i], "scope", parent));
+        parent = gid;
+      }
+      nodeGroup.set(n.id, parent);
+    }
+  }
+  for (const g of groups.values()) {
+    if (g.id === "") continue;
+    if (!groups.has(g.parent)) g.parent = "";
+  }
+  const childGroups = new Map();
+  for (const g of groups.values()) if (g.id !== "") push(childGroups, g.parent, g.id);
+  for (const n of drawn) groups.get(nodeGroup.get(n.id)).items.push({ type: "node", id: n.id, first: pg.index.get(n.id) });
+  // Post-order: stats, drop empty groups, attach non-empty subgroups as items.
+  const visit = (g) => {
+    for (const cid of childGroups.get(g.id) || []) {
+      const c = groups.get(cid);
+      visit(c);
+      if (c.count > 0) g.items.push({ type: "group", id: cid, first: c.first });
+      else groups.delete(cid);
+    }
+    for (const it of g.items) {
+      if (it.type === "node") addNodeStats(g, pg.byId.get(it.id), pg.index.get(it.id));
+      else mergeStats(g, groups.get(it.id));
+    }
+    g.items.sort((a, b) => a.first - b.first);
+  };
+  visit(root);
+  // Collapse chains of single-child wrappers at the top is left to the initial expansion.
+  let chunkId = 0;
+  for (const g of [...groups.values()]) {
+    while (g.items.length > CHUNK_MAX) {
+      const items = g.items;
+      g.items = [];
+      for (let i = 0; i < items.length; i += CHUNK) {
+        const part = items.slice(i, i + CHUNK);
+        const c = mkGroup(`chunk:${chunkId++}`, "", "chunk", g.id);
+        c.items = part;
+        for (const it of part) {
+          if (it.type === "node") addNodeStats(c, pg.byId.get(it.id), it.first);
+          else { mergeStats(c, groups.get(it.id)); groups.get(it.id).parent = c.id; }
+        }
+        c.label = `${topOps(c, 2).join(", ")} … (${i + 1}–${i + part.length} of ${items.length})`;
+        groups.set(c.id, c);
+        g.items.push({ type: "group", id: c.id, first: c.first });
+      }
+    }
+  }
+  const parentOf = new Map();
+  for (const g of groups.values()) for (const it of g.items) parentOf.set((it.type === "node" ? "n:" : "g:") + it.id, g.id);
+  pg.groups = groups;
+  pg.root = root;
+  pg.parentOf = parentOf; // unit key -> containing group id ("" = root)
+}
+
+function mkGroup(id, label, kind, parent) {
+  return { id, label, kind, parent, items: [], count: 0, flops: 0, bytes: 0, first: Infinity,
+    ops: new Map(), phases: { forward: 0, backward: 0, mixed: 0 }, lineMin: Infinity, lineMax: -Infinity };
+}
+
+function addNodeStats(g, n, i) {
+  g.count += 1;
+  g.flops += n.flops || 0;
+  g.bytes += n.bytes || 0;
+  g.first = Math.min(g.first, i);
+  g.ops.set(n.op, (g.ops.get(n.op) || 0) + 1);
+  if (n.phase && n.phase in g.phases) g.phases[n.phase] += 1;
+  if (n.line != null) { g.lineMin = Math.min(g.lineMin, n.line); g.lineMax = Math.max(g.lineMax, n.line); }
+}
+
+function mergeStats(g, c) {
+  g.count += c.count;
+  g.flops += c.flops;
+  g.bytes += c.bytes;
+  g.first = Math.min(g.first, c.first);
+  for (const [op, k] of c.ops) g.ops.set(op, (g.ops.get(op) || 0) + k);
+  for (const p in c.phases) g.phases[p] += c.phases[p];
+  g.lineMin = Math.min(g.lineMin, c.lineMin);
+  g.lineMax = Math.max(g.lineMax, c.lineMax);
+}
+
+/** The k most frequent ops of a group. */
+export function topOps(g, k) {
+  return [...g.ops.entries()].sort((a, b) => b[1] - a[1]).slice(0, k).map(([op]) => op);
+}
+
+/** Majority phase of a group, or null. */
+export function groupPhase(g) {
+  const { forward, backward, mixed } = g.phases;
+  if (forward + backward + mixed === 0) return null;
+  if (mixed > 0 || (forward > 0 && backward > 0)) return forward >= 2 * backward ? "forward" : backward >= 2 * forward ? "backward" : "mixed";
+  return forward > 0 ? "forward" : "backward";
+}
+
+/** Group ids from the root down to (excluding) the unit with this key. */
+export function ancestors(pg, key) {
+  const out = [];
+  let gid = pg.parentOf.get(key);
+  while (gid !== undefined && gid !== "") {
+    out.push(gid);
+    gid = pg.parentOf.get("g:" + gid);
+  }
+  return out.reverse();
+}
+
+/** Nodes ids (drawn) related to a node: for labels, their consumers. */
+export function drawnTargets(pg, id) {
+  if (pg.labels.has(id)) return pg.labelUsers.get(id) || [];
+  return pg.byId.has(id) ? [id] : [];
+}
