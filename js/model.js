@@ -50,7 +50,9 @@ export function prepareGraph(graph, report) {
   }
   const fusionNodes = new Map();
   for (const n of nodes) if (n.fusion && !labels.has(n.id)) push(fusionNodes, n.fusion, n.id);
-  const pg = { graph, report, nodes, byId, index, labels, preds, succs, inLabels, labelUsers, edges, fusionNodes };
+  const fusionById = new Map((report.fusions || []).map((f) => [f.id, f]));
+  const isCompiled = graph === report.graphs?.compiled;
+  const pg = { graph, report, fusionById, isCompiled, nodes, byId, index, labels, preds, succs, inLabels, labelUsers, edges, fusionNodes };
   buildTree(pg);
   return pg;
 }

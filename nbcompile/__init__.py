@@ -21,6 +21,7 @@ __all__ = [
     "Graph",
     "NbcompileError",
     "__version__",
+    "compare",
     "compile",
     "freeze",
     "last",
@@ -33,6 +34,7 @@ __all__ = [
 
 _LAZY = {
     "compile": ("nbcompile.compilation", "compile"),
+    "compare": ("nbcompile.compilation", "compare"),
     "Compilation": ("nbcompile.compilation", "Compilation"),
     "Graph": ("nbcompile.analysis", "Graph"),
     "NbcompileError": ("nbcompile.errors", "NbcompileError"),
@@ -45,7 +47,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from .analysis import Graph
-    from .compilation import Compilation, compile
+    from .compilation import Compilation, compare, compile
     from .errors import NbcompileError, last_error
     from .freeze import freeze, load, verify
     from .session import last

@@ -19,7 +19,7 @@ from .analysis.artifacts import Artifacts
 from .capture.source import SourceInfo, source_of_function
 from .stages import Progress, Stages, make_jitted, recompile_with_metadata, run_stages
 
-__all__ = ["Compilation", "compile", "describe_args"]
+__all__ = ["Compilation", "compare", "compile", "describe_args"]
 
 
 def _short_dtype(dtype: Any) -> str:
@@ -154,7 +154,7 @@ class Compilation:
             closed_jaxpr=self.jaxpr, lowered=self.lowered, compiled=self.compiled,
             hlo_text=self.hlo, source=self.source, backend=self.backend,
             grad_argnums=self.grad_argnums if self.options.get("value_and_grad") else None,
-            name=self.name,
+            name=self.name, fn=self.original,
         )
 
     @property
@@ -315,3 +315,14 @@ def compile(
     )
     comp.adapted = adapted
     return comp
+
+
+def compare(*compilations: Compilation) -> Any:
+    """Side-by-side table of the same model compiled for several targets (``.text()``)."""
+    from .targets import compare as compare_rows
+
+    rows = []
+    for c in compilations:
+        label = str(c.options.get("target") or c.backend).upper().replace("CUDA", "GPU")
+        rows.append((label, c.hlo, c.cost, c.memory))
+    return compare_rows(rows)

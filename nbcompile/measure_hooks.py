@@ -53,7 +53,7 @@ def freeze(comp: Any, options: Any, progress: Progress = None) -> None:
     if progress:
         progress(f"freezing to {options.freeze}")
     adapted = comp.adapted
-    weights = tuple(adapted.params_argnums) if adapted and adapted.params_argnums else None
+    weights = tuple(adapted.weights_argnums) if adapted and adapted.weights_argnums else None
     result = freeze_model(comp.original, *comp.args, path=options.freeze,
                           weights_argnums=weights, constants=options.freeze_constants,
                           name=comp.name)

@@ -18,10 +18,12 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 @pytest.fixture
 def relaxed_dtypes():
-    """For third-party model libraries that rely on standard dtype promotion."""
+    """For third-party model libraries that rely on standard dtype and rank promotion."""
     jax.config.update("jax_numpy_dtype_promotion", "standard")
+    jax.config.update("jax_numpy_rank_promotion", "allow")
     yield
     jax.config.update("jax_numpy_dtype_promotion", "strict")
+    jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 @pytest.fixture(scope="session")

@@ -144,10 +144,12 @@ def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
                               e.node.shape, e.node.line, ops=(e.primitive,)))  # fmt: skip
     if post is None:
         return out
-    post_keys = {(i.opcode, i.op_name) for c in post.computations.values()
+    # Keyed by source line too: the folded `A @ B` and the `x @ M` that uses it are both
+    # "dot_general" ops, and only their lines tell them apart.
+    post_keys = {(i.opcode, i.op_name, _line(post, i, source)) for c in post.computations.values()
                  for i in c.instructions if i.opcode != "constant"}  # fmt: skip
     for root, members in _hlo_const_roots(pre):
-        survived = (root.opcode, root.op_name) in post_keys
+        survived = (root.opcode, root.op_name, _line(pre, root, source)) in post_keys
         hint = (
             None
             if not survived

@@ -19,6 +19,7 @@ class AdaptedCall:
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
     params_argnums: tuple[int, ...] = ()
+    weights_argnums: tuple[int, ...] = ()  # params + state: what freezing stores as weights
     kind: str = "function"
     name: str | None = None
     model: Any = None  # the library object (for models), else None
@@ -41,16 +42,18 @@ def adapt_target(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Adap
         ad = adapt(fn, args, kwargs)
         if ad.kind != "function":
             return AdaptedCall(
-                fn=ad.fn, args=tuple(ad.args), kwargs={},
-                params_argnums=tuple(ad.params_argnums), kind=ad.kind, name=ad.name, model=fn,
-                rebindable=False,
+                fn=ad.fn, args=tuple(ad.args), kwargs=dict(ad.kwargs),
+                params_argnums=tuple(ad.params_argnums),
+                weights_argnums=tuple(ad.weights_argnums), kind=ad.kind, name=ad.name,
+                model=fn, rebindable=False,
             )
         changed = len(ad.args) != len(args) or any(a is not b for a, b in zip(ad.args, args, strict=False))
         if ad.fn is not fn or changed:
             # a model passed as an argument was split into (static part, params)
             return AdaptedCall(
-                fn=ad.fn, args=tuple(ad.args), kwargs={},
-                params_argnums=tuple(ad.params_argnums), kind="function", name=ad.name,
+                fn=ad.fn, args=tuple(ad.args), kwargs=dict(ad.kwargs),
+                params_argnums=tuple(ad.params_argnums),
+                weights_argnums=tuple(ad.weights_argnums), kind="function", name=ad.name,
                 rebindable=False,
             )
     return AdaptedCall(fn=fn, args=tuple(args), kwargs=dict(kwargs), name=None)

@@ -85,3 +85,19 @@ def test_ops_on_literals_folded_during_lowering():
     lowering = [f for f in a.folded if f.stage == "lowering"]
     assert [f.ops for f in lowering] == [("sqrt",)]
     assert lowering[0].line == literal_math.__code__.co_firstlineno + 1
+
+
+def const_projection(x):
+    m = jnp.asarray(A) @ jnp.asarray(B)
+    return x @ m
+
+
+def test_folded_constant_matmul_feeding_another_matmul_is_reported_folded():
+    # Both dots are "dot_general" ops; only their source lines tell them apart.
+    a = analyse(make_artifacts(const_projection, jnp.ones((4, 8))))
+    (dot,) = [f for f in _xla(a) if "dot" in f.ops]
+    assert dot.folded
+    off = analyse(make_artifacts(const_projection, jnp.ones((4, 8)),
+                                 compiler_options={"xla_disable_hlo_passes": "constant_folding"}))
+    (dot,) = [f for f in _xla(off) if "dot" in f.ops]
+    assert not dot.folded
