@@ -122,6 +122,7 @@ class Row:
     target: Target | None = None
     better: str = "lower"  # direction of the ratio for --check: "lower" or "higher"
     note: str = ""
+    failed: bool = False  # measured and missed in a way no number shows (e.g. nothing drawn)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -134,6 +135,8 @@ class Row:
 
     @property
     def status(self) -> str:
+        if self.failed:
+            return "fail"
         if self.subject is None:
             return "na"
         if self.target is None:
@@ -161,7 +164,8 @@ class Row:
             "subject_label": self.subject_label, "anchor_label": self.anchor_label,
             "subject": js(self.subject), "anchor": js(self.anchor), "ratio": js(self.ratio),
             "diff": js(self.diff), "target": None if self.target is None else asdict(self.target),
-            "better": self.better, "status": self.status, "note": self.note, "extra": self.extra,
+            "better": self.better, "status": self.status, "note": self.note, "failed": self.failed,
+            "extra": self.extra,
         }
 
     @classmethod
@@ -176,5 +180,5 @@ class Row:
             diff=Summary.from_json(data.get("diff")),
             target=Target(**target) if target else None,
             better=data.get("better", "lower"), note=data.get("note", ""),
-            extra=data.get("extra", {}),
+            failed=data.get("failed", False), extra=data.get("extra", {}),
         )

@@ -40,8 +40,8 @@ export function render(el, data, opts = {}) {
     throw err;
   });
   view.destroy = () => { view.destroyed = true; el.textContent = ""; };
-  view.select = () => {};
-  view.setTab = () => {};
+  view.select = (sel) => { opts.selected = sel; };
+  view.setTab = (tab) => { opts.tab = tab; };
   return view;
 }
 

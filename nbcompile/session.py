@@ -133,7 +133,8 @@ class Session:
         __tracebackhide__ = True
         run_body(captured, namespace)
         target, args, kwargs = evaluate_call(captured, namespace)
-        key = cell_key(source=captured.source.text, options=options.compile_key(),
+        body = "\n".join(captured.source.lines[1:])  # the %%compile line is in compile_key()
+        key = cell_key(source=body, options=options.compile_key(),
                        target=target, args=args, kwargs=kwargs,
                        backend=options.backend or jax.default_backend())
         cached = None if options.force else self.cache.get(key)

@@ -256,3 +256,10 @@ def test_args_option(ip):
     res = run(ip, '%%compile -q predict --args "(params, x)"\n' + cell(PREDICT.format(opts="", end="")).rsplit("\n", 2)[0] + "\n")
     assert res.success, res.error_in_exec
     assert type(ip.user_ns["predict"]).__name__ == "PjitFunction"
+
+
+def test_display_options_do_not_invalidate_the_cache(ip):
+    assert run(ip, PREDICT.format(opts="", end=";")).success
+    before = COUNTER.count
+    assert run(ip, PREDICT.format(opts=" -q", end="")).success
+    assert COUNTER.count == before

@@ -1,0 +1,168 @@
+"""Figures about what the user sees: displayed output size (vs jaxviz) and first paint.
+
+Displayed size = every payload of the cell's display bundle (``text/plain``, the static
+``text/html`` fallback, any widget mime entry) + the widget state the front end receives (the
+live widget's state where ``nbcompile.widgets`` exists, else the report JSON, which is what that
+state carries). First paint = navigation start to the graph's first drawn node in headless
+Chromium, opening the page from ``nbcompile.report.html.render_static_html``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks._extra_models import build
+from benchmarks._stats import Row, Target, summarise
+
+__all__ = ["CHROMIUM", "displayed_size", "first_paint"]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+#: the first node drawn in the graph view's SVG (js/graphview.js: svg.nbc-svg > g.nbc-nodes)
+GRAPH_NODE = "svg.nbc-svg .nbc-nodes > *"
+#: Records, from an init script, when the first graph node exists and the frame after it.
+_OBSERVER_JS = """
+(() => {
+  const sel = %s;
+  const check = () => {
+    if (window.__nbcFound === undefined && document.querySelector(sel)) {
+      window.__nbcFound = performance.now();
+      requestAnimationFrame(() => { window.__nbcPaint = performance.now(); });
+      return true;
+    }
+    return window.__nbcFound !== undefined;
+  };
+  new MutationObserver((_, obs) => { if (check()) obs.disconnect(); })
+    .observe(document, {childList: true, subtree: true});
+})();
+"""
+
+_COMPILED: dict[str, Any] = {}
+
+
+def compiled(model: str) -> Any:
+    """One Compilation per model for the display figures (size and paint share it)."""
+    if model not in _COMPILED:
+        import nbcompile
+
+        fn, args = build(model)
+        c = nbcompile.compile(fn, *args)
+        c.analysis  # noqa: B018
+        _COMPILED[model] = c
+    return _COMPILED[model]
+
+
+def _payload_bytes(value: Any) -> int:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return len(value)
+    if isinstance(value, str):
+        return len(value.encode())
+    return len(json.dumps(value, default=str).encode())
+
+
+def _widget_state_bytes(c: Any, report: dict[str, Any]) -> tuple[int, str]:
+    view = getattr(c, "_view", None)
+    if view is not None and hasattr(view, "get_state"):
+        state = view.get_state()
+        return sum(_payload_bytes(v) for v in state.values()), "widget state"
+    return len(json.dumps(report).encode()), "report JSON (no widget yet)"
+
+
+def displayed_size(model: str, peer: dict[str, Any] | None, peer_note: str) -> Row:
+    c = compiled(model)
+    bundle = c._repr_mimebundle_()
+    report = c.report()
+    parts = {mime: _payload_bytes(v) for mime, v in bundle.items()}
+    state_bytes, state_kind = _widget_state_bytes(c, report)
+    parts[state_kind] = state_bytes
+    ours = float(sum(parts.values()))
+    row = Row(
+        "displayed bytes", model, "bytes", "nbcompile output", "jaxviz HTML",
+        note="n=1 (sizes are deterministic); " + ", ".join(parts),
+        extra={"parts": parts},
+    )
+    theirs = (peer or {}).get("models", {}).get(model, {})
+    if "bytes" in theirs:
+        row.set_pairs([ours], [float(theirs["bytes"])])
+        row.extra["jaxviz_seconds"] = theirs["seconds"]
+        row.extra["jaxviz_view"] = theirs["view"]
+    else:
+        row.set_pairs([ours])
+        row.note += "; jaxviz: " + (theirs.get("error") or peer_note or "not measured")
+    return row
+
+
+def _render_static_html() -> Any | None:
+    try:
+        from nbcompile.report.html import render_static_html
+    except ImportError:
+        return None
+    return render_static_html
+
+
+def first_paint(models: list[str], repeats: int, outdir: Path,
+                target: dict[str, float], timeout_s: float = 60.0) -> list[Row]:
+    """Navigation start -> first graph node drawn (next animation frame), per model."""
+    render = _render_static_html()
+    rows = [
+        Row("first paint", m, "s", "static page, headless Chromium", None,
+            target=Target("subject", "<=", target[m], f"≤ {target[m]:g} s") if m in target
+            else None,
+            note=f"{repeats} page loads (new browser context each)")
+        for m in models
+    ]
+    if render is None:
+        for row in rows:
+            row.note = "not available: nbcompile.report.html.render_static_html does not exist yet"
+        return rows
+    if not Path(CHROMIUM).exists():
+        for row in rows:
+            row.note = f"not available: {CHROMIUM} is not installed"
+        return rows
+    from playwright.sync_api import sync_playwright
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            for row in rows:
+                _paint_row(row, render, browser, repeats, outdir, timeout_s)
+            version = browser.version
+        finally:
+            browser.close()
+    for row in rows:
+        row.extra["chromium"] = version
+    return rows
+
+
+def _paint_row(row: Row, render: Any, browser: Any, repeats: int, outdir: Path,
+               timeout_s: float) -> None:
+    page_path = outdir / f"paint-{row.model.replace(' ', '_')}.html"
+    page_path.write_text(render(compiled(row.model).report()))
+    row.extra["page_bytes"] = page_path.stat().st_size
+    times: list[float] = []
+    remote: list[str] = []
+    for _ in range(repeats):
+        context = browser.new_context()
+        page = context.new_page()
+        page.on("request", lambda r: remote.append(r.url)
+                if not r.url.startswith(("file:", "data:", "blob:", "about:")) else None)
+        page.add_init_script(_OBSERVER_JS % json.dumps(GRAPH_NODE))
+        try:
+            page.goto(page_path.as_uri(), wait_until="commit")
+            page.wait_for_function("window.__nbcPaint !== undefined", timeout=timeout_s * 1000)
+            times.append(page.evaluate("window.__nbcPaint") / 1000.0)
+        except Exception as exc:  # timeout: nothing drawn
+            row.note = f"no graph node drawn within {timeout_s:g} s ({type(exc).__name__})"
+            row.failed = True
+            context.close()
+            return
+        context.close()
+    row.subject = summarise(times)
+    if remote:
+        row.note += f"; page requested {len(set(remote))} non-local URLs"

@@ -1,0 +1,134 @@
+"""Figures that need fresh processes: frozen-model first call, ``%%compile`` re-run, jaxviz.
+
+Workers (``benchmarks._workers``) time themselves and hand back JSON, so Python start-up and
+imports are never part of a figure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks._extra_models import build
+from benchmarks._stats import Row, Target
+
+__all__ = ["PEER_DIR", "frozen_first_call", "jaxviz_sizes", "magic_rerun", "run_worker"]
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER_DIR = Path(__file__).resolve().parent / ".peer-venv"
+JAXVIZ_PIN = "jaxviz==0.1.4"
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+def run_worker(kind: str, *args: str, timeout: float = 600,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one worker in a fresh interpreter and return its JSON result."""
+    with tempfile.TemporaryDirectory(prefix="nbc-bench-") as tmp:
+        result = Path(tmp) / "result.json"
+        full_env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3",
+                    "IPYTHONDIR": str(Path(tmp) / "ipython"),
+                    "NBCOMPILE_CACHE_DIR": str(Path(tmp) / "jax-cache"), **(env or {})}
+        full_env.pop("JAX_COMPILATION_CACHE_DIR", None)
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks._workers", kind, str(result), *args],
+            cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout,
+        )
+        if proc.returncode != 0 or not result.exists():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            raise WorkerError(f"worker {kind} failed (rc {proc.returncode}): " + " | ".join(tail))
+        return json.loads(result.read_text())
+
+
+def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
+    """``nbcompile.load(path)(x)`` vs ``jax.jit(f)(*args)``, each the first call of a fresh process."""
+    import nbcompile
+
+    row = Row(
+        "frozen load+1st call", model, "s", "load(path)(x), fresh process",
+        "jit(f) 1st call, fresh process",
+        target=Target("ratio", "<=", 1.2, "≤ 1.2"),
+        note=f"{pairs} pairs of fresh processes, timed inside each",
+    )
+    fn, args = build(model)
+    path = workdir / f"{model.replace(' ', '_')}.nbc"
+    try:
+        result = nbcompile.freeze(fn, *args, path=path)
+    except Exception as exc:  # a freeze bug must show in the table, not kill the run
+        row.note = f"freeze failed: {type(exc).__name__}: {exc}"[:200]
+        return row
+    row.extra["file_bytes"] = result.file_bytes
+    row.extra["platforms"] = list(result.platforms)
+    subj: list[float] = []
+    anch: list[float] = []
+    try:
+        for i in range(pairs):
+            sides = [(subj, ("frozen-first-call", model, str(path))),
+                     (anch, ("jit-first-call", model))]
+            for out, argv in sides if i % 2 == 0 else sides[::-1]:
+                out.append(run_worker(*argv)["seconds"])
+    except (WorkerError, subprocess.TimeoutExpired) as exc:
+        row.note = str(exc)[:300]
+        return row
+    finally:
+        path.unlink(missing_ok=True)
+    row.set_pairs(subj, anch)
+    return row
+
+
+def magic_rerun(model: str, pairs: int) -> Row:
+    """Unchanged ``%%compile`` cell re-run vs a plain cell calling the compiled function."""
+    row = Row(
+        "%%compile re-run", model, "s", "unchanged %%compile cell", "plain cell calling it",
+        target=Target("diff", "<=", 0.050, "+≤ 50 ms"),
+        note=f"{pairs} interleaved pairs in one IPython InteractiveShell (fresh process); "
+             "the magic cell displays its Compilation, the plain cell calls the compiled "
+             "function once and blocks",
+    )
+    try:
+        result = run_worker("magic", model, str(pairs))
+    except (WorkerError, subprocess.TimeoutExpired) as exc:
+        row.note = str(exc)[:300]
+        return row
+    row.set_pairs(result["subject"], result["anchor"])
+    row.extra["first_run_seconds"] = result["first_run_seconds"]
+    row.extra["xla_compiles_during_reruns"] = result["xla_compiles_during_reruns"]
+    if result["xla_compiles_during_reruns"]:
+        row.note += f"; WARNING: {result['xla_compiles_during_reruns']} XLA compiles in re-runs"
+    return row
+
+
+def ensure_jaxviz() -> tuple[bool, str]:
+    """Install the peer (pinned, no deps: it only needs jax) into ``benchmarks/.peer-venv``."""
+    if (PEER_DIR / "jaxviz" / "__init__.py").exists():
+        return True, "present"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+         "--target", str(PEER_DIR), JAXVIZ_PIN],
+        capture_output=True, text=True, timeout=300,
+    )
+    if proc.returncode != 0:
+        return False, f"pip install {JAXVIZ_PIN} failed: " + proc.stderr.strip()[-200:]
+    return True, "installed"
+
+
+def jaxviz_sizes(models: list[str]) -> tuple[dict[str, Any] | None, str]:
+    """jaxviz's HTML size per model, measured in a fresh process; (None, why) if unavailable."""
+    try:
+        ok, why = ensure_jaxviz()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"jaxviz not installable: {exc}"
+    if not ok:
+        return None, why
+    env = {"PYTHONPATH": os.pathsep.join([str(PEER_DIR), str(ROOT)])}
+    try:
+        return run_worker("jaxviz", *models, env=env, timeout=900), why
+    except (WorkerError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)[:300]
