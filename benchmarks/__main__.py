@@ -1,0 +1,231 @@
+"""``python -m benchmarks``: measure nbcompile against its limits and peers, print one table.
+
+    python -m benchmarks                 # full run (~10-15 min on 2 cores) -> benchmarks/results.json
+    python -m benchmarks --quick         # toy sizes, 1-3 repeats -> benchmarks/out/results-quick.json
+    python -m benchmarks --only compile,magic
+    python -m benchmarks --check         # fresh run vs benchmarks/results.json; exit 1 on regression
+
+Only a full, unfiltered run writes ``benchmarks/results.json`` (the stored baseline) unless
+``--out`` says otherwise. Figures: see ``FIGURES`` and docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results.json"
+OUT = HERE / "out"
+SCHEMA = "nbcompile.bench/1"
+FIGURES = ("overhead", "compile", "eager", "size", "paint", "frozen", "magic")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which models each figure measures, and how many repeats (pairs) each row uses."""
+
+    overhead: list[tuple[str, int, int]]  # model, pairs, calls per measurement
+    compile: list[tuple[str, int, float | None]]  # model, pairs, target ratio
+    eager: list[tuple[str, int, int, int]]  # model, pairs, eager calls, compiled calls
+    size: list[str]
+    paint: list[str]
+    paint_repeats: int
+    paint_target: dict[str, float] = field(default_factory=dict)
+    frozen: list[tuple[str, int]] = field(default_factory=list)  # model, pairs of processes
+    magic: list[tuple[str, int]] = field(default_factory=list)  # model, pairs of cells
+
+
+FULL = Plan(
+    overhead=[("tiny fn", 15, 2000), ("2-layer fwd d256", 15, 100)],
+    compile=[("2-layer train", 7, None), ("12-layer train", 5, 1.25)],
+    eager=[("MLP", 7, 20, 200), ("attention block", 7, 10, 100), ("2-layer fwd", 7, 3, 20),
+           ("conv net", 7, 10, 100)],
+    size=["MLP", "attention block", "2-layer train", "12-layer train", "24-layer train"],
+    paint=["12-layer train", "24-layer train"], paint_repeats=3,
+    paint_target={"12-layer train": 1.5},
+    frozen=[("MLP", 5), ("2-layer fwd", 5)],
+    magic=[("MLP", 7), ("12-layer train", 7)],
+)
+
+QUICK = Plan(
+    overhead=[("tiny fn", 3, 50), ("MLP", 3, 20)],
+    compile=[("1-layer train d32", 2, None)],
+    eager=[("MLP", 2, 2, 5)],
+    size=["MLP"],
+    paint=["1-layer train d32"], paint_repeats=1,
+    frozen=[("MLP", 1)],
+    magic=[("MLP", 2)],
+)
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
+            "platform": platform.platform(), "load_average_start": list(os.getloadavg())}
+
+
+def versions() -> dict[str, str | None]:
+    import jax
+
+    import nbcompile
+
+    out: dict[str, str | None] = {"python": platform.python_version(), "jax": jax.__version__,
+                                  "jaxlib": jax.lib.__version__, "nbcompile": nbcompile.__version__}
+    for dist in ("numpy", "ipython", "playwright"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def run(figures: list[str], plan: Plan, *, peer: bool = True,
+        log: Any = print) -> tuple[list[Any], dict[str, Any]]:
+    """Measure ``figures`` with ``plan``; return the rows and run facts (versions of peers...)."""
+    import jax
+
+    # The harness must measure real compiles: no persistent cache on either side.
+    jax.config.update("jax_enable_compilation_cache", False)
+    from benchmarks import _display, _inprocess, _subprocs
+
+    rows: list[Any] = []
+    facts: dict[str, Any] = {}
+
+    def step(what: str) -> float:
+        log(f"[bench] {what}", file=sys.stderr, flush=True)
+        return time.perf_counter()
+
+    if "overhead" in figures:
+        for model, pairs, calls in plan.overhead:
+            step(f"call overhead: {model}")
+            rows.append(_inprocess.call_overhead(model, pairs, calls))
+    if "compile" in figures:
+        for model, pairs, target in plan.compile:
+            step(f"compile total: {model} ({pairs} pairs)")
+            rows.append(_inprocess.compile_total(model, pairs, target))
+    if "eager" in figures:
+        for model, pairs, eager_calls, compiled_calls in plan.eager:
+            step(f"eager vs compiled: {model}")
+            rows.append(_inprocess.eager_speedup(model, pairs, eager_calls, compiled_calls))
+    if "size" in figures:
+        step("jaxviz sizes (fresh process)")
+        sizes, why = _subprocs.jaxviz_sizes(plan.size) if peer else (None, "skipped (--no-peer)")
+        facts["jaxviz"] = (sizes or {}).get("version") or why
+        for model in plan.size:
+            step(f"displayed size: {model}")
+            rows.append(_display.displayed_size(model, sizes, why))
+    if "paint" in figures:
+        step(f"first paint: {', '.join(plan.paint)}")
+        rows.extend(_display.first_paint(plan.paint, plan.paint_repeats, OUT, plan.paint_target))
+    if "frozen" in figures:
+        for model, pairs in plan.frozen:
+            step(f"frozen load + first call: {model} ({pairs} pairs of processes)")
+            OUT.mkdir(parents=True, exist_ok=True)
+            rows.append(_subprocs.frozen_first_call(model, pairs, OUT))
+    if "magic" in figures:
+        for model, pairs in plan.magic:
+            step(f"%%compile re-run: {model}")
+            rows.append(_subprocs.magic_rerun(model, pairs))
+    return rows, facts
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="toy sizes and 1-3 repeats (smoke test)")
+    p.add_argument("--only", default=None, help=f"comma-separated subset of {', '.join(FIGURES)}")
+    p.add_argument("--check", action="store_true",
+                   help="compare with the baseline; exit 1 on a regression beyond the margin")
+    p.add_argument("--baseline", type=Path, default=RESULTS, help="stored run for --check")
+    p.add_argument("--out", type=Path, default=None, help="where to write this run's JSON")
+    p.add_argument("--no-peer", action="store_true", help="skip installing/running jaxviz")
+    return p.parse_args(argv)
+
+
+def _out_path(args: argparse.Namespace) -> Path:
+    if args.out is not None:
+        return args.out
+    if args.check:
+        return OUT / "check.json"
+    if args.quick:
+        return OUT / "results-quick.json"
+    if args.only:
+        return OUT / "results-partial.json"
+    return RESULTS
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks._stats import Row
+    from benchmarks._table import compare, format_table
+
+    args = _parse(argv)
+    figures = list(FIGURES) if not args.only else [f.strip() for f in args.only.split(",")]
+    unknown = [f for f in figures if f not in FIGURES]
+    if unknown:
+        print(f"unknown figure(s) {unknown}; choose from {', '.join(FIGURES)}", file=sys.stderr)
+        return 2
+    baseline = None
+    if args.check:
+        if not args.baseline.exists():
+            print(f"--check: no baseline at {args.baseline}; run `make bench` first",
+                  file=sys.stderr)
+            return 2
+        baseline = json.loads(args.baseline.read_text())
+    plan = QUICK if args.quick else FULL
+    facts = {"machine": machine(), "versions": versions()}
+    started = time.perf_counter()
+    rows, extra = run(figures, plan, peer=not args.no_peer)
+    facts["machine"]["load_average_end"] = list(os.getloadavg())
+    facts["versions"].update({k: v for k, v in extra.items()})
+    result = {
+        "schema": SCHEMA, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": args.quick, "figures": figures, **facts,
+        "duration_s": round(time.perf_counter() - started, 1),
+        "rows": [r.to_json() for r in rows],
+    }
+    out = _out_path(args)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    m = facts["machine"]
+    print(f"nbcompile benchmarks — {result['date']} — {m['cpu']}, {m['cores']} cores "
+          f"(load {m['load_average_start'][0]:.1f} -> {m['load_average_end'][0]:.1f}) — "
+          + ", ".join(f"{k} {v}" for k, v in facts["versions"].items() if v)
+          + f" — {result['duration_s']} s")
+    print(format_table(rows))
+    print(f"\nwritten: {out}")
+    if baseline is None:
+        return 0
+    if baseline.get("quick") != args.quick:
+        print("--check: the baseline and this run use different sizes (--quick)", file=sys.stderr)
+        return 2
+    findings = compare([Row.from_json(r) for r in baseline["rows"]], rows)
+    print(f"\n--check against {args.baseline} ({baseline.get('date')}):")
+    for f in findings:
+        print("  " + f.text())
+    if not findings:
+        print("  no rows in common with the baseline", file=sys.stderr)
+        return 2
+    return 1 if any(f.regressed for f in findings) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
