@@ -36,6 +36,7 @@ demo: $(VENV)/.lab-installed
 
 test: $(VENV)/.test-installed /usr/bin/chromium
 	$(VENV)/bin/ruff check .
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
 	$(VENV)/bin/pytest -q
 
 test-fast: $(VENV)/.test-installed
@@ -61,7 +62,7 @@ gpu-check: $(PY)
 	$(PY) scripts/gpu_check.py
 
 docs: $(VENV)/.test-installed
-	$(VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .

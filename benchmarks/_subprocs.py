@@ -68,18 +68,24 @@ def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
     row.extra["platforms"] = list(result.platforms)
     subj: list[float] = []
     anch: list[float] = []
+    parts: dict[str, list[float]] = {}
     try:
         for i in range(pairs):
             sides = [(subj, ("frozen-first-call", model, str(path))),
                      (anch, ("jit-first-call", model))]
             for out, argv in sides if i % 2 == 0 else sides[::-1]:
-                out.append(run_worker(*argv)["seconds"])
+                result = run_worker(*argv)
+                out.append(result["seconds"])
+                for part in ("import_seconds", "load_seconds", "call_seconds"):
+                    if part in result:
+                        parts.setdefault(part, []).append(result[part])
     except (WorkerError, subprocess.TimeoutExpired) as exc:
         row.note = str(exc)[:300]
         return row
     finally:
         path.unlink(missing_ok=True)
     row.set_pairs(subj, anch)
+    row.extra["frozen_parts_seconds"] = parts
     return row
 
 
