@@ -49,23 +49,29 @@ class Plan:
 
 
 FULL = Plan(
-    overhead=[("tiny fn", 15, 2000), ("2-layer fwd d256", 15, 100)],
-    compile=[("2-layer train", 7, None), ("12-layer train", 5, 1.25)],
-    eager=[("MLP", 7, 20, 200), ("attention block", 7, 10, 100), ("2-layer fwd", 7, 3, 20),
-           ("conv net", 7, 10, 100)],
+    overhead=[("tiny fn", 301, 100), ("2-layer fwd d256", 61, 10)],
+    compile=[("2-layer train", 9, None), ("12-layer train", 7, 1.25)],
+    eager=[
+        ("MLP", 7, 20, 200),
+        ("attention block", 7, 10, 100),
+        ("2-layer fwd", 7, 3, 20),
+        ("conv net", 7, 10, 100),
+    ],
     size=["MLP", "attention block", "2-layer train", "12-layer train", "24-layer train"],
-    paint=["12-layer train", "24-layer train"], paint_repeats=3,
+    paint=["12-layer train", "24-layer train"],
+    paint_repeats=5,
     paint_target={"12-layer train": 1.5},
-    frozen=[("MLP", 5), ("2-layer fwd", 5)],
-    magic=[("MLP", 7), ("12-layer train", 7)],
+    frozen=[("MLP", 7), ("2-layer fwd", 7)],
+    magic=[("MLP", 11), ("12-layer train", 11)],
 )
 
 QUICK = Plan(
-    overhead=[("tiny fn", 3, 50), ("MLP", 3, 20)],
+    overhead=[("tiny fn", 5, 20), ("MLP", 3, 10)],
     compile=[("1-layer train d32", 2, None)],
     eager=[("MLP", 2, 2, 5)],
     size=["MLP"],
-    paint=["1-layer train d32"], paint_repeats=1,
+    paint=["1-layer train d32"],
+    paint_repeats=1,
     frozen=[("MLP", 1)],
     magic=[("MLP", 2)],
 )
@@ -80,8 +86,13 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
-            "platform": platform.platform(), "load_average_start": list(os.getloadavg())}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "platform": platform.platform(),
+        "load_average_start": list(os.getloadavg()),
+    }
 
 
 def versions() -> dict[str, str | None]:
@@ -89,8 +100,12 @@ def versions() -> dict[str, str | None]:
 
     import nbcompile
 
-    out: dict[str, str | None] = {"python": platform.python_version(), "jax": jax.__version__,
-                                  "jaxlib": jax.lib.__version__, "nbcompile": nbcompile.__version__}
+    out: dict[str, str | None] = {
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jaxlib": jax.lib.__version__,
+        "nbcompile": nbcompile.__version__,
+    }
     for dist in ("numpy", "ipython", "playwright"):
         try:
             out[dist] = metadata.version(dist)
@@ -99,8 +114,9 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def run(figures: list[str], plan: Plan, *, peer: bool = True,
-        log: Any = print) -> tuple[list[Any], dict[str, Any]]:
+def run(
+    figures: list[str], plan: Plan, *, peer: bool = True, log: Any = print
+) -> tuple[list[Any], dict[str, Any]]:
     """Measure ``figures`` with ``plan``; return the rows and run facts (versions of peers...)."""
     import jax
 
@@ -153,8 +169,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="toy sizes and 1-3 repeats (smoke test)")
     p.add_argument("--only", default=None, help=f"comma-separated subset of {', '.join(FIGURES)}")
-    p.add_argument("--check", action="store_true",
-                   help="compare with the baseline; exit 1 on a regression beyond the margin")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="compare with the baseline; exit 1 on a regression beyond the margin",
+    )
     p.add_argument("--baseline", type=Path, default=RESULTS, help="stored run for --check")
     p.add_argument("--out", type=Path, default=None, help="where to write this run's JSON")
     p.add_argument("--no-peer", action="store_true", help="skip installing/running jaxviz")
@@ -186,8 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     baseline = None
     if args.check:
         if not args.baseline.exists():
-            print(f"--check: no baseline at {args.baseline}; run `make bench` first",
-                  file=sys.stderr)
+            print(
+                f"--check: no baseline at {args.baseline}; run `make bench` first", file=sys.stderr
+            )
             return 2
         baseline = json.loads(args.baseline.read_text())
     plan = QUICK if args.quick else FULL
@@ -197,8 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     facts["machine"]["load_average_end"] = list(os.getloadavg())
     facts["versions"].update({k: v for k, v in extra.items()})
     result = {
-        "schema": SCHEMA, "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "quick": args.quick, "figures": figures, **facts,
+        "schema": SCHEMA,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "figures": figures,
+        **facts,
         "duration_s": round(time.perf_counter() - started, 1),
         "rows": [r.to_json() for r in rows],
     }
@@ -206,10 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     m = facts["machine"]
-    print(f"nbcompile benchmarks — {result['date']} — {m['cpu']}, {m['cores']} cores "
-          f"(load {m['load_average_start'][0]:.1f} -> {m['load_average_end'][0]:.1f}) — "
-          + ", ".join(f"{k} {v}" for k, v in facts["versions"].items() if v)
-          + f" — {result['duration_s']} s")
+    print(
+        f"nbcompile benchmarks — {result['date']} — {m['cpu']}, {m['cores']} cores "
+        f"(load {m['load_average_start'][0]:.1f} -> {m['load_average_end'][0]:.1f}) — "
+        + ", ".join(f"{k} {v}" for k, v in facts["versions"].items() if v)
+        + f" — {result['duration_s']} s"
+    )
     print(format_table(rows))
     print(f"\nwritten: {out}")
     if baseline is None:

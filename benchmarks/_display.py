@@ -20,8 +20,14 @@ __all__ = ["CHROMIUM", "displayed_size", "first_paint"]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 #: the first node drawn in the graph view's SVG (js/graphview.js: svg.nbc-svg > g.nbc-nodes)
 GRAPH_NODE = "svg.nbc-svg .nbc-nodes > *"
@@ -65,12 +71,13 @@ def _payload_bytes(value: Any) -> int:
     return len(json.dumps(value, default=str).encode())
 
 
-def _widget_state_bytes(c: Any, report: dict[str, Any]) -> tuple[int, str]:
+def _widget_state_bytes(c: Any, report: dict[str, Any]) -> tuple[int, str, dict[str, int]]:
     view = getattr(c, "_view", None)
     if view is not None and hasattr(view, "get_state"):
-        state = view.get_state()
-        return sum(_payload_bytes(v) for v in state.values()), "widget state"
-    return len(json.dumps(report).encode()), "report JSON (no widget yet)"
+        state = {k: _payload_bytes(v) for k, v in view.get_state().items()}
+        big = {k: n for k, n in state.items() if n >= 1000}
+        return sum(state.values()), "widget state", big
+    return len(json.dumps(report).encode()), "report JSON (no widget yet)", {}
 
 
 def displayed_size(model: str, peer: dict[str, Any] | None, peer_note: str) -> Row:
@@ -78,13 +85,17 @@ def displayed_size(model: str, peer: dict[str, Any] | None, peer_note: str) -> R
     bundle = c._repr_mimebundle_()
     report = c.report()
     parts = {mime: _payload_bytes(v) for mime, v in bundle.items()}
-    state_bytes, state_kind = _widget_state_bytes(c, report)
+    state_bytes, state_kind, state_parts = _widget_state_bytes(c, report)
     parts[state_kind] = state_bytes
     ours = float(sum(parts.values()))
     row = Row(
-        "displayed bytes", model, "bytes", "nbcompile output", "jaxviz HTML",
+        "displayed bytes",
+        model,
+        "bytes",
+        "nbcompile output",
+        "jaxviz HTML",
         note="n=1 (sizes are deterministic); " + ", ".join(parts),
-        extra={"parts": parts},
+        extra={"parts": parts, "widget_state_parts": state_parts},
     )
     theirs = (peer or {}).get("models", {}).get(model, {})
     if "bytes" in theirs:
@@ -105,15 +116,23 @@ def _render_static_html() -> Any | None:
     return render_static_html
 
 
-def first_paint(models: list[str], repeats: int, outdir: Path,
-                target: dict[str, float], timeout_s: float = 60.0) -> list[Row]:
+def first_paint(
+    models: list[str], repeats: int, outdir: Path, target: dict[str, float], timeout_s: float = 60.0
+) -> list[Row]:
     """Navigation start -> first graph node drawn (next animation frame), per model."""
     render = _render_static_html()
     rows = [
-        Row("first paint", m, "s", "static page, headless Chromium", None,
-            target=Target("subject", "<=", target[m], f"≤ {target[m]:g} s") if m in target
+        Row(
+            "first paint",
+            m,
+            "s",
+            "static page, headless Chromium",
+            None,
+            target=Target("subject", "<=", target[m], f"≤ {target[m]:g} s")
+            if m in target
             else None,
-            note=f"{repeats} page loads (new browser context each)")
+            note=f"{repeats} page loads (new browser context each)",
+        )
         for m in models
     ]
     if render is None:
@@ -140,8 +159,9 @@ def first_paint(models: list[str], repeats: int, outdir: Path,
     return rows
 
 
-def _paint_row(row: Row, render: Any, browser: Any, repeats: int, outdir: Path,
-               timeout_s: float) -> None:
+def _paint_row(
+    row: Row, render: Any, browser: Any, repeats: int, outdir: Path, timeout_s: float
+) -> None:
     page_path = outdir / f"paint-{row.model.replace(' ', '_')}.html"
     page_path.write_text(render(compiled(row.model).report()))
     row.extra["page_bytes"] = page_path.stat().st_size
@@ -150,8 +170,14 @@ def _paint_row(row: Row, render: Any, browser: Any, repeats: int, outdir: Path,
     for _ in range(repeats):
         context = browser.new_context()
         page = context.new_page()
-        page.on("request", lambda r: remote.append(r.url)
-                if not r.url.startswith(("file:", "data:", "blob:", "about:")) else None)
+        page.on(
+            "request",
+            lambda r: (
+                remote.append(r.url)
+                if not r.url.startswith(("file:", "data:", "blob:", "about:"))
+                else None
+            ),
+        )
         page.add_init_script(_OBSERVER_JS % json.dumps(GRAPH_NODE))
         try:
             page.goto(page_path.as_uri(), wait_until="commit")

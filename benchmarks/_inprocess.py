@@ -62,12 +62,17 @@ def call_overhead(model: str, pairs: int, calls: int) -> Row:
         for _ in range(3):
             jax.block_until_ready(f(*args))
     row = Row(
-        "call overhead", model, "s", "c.fn call", "jax.jit call",
+        "call overhead",
+        model,
+        "s",
+        "c.fn call",
+        "jax.jit call",
         target=Target("ratio", "<=", 1.02, "≤ 1.02 (limit 1.00)"),
         note=f"{pairs} pairs x {calls} calls each, block_until_ready per call",
     )
-    subj, anch = paired(_per_call(subject_fn, args, calls), _per_call(anchor_fn, args, calls),
-                        pairs)
+    subj, anch = paired(
+        _per_call(subject_fn, args, calls), _per_call(anchor_fn, args, calls), pairs
+    )
     row.set_pairs(subj, anch)
     return row
 
@@ -99,7 +104,10 @@ def compile_total(model: str, pairs: int, target: float | None) -> Row:
         return jax.jit(fn).lower(*args).compile()
 
     row = Row(
-        "compile total", model, "s", "nbcompile.compile+analysis+report",
+        "compile total",
+        model,
+        "s",
+        "nbcompile.compile+analysis+report",
         "jit.lower().compile()",
         target=None if target is None else Target("ratio", "<=", target, f"≤ {target:g}"),
         note=f"{pairs} pairs, fresh model per repetition",
@@ -127,12 +135,17 @@ def eager_speedup(model: str, pairs: int, eager_calls: int, compiled_calls: int)
         for _ in range(2):
             jax.block_until_ready(f(*args))
     row = Row(
-        "eager / compiled", model, "s", "eager call", "compiled call",
+        "eager / compiled",
+        model,
+        "s",
+        "eager call",
+        "compiled call",
         better="none",
         note=f"{pairs} pairs; {eager_calls} eager and {compiled_calls} compiled calls each; "
-             "ratio = speed-up of compiling",
+        "ratio = speed-up of compiling",
     )
-    subj, anch = paired(_per_call(eager, args, eager_calls),
-                        _per_call(compiled, args, compiled_calls), pairs)
+    subj, anch = paired(
+        _per_call(eager, args, eager_calls), _per_call(compiled, args, compiled_calls), pairs
+    )
     row.set_pairs(subj, anch)
     return row

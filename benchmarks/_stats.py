@@ -160,11 +160,21 @@ class Row:
             return None if s is None else s.to_json()
 
         return {
-            "key": self.key, "figure": self.figure, "model": self.model, "unit": self.unit,
-            "subject_label": self.subject_label, "anchor_label": self.anchor_label,
-            "subject": js(self.subject), "anchor": js(self.anchor), "ratio": js(self.ratio),
-            "diff": js(self.diff), "target": None if self.target is None else asdict(self.target),
-            "better": self.better, "status": self.status, "note": self.note, "failed": self.failed,
+            "key": self.key,
+            "figure": self.figure,
+            "model": self.model,
+            "unit": self.unit,
+            "subject_label": self.subject_label,
+            "anchor_label": self.anchor_label,
+            "subject": js(self.subject),
+            "anchor": js(self.anchor),
+            "ratio": js(self.ratio),
+            "diff": js(self.diff),
+            "target": None if self.target is None else asdict(self.target),
+            "better": self.better,
+            "status": self.status,
+            "note": self.note,
+            "failed": self.failed,
             "extra": self.extra,
         }
 
@@ -172,13 +182,18 @@ class Row:
     def from_json(cls, data: dict[str, Any]) -> Row:
         target = data.get("target")
         return cls(
-            figure=data["figure"], model=data["model"], unit=data["unit"],
-            subject_label=data["subject_label"], anchor_label=data.get("anchor_label"),
+            figure=data["figure"],
+            model=data["model"],
+            unit=data["unit"],
+            subject_label=data["subject_label"],
+            anchor_label=data.get("anchor_label"),
             subject=Summary.from_json(data.get("subject")),
             anchor=Summary.from_json(data.get("anchor")),
             ratio=Summary.from_json(data.get("ratio")),
             diff=Summary.from_json(data.get("diff")),
             target=Target(**target) if target else None,
-            better=data.get("better", "lower"), note=data.get("note", ""),
-            failed=data.get("failed", False), extra=data.get("extra", {}),
+            better=data.get("better", "lower"),
+            note=data.get("note", ""),
+            failed=data.get("failed", False),
+            extra=data.get("extra", {}),
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,7 @@ from benchmarks._stats import Row, Target
 __all__ = ["PEER_DIR", "frozen_first_call", "jaxviz_sizes", "magic_rerun", "run_worker"]
 
 ROOT = Path(__file__).resolve().parent.parent
-PEER_DIR = Path(__file__).resolve().parent / ".peer-venv"
+PEER_DIR = Path(__file__).resolve().parent / "out" / ".peer-venv"  # git-ignored
 JAXVIZ_PIN = "jaxviz==0.1.4"
 
 
@@ -28,18 +29,28 @@ class WorkerError(RuntimeError):
     pass
 
 
-def run_worker(kind: str, *args: str, timeout: float = 600,
-               env: dict[str, str] | None = None) -> dict[str, Any]:
+def run_worker(
+    kind: str, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Run one worker in a fresh interpreter and return its JSON result."""
     with tempfile.TemporaryDirectory(prefix="nbc-bench-") as tmp:
         result = Path(tmp) / "result.json"
-        full_env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3",
-                    "IPYTHONDIR": str(Path(tmp) / "ipython"),
-                    "NBCOMPILE_CACHE_DIR": str(Path(tmp) / "jax-cache"), **(env or {})}
+        full_env = {
+            **os.environ,
+            "JAX_PLATFORMS": "cpu",
+            "TF_CPP_MIN_LOG_LEVEL": "3",
+            "IPYTHONDIR": str(Path(tmp) / "ipython"),
+            "NBCOMPILE_CACHE_DIR": str(Path(tmp) / "jax-cache"),
+            **(env or {}),
+        }
         full_env.pop("JAX_COMPILATION_CACHE_DIR", None)
         proc = subprocess.run(
             [sys.executable, "-m", "benchmarks._workers", kind, str(result), *args],
-            cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout,
+            cwd=ROOT,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if proc.returncode != 0 or not result.exists():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -52,7 +63,10 @@ def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
     import nbcompile
 
     row = Row(
-        "frozen load+1st call", model, "s", "load(path)(x), fresh process",
+        "frozen load+1st call",
+        model,
+        "s",
+        "load(path)(x), fresh process",
         "jit(f) 1st call, fresh process",
         target=Target("ratio", "<=", 1.2, "≤ 1.2"),
         note=f"{pairs} pairs of fresh processes, timed inside each",
@@ -71,8 +85,10 @@ def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
     parts: dict[str, list[float]] = {}
     try:
         for i in range(pairs):
-            sides = [(subj, ("frozen-first-call", model, str(path))),
-                     (anch, ("jit-first-call", model))]
+            sides = [
+                (subj, ("frozen-first-call", model, str(path))),
+                (anch, ("jit-first-call", model)),
+            ]
             for out, argv in sides if i % 2 == 0 else sides[::-1]:
                 result = run_worker(*argv)
                 out.append(result["seconds"])
@@ -86,17 +102,28 @@ def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
         path.unlink(missing_ok=True)
     row.set_pairs(subj, anch)
     row.extra["frozen_parts_seconds"] = parts
+    if "load_seconds" in parts:
+        med = {k: statistics.median(v) * 1e3 for k, v in parts.items()}
+        row.note += (
+            f"; medians: load {med['load_seconds']:.0f} ms + first call "
+            f"{med['call_seconds']:.0f} ms (importing nbcompile.freeze, "
+            f"{med['import_seconds']:.0f} ms, not counted)"
+        )
     return row
 
 
 def magic_rerun(model: str, pairs: int) -> Row:
     """Unchanged ``%%compile`` cell re-run vs a plain cell calling the compiled function."""
     row = Row(
-        "%%compile re-run", model, "s", "unchanged %%compile cell", "plain cell calling it",
+        "%%compile re-run",
+        model,
+        "s",
+        "unchanged %%compile cell",
+        "plain cell calling it",
         target=Target("diff", "<=", 0.050, "+≤ 50 ms"),
         note=f"{pairs} interleaved pairs in one IPython InteractiveShell (fresh process); "
-             "the magic cell displays its Compilation, the plain cell calls the compiled "
-             "function once and blocks",
+        "the magic cell displays its Compilation, the plain cell calls the compiled "
+        "function once and blocks",
     )
     try:
         result = run_worker("magic", model, str(pairs))
@@ -112,13 +139,25 @@ def magic_rerun(model: str, pairs: int) -> Row:
 
 
 def ensure_jaxviz() -> tuple[bool, str]:
-    """Install the peer (pinned, no deps: it only needs jax) into ``benchmarks/.peer-venv``."""
+    """Install the peer (pinned, no deps: it only needs jax) into ``benchmarks/out/.peer-venv``."""
     if (PEER_DIR / "jaxviz" / "__init__.py").exists():
         return True, "present"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-         "--target", str(PEER_DIR), JAXVIZ_PIN],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--target",
+            str(PEER_DIR),
+            JAXVIZ_PIN,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if proc.returncode != 0:
         return False, f"pip install {JAXVIZ_PIN} failed: " + proc.stderr.strip()[-200:]

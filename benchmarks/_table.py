@@ -54,20 +54,28 @@ def format_table(rows: list[Row]) -> str:
     """One plain-text table: figure, model, subject, anchor, ratio [spread], target, status."""
     header = ("figure", "model", "subject", "anchor", "ratio [spread]", "target", "status")
     body = [
-        (r.figure, r.model,
-         format_value(r.subject.median if r.subject else None, r.unit),
-         format_value(r.anchor.median if r.anchor else None, r.unit),
-         _ratio_text(r.ratio), _target_text(r), r.status)
+        (
+            r.figure,
+            r.model,
+            format_value(r.subject.median if r.subject else None, r.unit),
+            format_value(r.anchor.median if r.anchor else None, r.unit),
+            _ratio_text(r.ratio),
+            _target_text(r),
+            r.status,
+        )
         for r in rows
     ]
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
-              for i, h in enumerate(header)]
-    line = "  ".join("{:<%d}" % w for w in widths)
+    widths = [
+        max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)
+    ]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [line.format(*header), line.format(*("-" * w for w in widths))]
     out += [line.format(*b) for b in body]
     out.append("")
-    out.append("ratio = subject / anchor, per interleaved pair; [spread] = IQR (n >= 5) or "
-               "min–max (n < 5); subject/anchor columns are medians.")
+    out.append(
+        "ratio = subject / anchor, per interleaved pair; [spread] = IQR (n >= 5) or "
+        "min–max (n < 5); subject/anchor columns are medians."
+    )
     for i, r in enumerate(rows, 1):
         labels = r.subject_label + (f" vs {r.anchor_label}" if r.anchor_label else "")
         n = f"n={r.subject.n}" if r.subject else "not measured"
@@ -87,8 +95,10 @@ class Finding:
     def text(self) -> str:
         change = (self.new / self.old - 1) * 100 if self.old else float("inf")
         verdict = "REGRESSION" if self.regressed else "ok"
-        return (f"{verdict:10s} {self.key}: {self.on} {self.old:.4g} -> {self.new:.4g} "
-                f"({change:+.1f} %, margin ±{self.margin * 100:.0f} %)")
+        return (
+            f"{verdict:10s} {self.key}: {self.on} {self.old:.4g} -> {self.new:.4g} "
+            f"({change:+.1f} %, margin ±{self.margin * 100:.0f} %)"
+        )
 
 
 def _checked(row: Row) -> tuple[str, Summary] | None:

@@ -55,8 +55,12 @@ def frozen_first_call(model: str, path: str) -> dict[str, Any]:
     t2 = time.perf_counter()
     jax.block_until_ready(loaded(*inputs))
     t3 = time.perf_counter()
-    return {"seconds": t3 - t1, "import_seconds": t1 - t0, "load_seconds": t2 - t1,
-            "call_seconds": t3 - t2}
+    return {
+        "seconds": t3 - t1,
+        "import_seconds": t1 - t0,
+        "load_seconds": t2 - t1,
+        "call_seconds": t3 - t2,
+    }
 
 
 _ARG_NAMES = ("params", "x", "y", "z")
@@ -88,7 +92,7 @@ def magic(model: str, pairs: int) -> dict[str, Any]:
     n_args = len(shell.user_ns["example"])
     names = ", ".join(_ARG_NAMES[:n_args])
     run(f"{names}, = example")
-    magic_cell = (f"%%compile\ndef step({names}):\n    return model_fn({names})\nstep({names})\n")
+    magic_cell = f"%%compile\ndef step({names}):\n    return model_fn({names})\nstep({names})\n"
     plain_cell = f"_out = jax.block_until_ready(step({names}))\n"
     run("import jax")
     first = run(magic_cell)
@@ -103,9 +107,13 @@ def magic(model: str, pairs: int) -> dict[str, Any]:
         order = ((subj, magic_cell), (anch, plain_cell))
         for out, cell in order if i % 2 == 0 else order[::-1]:
             out.append(run(cell))
-    return {"subject": subj, "anchor": anch, "first_run_seconds": first,
-            "xla_compiles_during_reruns": counter.count - before,
-            "jax": jax.__version__}
+    return {
+        "subject": subj,
+        "anchor": anch,
+        "first_run_seconds": first,
+        "xla_compiles_during_reruns": counter.count - before,
+        "jax": jax.__version__,
+    }
 
 
 def jaxviz_sizes(models: list[str]) -> dict[str, Any]:
@@ -122,8 +130,11 @@ def jaxviz_sizes(models: list[str]) -> dict[str, Any]:
         except Exception as exc:  # the peer failing on a model is a result, not a crash
             out["models"][name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             continue
-        out["models"][name] = {"bytes": len(html.encode()), "seconds": time.perf_counter() - t0,
-                               "view": "global"}
+        out["models"][name] = {
+            "bytes": len(html.encode()),
+            "seconds": time.perf_counter() - t0,
+            "view": "global",
+        }
     return out
 
 

@@ -199,7 +199,7 @@ export class GraphView {
       const p = this.boxes.get(a.u), q = this.boxes.get(a.v);
       const x1 = p.x + p.w / 2, y1 = p.y + p.h, x2 = q.x + q.w / 2, y2 = q.y;
       const dy = Math.max(20, Math.abs(y2 - y1) / 2);
-      const el = s("path", { class: "nbc-edge", d: `M${x1},${y1} C${x1},${y1 + dy} ${x2},${y2 - dy} ${x2},${y2}`,
+      const el = s("path", { class: y2 < y1 ? "nbc-edge nbc-edge-up" : "nbc-edge", d: `M${x1},${y1} C${x1},${y1 + dy} ${x2},${y2 - dy} ${x2},${y2}`,
         "stroke-width": Math.min(4, 1 + Math.log2(a.count) / 2).toFixed(2) });
       el.appendChild(s("title", { text: `${a.count} edge${a.count > 1 ? "s" : ""} · ${fmtBytes(a.bytes)}` }));
       edges.appendChild(el);
@@ -232,6 +232,7 @@ export class GraphView {
       transform: `translate(${box.x.toFixed(1)},${box.y.toFixed(1)})`,
       "data-id": node?.id, "data-op": node?.op, "data-fusion": node?.fusion, "data-group": group?.id,
       "aria-expanded": group ? "false" : null, "aria-label": box.lines.join(", ") });
+    g.appendChild(s("rect", { class: "nbc-bg", width: box.w, height: box.h, rx: group ? 6 : 3 }));
     g.appendChild(s("rect", { width: box.w, height: box.h, rx: group ? 6 : 3 }));
     box.lines.forEach((t, i) => g.appendChild(s("text", { x: 7, y: 15 + i * LINE, class: i ? "nbc-sub" : "nbc-main", text: t })));
     this.els.set(box.key, g);

@@ -141,18 +141,35 @@ function relaxLayer(L, x, w, inn, out, hgap) {
 
 function finish(items, layers, x, w, vgap) {
   const pos = new Map();
-  let minX = Infinity, maxX = -Infinity, y = 0;
-  for (const L of layers) {
+  if (!items.length) return { pos, width: 0, height: 0 };
+  let minX = Infinity, maxX = -Infinity;
+  const heights = layers.map((L) => {
     let lh = 0;
     for (const i of L) {
       lh = Math.max(lh, items[i].h);
       minX = Math.min(minX, x[i] - w[i] / 2);
       maxX = Math.max(maxX, x[i] + w[i] / 2);
     }
-    for (const i of L) pos.set(items[i].key, { x: x[i] - w[i] / 2, y });
-    y += lh + vgap;
+    return lh + vgap;
+  });
+  const width = maxX - minX;
+  const total = heights.reduce((a, b) => a + b, 0);
+  // A long program is a tall thin column: wrap its layers into side-by-side bands (about 16:10).
+  const bandGap = 40;
+  let bands = 1;
+  if (layers.length > 4 && total > 2 * width && total > 900) {
+    bands = Math.round(Math.sqrt((total * 1.6) / Math.max(width, 1)));
+    bands = Math.max(1, Math.min(bands, layers.length, Math.floor(1800 / (width + bandGap)) || 1));
   }
-  if (!items.length) return { pos, width: 0, height: 0 };
-  for (const p of pos.values()) p.x -= minX;
-  return { pos, width: maxX - minX, height: Math.max(0, y - vgap) };
+  const per = Math.ceil(layers.length / bands);
+  let height = 0;
+  for (let b = 0; b < bands; b++) {
+    let y = 0;
+    for (let k = b * per; k < Math.min(layers.length, (b + 1) * per); k++) {
+      for (const i of layers[k]) pos.set(items[i].key, { x: b * (width + bandGap) + x[i] - w[i] / 2 - minX, y });
+      y += heights[k];
+    }
+    height = Math.max(height, y - vgap);
+  }
+  return { pos, width: bands * (width + bandGap) - bandGap, height };
 }

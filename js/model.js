@@ -5,21 +5,58 @@
 // no groups gets groups from node paths; any container with too many children is split into
 // chunks in program order so no single expansion draws more than CHUNK_MAX boxes.
 
-export const CHUNK_MAX = 60;
-const CHUNK = 40;
+export const CHUNK_MAX = 100;
+const CHUNK = 50;
 
-/** Decode what Python sent: a plain report, or {format: "json.gz.b64", data}. Async. */
+/** Decode what Python sent: a plain report, or {format: "nbcols1.gz.b64", data}. Async. */
 export async function decodeReport(data) {
   if (typeof data === "string") data = JSON.parse(data);
   if (data && data.schema) return data;
-  if (data && data.format === "json.gz.b64") {
+  if (data && data.format === "nbcols1.gz.b64") {
     const raw = atob(data.data);
     const bin = new Uint8Array(raw.length);
     for (let i = 0; i < raw.length; i++) bin[i] = raw.charCodeAt(i);
     const stream = new Blob([bin]).stream().pipeThrough(new DecompressionStream("gzip"));
-    return JSON.parse(await new Response(stream).text());
+    return unpack(JSON.parse(await new Response(stream).text()));
   }
-  throw new Error("nbcompile: this is not an nbcompile report");
+  throw new Error("nbcompile: this is not an nbcompile report (format " + (data && data.format) + ")");
+}
+
+// Inverse of nbcompile.report.html._encode: column-stored record lists, index-delta edges.
+function unpack(obj) {
+  if (Array.isArray(obj)) return obj.map(unpack);
+  if (obj === null || typeof obj !== "object") return obj;
+  if (obj.$dict) return Object.fromEntries(obj.$dict.map(([k, v]) => [k, unpack(v)]));
+  if (obj.$cols) {
+    const cols = Object.entries(obj.$cols).map(([k, v]) => [k, unpack(v), new Set((obj.$absent || {})[k] || [])]);
+    const out = new Array(obj.$n);
+    for (let i = 0; i < obj.$n; i++) {
+      const r = {};
+      for (const [k, col, absent] of cols) if (!absent.has(i)) r[k] = col[i];
+      out[i] = r;
+    }
+    return out;
+  }
+  const out = {};
+  for (const [k, v] of Object.entries(obj)) if (k !== "edges") out[k] = unpack(v);
+  if ("edges" in obj) out.edges = obj.edges && obj.edges.$edges ? unpackEdges(obj.edges, out.nodes || []) : unpack(obj.edges);
+  return out;
+}
+
+function unpackEdges(enc, nodes) {
+  const own = new Map();
+  const rest = unpack(enc.rest);
+  enc.own.forEach((i, j) => own.set(i, rest[j]));
+  const edges = new Array(enc.dst.length);
+  let d = 0;
+  for (let i = 0; i < enc.dst.length; i++) {
+    d = i === 0 ? enc.dst[0] : d + enc.dst[i];
+    const src = nodes[d - enc.src[i]];
+    const e = { src: src.id, dst: nodes[d].id };
+    Object.assign(e, own.has(i) ? own.get(i) : { bytes: src.bytes, shape: src.shape });
+    edges[i] = e;
+  }
+  return edges;
 }
 
 export function isScalarShape(shape) {

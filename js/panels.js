@@ -129,7 +129,7 @@ export function fusionTable(report, select) {
 
 /** Details panel contents for a resolved selection. */
 export function detailsFor(report, sel, ctx) {
-  const { traced, compiled, select } = ctx;
+  const { pgs, select } = ctx;
   const link = (text, target) => {
     const a = h("span", { class: "nbc-link" }, text);
     activatable(a, () => select(target));
@@ -137,12 +137,12 @@ export function detailsFor(report, sel, ctx) {
   };
   const lineRow = (n) => (n == null ? null : ["line", h("span", null, link(`L${n}`, "line:" + n), " ", h("code", null, trunc(report.source?.lines?.[n - 1] || "", 60)))]);
   if (sel.type === "node") {
-    const pg = sel.graph === "compiled" ? compiled : traced;
+    const pg = pgs[sel.graph];
     const n = pg?.byId.get(sel.id);
     if (!n) return h("div", null, "No such node: " + sel.id);
     const f = n.fusion ? pg.fusionById.get(n.fusion) : null;
     const labels = (pg.inLabels.get(n.id) || []).map((id) => pg.byId.get(id)).map((p) => `${p.label || p.id}: ${p.shape}`);
-    const nb = (ids) => (ids || []).slice(0, 6).map((id) => link(pg.byId.get(id)?.op || id, `${sel.graph}:${id}`));
+    const nb = (ids) => (ids || []).slice(0, 6).map((id) => link(pg.byId.get(id)?.label || pg.byId.get(id)?.op || id, `${sel.graph}:${id}`));
     const rows = [["op", n.op], ["name", n.label], ["kind", n.kind], ["shape", n.shape], ["bytes", fmtBytes(n.bytes)], ["flops", fmtNum(n.flops)],
       lineRow(n.line), n.file ? ["source", `${n.file}:${n.file_line ?? "?"}`] : null, ["module path", n.path || "–"],
       ["fusion", f ? link(f.name || f.id, "fusion:" + f.id) : n.fusion || "–"], n.phase ? ["phase", n.phase] : null,
@@ -162,8 +162,7 @@ export function detailsFor(report, sel, ctx) {
         ["kernels", h("span", { class: "nbc-chips" }, fs.length ? fs : "–")]], "nbc-details-line"));
   }
   if (sel.type === "group") {
-    const pg = sel.graph === "compiled" ? compiled : traced;
-    const g = pg?.groups.get(sel.id);
+    const g = pgs[sel.graph]?.groups.get(sel.id);
     if (!g) return h("div", null, "");
     const ops = [...g.ops.entries()].sort((a, b) => b[1] - a[1]).slice(0, 10).map(([op, k]) => `${op} ×${k}`).join(", ");
     return h("div", null, h("h4", null, `Group ${g.label}`), kvTable([["kind", g.kind], ["ops inside", fmtNum(g.count)], ["flops", fmtNum(g.flops)],

@@ -27,13 +27,17 @@ export function render(el, data, opts = {}) {
   el.classList.add("nbc-root");
   el.textContent = "";
   el.appendChild(h("div", { class: "nbc-loading" }, "nbcompile: loading the report…"));
-  const view = { timings: {}, destroyed: false };
+  const view = { timings: {}, destroyed: false, t0 };
   view.ready = decodeReport(data).then((report) => {
     view.timings.decode = performance.now() - t0;
     if (!view.destroyed) build(el, report, opts, view);
-    view.timings.firstPaint = performance.now() - t0;
-    el.setAttribute("data-first-paint-ms", view.timings.firstPaint.toFixed(1));
-    return view;
+    view.timings.built = performance.now() - t0;
+    // First paint: the frame after the DOM is built has been painted.
+    return new Promise((resolve) => requestAnimationFrame(() => setTimeout(() => {
+      view.timings.firstPaint = performance.now() - t0;
+      el.setAttribute("data-first-paint-ms", view.timings.firstPaint.toFixed(1));
+      resolve(view);
+    }, 0)));
   }).catch((err) => {
     el.textContent = "";
     el.appendChild(h("div", { class: "nbc-error", "data-testid": "nbc-error" }, "nbcompile view: " + (err?.message || err)));
@@ -49,7 +53,11 @@ function build(el, report, opts, view) {
   const state = { tab: null, selected: opts.selected || "", query: "" };
   const traced = prepareGraph(report.graphs.traced, report);
   const compiled = report.graphs.compiled ? prepareGraph(report.graphs.compiled, report) : null;
-  view.timings.prepare = performance.now();
+  // `graphs.gradient` (the value_and_grad program) when the report has it, else the traced graph.
+  const gradient = report.graphs.gradient ? prepareGraph(report.graphs.gradient, report) : null;
+  const pgs = { traced, compiled, gradient };
+  const graphOfTab = (tab) => (tab === "compiled" ? "compiled" : tab === "gradient" && gradient ? "gradient" : "traced");
+  view.timings.prepared = performance.now() - view.t0;
   const has = { graph: true, compiled: !!compiled, source: (report.source?.lines || []).length > 0, gradient: !!report.gradient, stats: true };
   const panels = new Map(), graphs = new Map(), tabBtns = new Map();
   const status = h("div", { class: "nbc-status", "data-testid": "nbc-status", "aria-live": "polite" });
@@ -57,14 +65,15 @@ function build(el, report, opts, view) {
   const search = h("input", { class: "nbc-search", "data-testid": "nbc-search", type: "search", placeholder: "search op or name…",
     "aria-label": "search ops and names (Enter: next match)" });
   const count = h("span", { class: "nbc-count", "data-testid": "nbc-match-count", "aria-live": "polite" }, "");
-  const budget = opts.budget || 400, initialBudget = opts.initialBudget || 80;
+  const budget = opts.budget || 400, initialBudget = opts.initialBudget || 120;
 
   const graphFor = (tab) => {
     if (graphs.has(tab)) return graphs.get(tab);
-    const pg = tab === "compiled" ? compiled : traced;
-    const gv = new GraphView(pg, { name: tab, colorBy: tab === "gradient" ? "phase" : "kind", budget, initialBudget,
+    const gname = graphOfTab(tab);
+    const gv = new GraphView(pgs[gname], { name: tab, colorBy: tab === "gradient" ? "phase" : "kind", budget, initialBudget,
       onStatus: (msg) => { if (state.tab === tab) status.textContent = msg; },
-      onActivate: (kind, id) => select(kind === "group" ? `group:${tab === "compiled" ? "compiled" : "traced"}:${id}` : `${tab === "compiled" ? "compiled" : "traced"}:${id}`) });
+      onActivate: (kind, id) => select(kind === "group" ? `group:${gname}:${id}` : `${gname}:${id}`) });
+    gv.graphName = gname;
     graphs.set(tab, gv);
     return gv;
   };
@@ -120,22 +129,21 @@ function build(el, report, opts, view) {
   search.addEventListener("keydown", (ev) => { if (ev.key === "Enter") { ev.preventDefault(); graphs.get(state.tab)?.nextMatch(); } });
 
   function resolve(sel) {
-    const out = { traced: new Set(), compiled: new Set(), selTraced: new Set(), selCompiled: new Set(), lines: new Set(), info: { type: "none" } };
+    const out = { hl: { traced: new Set(), compiled: new Set(), gradient: new Set() },
+      sel: { traced: new Set(), compiled: new Set(), gradient: new Set() }, lines: new Set(), info: { type: "none" } };
     const addFusion = (fid) => {
       const f = traced.fusionById.get(fid);
       if (!f) return;
-      (f.nodes || []).forEach((id) => out.compiled.add(id));
-      (compiled?.fusionNodes.get(fid) || []).forEach((id) => out.compiled.add(id));
-      (traced.fusionNodes.get(fid) || []).forEach((id) => out.traced.add(id));
+      (f.nodes || []).forEach((id) => out.hl.compiled.add(id));
+      for (const name of ["traced", "compiled", "gradient"]) (pgs[name]?.fusionNodes.get(fid) || []).forEach((id) => out.hl[name].add(id));
       (f.lines || []).forEach((l) => out.lines.add(l));
     };
     const [kind, ...rest] = sel.split(":");
     const id = rest.join(":");
-    if ((kind === "traced" || kind === "compiled") && id) {
-      const pg = kind === "traced" ? traced : compiled;
-      const n = pg?.byId.get(id);
+    if (kind in pgs && id) {
+      const n = pgs[kind]?.byId.get(id);
       if (n) {
-        (kind === "traced" ? out.selTraced : out.selCompiled).add(id);
+        out.sel[kind].add(id);
         if (n.line != null) out.lines.add(n.line);
         if (n.fusion) addFusion(n.fusion);
         out.info = { type: "node", graph: kind, id };
@@ -143,12 +151,10 @@ function build(el, report, opts, view) {
     } else if (kind === "fusion") { addFusion(id); out.info = { type: "fusion", id }; }
     else if (kind === "line") {
       const line = Number(id);
-      out.lines.add(line);
       const e = report.lines?.[String(line)];
-      (e?.nodes || []).forEach((x) => out.traced.add(x));
+      (e?.nodes || []).forEach((x) => out.hl.traced.add(x));
       (e?.fusions || []).forEach(addFusion);
-      for (const n of traced.nodes) if (n.line === line) out.traced.add(n.id);
-      for (const n of compiled?.nodes || []) if (n.line === line) out.compiled.add(n.id);
+      for (const name of ["traced", "compiled", "gradient"]) for (const n of pgs[name]?.nodes || []) if (n.line === line) out.hl[name].add(n.id);
       out.lines = new Set([line]);
       out.info = { type: "line", line };
     } else if (kind === "group") {
@@ -160,10 +166,7 @@ function build(el, report, opts, view) {
 
   function applySelection() {
     const r = resolve(state.selected);
-    for (const [tab, gv] of graphs) {
-      if (tab === "compiled") gv.setHighlight(r.compiled, r.selCompiled);
-      else gv.setHighlight(r.traced, r.selTraced);
-    }
+    for (const gv of graphs.values()) gv.setHighlight(r.hl[gv.graphName], r.sel[gv.graphName]);
     const src = panels.get("source");
     if (src) {
       for (const row of src.querySelectorAll(".nbc-line")) {
@@ -173,7 +176,7 @@ function build(el, report, opts, view) {
       }
     }
     details.textContent = "";
-    details.appendChild(detailsFor(report, r.info, { traced, compiled, select }));
+    details.appendChild(detailsFor(report, r.info, { pgs, select }));
   }
 
   function select(sel, { silent } = {}) {
@@ -213,7 +216,7 @@ function build(el, report, opts, view) {
     btn("+", "nbc-zoom-in", "zoom in", (gv) => gv.zoom(1.25)), btn("−", "nbc-zoom-out", "zoom out", (gv) => gv.zoom(0.8)),
     btn("⤢", "nbc-fit", "fit to width", (gv) => gv.fit()));
   const notes = (report.notes || []).length ? h("ul", { class: "nbc-notes", "data-testid": "nbc-notes" }, report.notes.map((n) => h("li", null, n))) : null;
-  el.append(header, notes || "", toolbar, h("div", { class: "nbc-body" }, h("div", { class: "nbc-left" }, body, status), details));
+  el.append(header, notes || "", toolbar, h("div", { class: "nbc-body" }, h("div", { class: "nbc-left" }, status, body), details));
   setTab(has[opts.tab] ? opts.tab : "graph", { silent: true });
   view.select = (sel) => { if ((sel || "") !== state.selected) select(sel, { silent: true }); };
   view.setTab = (tab) => setTab(tab, { silent: true });

@@ -60,7 +60,10 @@ def _signature_lines(label: str, sig: dict[str, Any]) -> str:
     from nbcompile.freeze import _manifest
 
     names = _manifest.leaf_paths(sig["tree"])
-    parts = [f"{n or '(value)'} {leaf['dtype']}{leaf['shape']}" for n, leaf in zip(names, sig["leaves"], strict=True)]
+    parts = [
+        f"{n or '(value)'} {leaf['dtype']}{leaf['shape']}"
+        for n, leaf in zip(names, sig["leaves"], strict=True)
+    ]
     return f"  {label}: " + (", ".join(parts) or "none")
 
 
@@ -80,7 +83,8 @@ def _inspect_text(info: dict[str, Any], verification: dict[str, Any] | None) -> 
         + ("constants baked in" if m["constants_mode"] else "weights as arguments"),
         _signature_lines("inputs", m["inputs"]),
         _signature_lines("outputs", m["outputs"]),
-        f"  weights: {len(weights)} tensors, {_fmt_size(info['weight_bytes'])}" + (f": {shown}{more}" if weights else ""),
+        f"  weights: {len(weights)} tensors, {_fmt_size(info['weight_bytes'])}"
+        + (f": {shown}{more}" if weights else ""),
         f"  sizes: file {_fmt_size(info['file_bytes'])} = header {s['header']} B + manifest "
         f"{_fmt_size(s['manifest'])} + weights {_fmt_size(s['weights'])} + program {_fmt_size(s['program'])}",
         f"  program: {m['program']['stablehlo_ops']} StableHLO ops; custom calls: "
@@ -162,7 +166,10 @@ def _add_run(sub: Any) -> None:
     p = sub.add_parser("run", help="run a .nbc model on .npy inputs")
     p.add_argument("path", help="the .nbc file")
     p.add_argument(
-        "--input", action="append", required=True, metavar="X.npy",
+        "--input",
+        action="append",
+        required=True,
+        metavar="X.npy",
         help="an input array (repeat for several inputs, in signature order)",
     )
     p.add_argument("--output", metavar="Y.npy", help="write the output (.npz for several)")

@@ -12,22 +12,22 @@ Progress = Callable[[str], None] | None
 
 
 def run(comp: Any, options: Any, progress: Progress = None) -> None:
-    """Run the measurements the options ask for and store them on ``comp``."""
-    if options.bench:
+    """Run the measurements the options ask for (and ``comp`` lacks) and store them on it."""
+    if options.bench and "bench" not in comp.extras:
         from .measure import bench
 
         result = bench(comp.original, comp.args, compiled=comp.fn,
                        compile_seconds=comp.timings.get("compile"), progress=progress)
         comp.extras["bench"] = {**result.to_json(), "text": result.text()}
         comp._timings.update(_bench_timings(result.to_json()))
-    if options.ablate:
+    if options.ablate and "ablate" not in comp.extras:
         from .measure import ablate
 
         if progress:
             progress("ablating (recompiling without fusion / constant folding)")
         result = ablate(comp.lowered, comp.args)
         comp.extras["ablate"] = {**result.to_json(), "text": result.text()}
-    if options.debug:
+    if options.debug and "debug" not in comp.extras:
         from .debug import debug_run
 
         if progress:
@@ -54,13 +54,13 @@ def freeze(comp: Any, options: Any, progress: Progress = None) -> None:
         progress(f"freezing to {options.freeze}")
     adapted = comp.adapted
     weights = tuple(adapted.weights_argnums) if adapted and adapted.weights_argnums else None
-    result = freeze_model(comp.original, *comp.args, path=options.freeze,
-                          weights_argnums=weights, constants=options.freeze_constants,
-                          name=comp.name)
-    data = result.to_json()
+    # With --grad, the training graph (value_and_grad) is the reference the frozen inference
+    # program is compared with, in the same unit: StableHLO ops.
     training_ops = None
     if comp.grad is not None:
-        training_ops = comp.grad.analysis.summary().get("jaxpr_eqns")
-    data["training_graph_eqns"] = training_ops
-    data["inference_graph_eqns"] = comp.analysis.summary().get("jaxpr_eqns")
-    comp.extras["freeze"] = {**data, "text": result.text()}
+        training_ops = comp.grad.analysis.summary().get("stablehlo_ops")
+    result = freeze_model(comp.original, *comp.args, path=options.freeze,
+                          weights_argnums=weights, constants=options.freeze_constants,
+                          name=comp.name, reference_ops=training_ops)
+    comp.freeze_result = result
+    comp.extras["freeze"] = {**result.to_json(), "text": result.text()}

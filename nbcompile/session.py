@@ -162,29 +162,29 @@ class Session:
                     "print() ran once, at trace time, and printed tracers, not values: "
                     "use jax.debug.print(...) to print values on every call"
                 )
-            self._measure(comp, target, args, kwargs, options, progress)
-            debug = getattr(comp, "debug", None)
-            if debug is not None and debug.stopped:
-                warnings.append(str(debug.error()))
             self.cache.put(key, comp)
+        # measurements are not part of the cache key: a cache hit still runs the ones asked for
+        self._measure(comp, options, progress)
+        debug = getattr(comp, "debug", None)
+        if options.debug and debug is not None and debug.stopped:
+            warnings.append(str(debug.error()))
         if options.freeze:
             self._freeze(comp, options, progress)
         changes, repeat_warning = self.history.record(captured, comp, options, key,
                                                       compiled=cached is None)
         if repeat_warning:
             warnings.append(repeat_warning)
-        comp.notes[:] = [n for n in comp.notes if not n.startswith("changed since")]
-        comp.extras["changes"] = {"text": "\n".join(changes)} if changes else None
-        if not comp.extras["changes"]:
-            comp.extras.pop("changes")
-        comp.notes.extend(warnings)
+        if changes:
+            comp.extras["changes"] = {"text": "\n".join(changes), "items": changes}
+        else:
+            comp.extras.pop("changes", None)
+        comp.notes.extend(w for w in warnings if w not in comp.notes)
         bound = self._bind(captured, comp, target, namespace)
         global _LAST
         _LAST = comp
         return CellResult(comp, captured, bound, cached is not None, changes, warnings)
 
-    def _measure(self, comp: Compilation, target: Any, args: tuple[Any, ...],
-                 kwargs: dict[str, Any], options: CellOptions,
+    def _measure(self, comp: Compilation, options: CellOptions,
                  progress: Callable[[str], None] | None) -> None:
         if not (options.bench or options.ablate or options.debug):
             return

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 # libtpu may be installed (nbcompile[tpu]) on a machine with no TPU: keep JAX on the CPU and let
 # deviceless TPU compiles go through topologies explicitly.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# JAX's persistent compilation cache (switched on by %load_ext nbcompile): one fresh folder per
+# test session, shared with the kernels the tests start, never the user's own cache.
+os.environ.setdefault("NBCOMPILE_CACHE_DIR", tempfile.mkdtemp(prefix="nbcompile-test-cache-"))
 
 import jax
 import pytest

@@ -94,3 +94,16 @@ def test_run_all_stops_at_the_failing_cell():
         execute(nb)
     assert "NBC201" in str(info.value)
     assert nb.cells[2].get("outputs") == []
+
+
+def test_executable_from_the_persistent_cache_keeps_cell_lines(tmp_path, monkeypatch):
+    """A second kernel loads the executable compiled by the first (whose cell file had another
+    name); fusions must still map to this cell's lines."""
+    monkeypatch.setenv("NBCOMPILE_CACHE_DIR", str(tmp_path / "cache"))
+    setup = SETUP + "\njax.config.update('jax_persistent_cache_min_compile_time_secs', 0)"
+    probe = ("print('LINES', sorted({ln for f in predict.compilation.fusions "
+             "for ln in f.source_lines}))")
+    runs = [execute(notebook(setup, PREDICT, probe)) for _ in range(2)]
+    assert any((tmp_path / "cache").iterdir()), "nothing was written to the persistent cache"
+    lines = [text_of(nb.cells[2]).split("LINES", 1)[1].strip() for nb in runs]
+    assert lines[0] == lines[1] and lines[0] != "[]", lines

@@ -64,7 +64,9 @@ class Sections:
 
 def _header(version: int, file_size: int, entries: list[tuple[bytes, int, int, bytes]]) -> bytes:
     head = _FIXED.pack(MAGIC, version, len(entries), file_size)
-    head += b"".join(_ENTRY.pack(kind, 0, off, length, digest) for kind, off, length, digest in entries)
+    head += b"".join(
+        _ENTRY.pack(kind, 0, off, length, digest) for kind, off, length, digest in entries
+    )
     return head + hashlib.sha256(head).digest()
 
 

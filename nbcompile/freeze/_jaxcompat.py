@@ -15,20 +15,39 @@ from jax.extend import core as jex_core
 # become top-level constants that can be hoisted into the weight section. JAX 0.10 names the
 # jit primitive "jit" (older: "pjit"); custom_jvp/vjp calls only matter for differentiation,
 # which a frozen inference program never does.
-_INLINE = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr",
-           "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr"}
+_INLINE = {
+    "jit": "jaxpr",
+    "pjit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+}
 
 # Custom-call targets a frozen program may use: JAX's own "guaranteed stable" export set
 # (jax._src.export._export._CUSTOM_CALL_TARGETS_GUARANTEED_STABLE, present since 0.4.14) minus
 # targets that call back into another runtime. The fallback is that set's non-FFI part.
 _DENY = frozenset({"tf.call_tf_function"})
-_FALLBACK_ALLOWED = frozenset({
-    "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "annotate_device_placement",
-    "cu_threefry2x32_ffi", "hip_threefry2x32_ffi", "Eigh", "Qr",
-    "ProductOfElementaryHouseholderReflectors", "LuDecomposition", "ApproxTopK",
-    "stablehlo.dynamic_approx_top_k", "AllocateBuffer", "stablehlo.dynamic_reduce_window",
-    "stablehlo.dynamic_rng_bit_generator", "stablehlo.dynamic_top_k", "shape_assertion",
-})
+_FALLBACK_ALLOWED = frozenset(
+    {
+        "Sharding",
+        "SPMDFullToShardShape",
+        "SPMDShardToFullShape",
+        "annotate_device_placement",
+        "cu_threefry2x32_ffi",
+        "hip_threefry2x32_ffi",
+        "Eigh",
+        "Qr",
+        "ProductOfElementaryHouseholderReflectors",
+        "LuDecomposition",
+        "ApproxTopK",
+        "stablehlo.dynamic_approx_top_k",
+        "AllocateBuffer",
+        "stablehlo.dynamic_reduce_window",
+        "stablehlo.dynamic_rng_bit_generator",
+        "stablehlo.dynamic_top_k",
+        "shape_assertion",
+    }
+)
 
 
 def allowed_custom_calls() -> frozenset[str]:

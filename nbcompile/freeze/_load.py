@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from nbcompile.errors import FreezeError
-from nbcompile.freeze import _format, _jaxcompat, _manifest, _safetensors
+from nbcompile.freeze import _format, _jaxcompat, _manifest, _safetensors, _sandbox
 
 #: Oldest writer JAX minor version accepted, counted back from the runtime's (~6 months).
 OLDER_MINORS = 2
@@ -112,7 +112,9 @@ def _match_weights(manifest: dict[str, Any], tensors: list[_safetensors.TensorIn
     for spec in manifest["weights"]:
         got = stored.pop(spec["name"], None)
         if got is None:
-            raise FreezeError(f"weight {spec['name']!r} is missing from the weights section", code="NBC504")
+            raise FreezeError(
+                f"weight {spec['name']!r} is missing from the weights section", code="NBC504"
+            )
         if list(got.shape) != spec["shape"] or got.dtype != spec["dtype"]:
             raise FreezeError(
                 f"weight {spec['name']!r} is {got.dtype}{list(got.shape)} in the weights section, "
@@ -120,7 +122,9 @@ def _match_weights(manifest: dict[str, Any], tensors: list[_safetensors.TensorIn
                 code="NBC504",
             )
     if stored:
-        raise FreezeError(f"unexpected tensor {next(iter(stored))!r} in the weights section", code="NBC504")
+        raise FreezeError(
+            f"unexpected tensor {next(iter(stored))!r} in the weights section", code="NBC504"
+        )
 
 
 def check_file(data: bytes, platform: str | None = None) -> Checked:
@@ -139,12 +143,21 @@ def _deserialize(checked: Checked) -> jax.export.Exported:
     program = checked.sections.program
     if len(program) < 8:
         raise FreezeError("program section is empty or truncated", code="NBC500")
+
+    def parse() -> dict[str, Any]:
+        _, found = _jaxcompat.program_stats(jax.export.deserialize(bytearray(program)))
+        return {"targets": found}
+
+    # Large (constants-mode) programs take longer to read: one extra second per 10 MB.
+    parsed = _sandbox.run_isolated(parse, _sandbox.PARSE_TIMEOUT_S + len(program) / 10e6)
     try:
+        if "error" in parsed:
+            raise ValueError(parsed["error"])
+        targets = [str(t) for t in parsed["targets"]]
         exported = jax.export.deserialize(bytearray(program))
         platforms = tuple(exported.platforms)
         in_avals, out_avals = list(exported.in_avals), list(exported.out_avals)
         nr_devices = int(exported.nr_devices)
-        _, targets = _jaxcompat.program_stats(exported)
     except Exception as err:  # the flatbuffer / MLIR readers raise many kinds
         raise FreezeError(
             f"program section is not a readable jax.export artifact ({type(err).__name__}: "
@@ -169,7 +182,11 @@ def _deserialize(checked: Checked) -> jax.export.Exported:
         )
     for i, (aval, spec) in enumerate(zip(in_avals, expected, strict=True)):
         if list(aval.shape) != spec["shape"] or np.dtype(aval.dtype).name != spec["dtype"]:
-            what = f"weight {spec['name']!r}" if "name" in spec else f"input {i - len(manifest['weights'])}"
+            what = (
+                f"weight {spec['name']!r}"
+                if "name" in spec
+                else f"input {i - len(manifest['weights'])}"
+            )
             raise FreezeError(
                 f"{what} is {spec['dtype']}{spec['shape']} but the program expects "
                 f"{np.dtype(aval.dtype).name}{list(aval.shape)}",
@@ -191,10 +208,20 @@ class FrozenModel:
             "outputs": manifest["outputs"],
         }
         #: weight name -> shape, in program order
-        self.weights: dict[str, tuple[int, ...]] = {w["name"]: tuple(w["shape"]) for w in manifest["weights"]}
+        self.weights: dict[str, tuple[int, ...]] = {
+            w["name"]: tuple(w["shape"]) for w in manifest["weights"]
+        }
         self.metadata: dict[str, Any] = {
             key: manifest[key]
-            for key in ("name", "created_utc", "writer", "platforms", "device_count", "constants_mode", "program")
+            for key in (
+                "name",
+                "created_utc",
+                "writer",
+                "platforms",
+                "device_count",
+                "constants_mode",
+                "program",
+            )
         }
         self.metadata.update(
             path=path,
@@ -206,7 +233,9 @@ class FrozenModel:
         self.exported = exported
         self._device = _jaxcompat.devices_for(checked.platform)[0]
         views = _safetensors.arrays(checked.sections.weights, checked.tensors, checked.data_start)
-        self._weights = [jax.device_put(views[w["name"]], self._device) for w in manifest["weights"]]
+        self._weights = [
+            jax.device_put(views[w["name"]], self._device) for w in manifest["weights"]
+        ]
         self._call = jax.jit(exported.call)
 
     def __repr__(self) -> str:

@@ -50,7 +50,9 @@ def tree_of(value: Any, where: str, depth: int = 0) -> dict[str, Any]:
         kind = "list" if isinstance(value, list) else "tuple"
         children = [tree_of(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
         return {"type": kind, "children": children}
-    if hasattr(value, "shape") and hasattr(value, "dtype") or isinstance(value, int | float | bool):
+    if (hasattr(value, "shape") and hasattr(value, "dtype")) or isinstance(
+        value, int | float | bool
+    ):
         return {"type": "leaf"}
     raise FreezeError(
         f"{where} is a {type(value).__name__}; frozen inputs and outputs must be arrays in "
@@ -65,7 +67,9 @@ def flatten(tree: dict[str, Any], value: Any, where: str) -> list[Any]:
     kind = tree["type"]
     if kind == "leaf":
         if value is None or isinstance(value, dict | list | tuple):
-            raise FreezeError(f"{where}: expected an array, got {type(value).__name__}", code="NBC507")
+            raise FreezeError(
+                f"{where}: expected an array, got {type(value).__name__}", code="NBC507"
+            )
         return [value]
     if kind == "none":
         if value is not None:
@@ -82,7 +86,9 @@ def flatten(tree: dict[str, Any], value: Any, where: str) -> list[Any]:
     if not isinstance(value, list | tuple) or len(value) != len(tree["children"]):
         n = len(tree["children"])
         raise FreezeError(f"{where}: expected a sequence of {n} items", code="NBC507")
-    return [x for i, t in enumerate(tree["children"]) for x in flatten(t, value[i], f"{where}[{i}]")]
+    return [
+        x for i, t in enumerate(tree["children"]) for x in flatten(t, value[i], f"{where}[{i}]")
+    ]
 
 
 def unflatten(tree: dict[str, Any], leaves: Sequence[Any]) -> Any:
@@ -161,7 +167,7 @@ def _check_signature(sig: Any, field: str) -> None:
 
 def _expect(obj: dict[str, Any], field: str, kind: type | tuple[type, ...]) -> Any:
     value = obj.get(field)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise _bad(field, f"missing or not a {getattr(kind, '__name__', kind)}")
     return value
 
@@ -207,8 +213,10 @@ def parse(raw: memoryview | bytes, format_version: int) -> dict[str, Any]:
         if type(writer.get(key)) is not int:
             raise _bad(f"writer.{key}", "missing or not an integer")
     platforms = _expect(manifest, "platforms", list)
-    if not platforms or len(set(map(str, platforms))) != len(platforms) or not all(
-        p in PLATFORMS for p in platforms
+    if (
+        not platforms
+        or len(set(map(str, platforms))) != len(platforms)
+        or not all(p in PLATFORMS for p in platforms)
     ):
         raise _bad("platforms", f"must be distinct names among {PLATFORMS}, got {platforms!r}")
     count = _expect(manifest, "device_count", int)

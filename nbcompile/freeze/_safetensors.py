@@ -164,9 +164,7 @@ def parse(section: memoryview) -> tuple[list[TensorInfo], int]:
         raise _bad("header is not a JSON object")
     try:
         text = raw.decode("utf-8")
-        header = json.loads(
-            text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant
-        )
+        header = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except FreezeError:
         raise
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
@@ -194,7 +192,9 @@ def parse(section: memoryview) -> tuple[list[TensorInfo], int]:
     return infos, 8 + n
 
 
-def arrays(section: memoryview, infos: Sequence[TensorInfo], data_start: int) -> dict[str, np.ndarray]:
+def arrays(
+    section: memoryview, infos: Sequence[TensorInfo], data_start: int
+) -> dict[str, np.ndarray]:
     """Read-only NumPy views of checked tensors (little-endian, no copy)."""
     out = {}
     for info in infos:

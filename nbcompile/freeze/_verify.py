@@ -59,8 +59,12 @@ def verify(
                 cmd, capture_output=True, text=True, timeout=timeout, env=_child_env(), check=False
             )
         except subprocess.TimeoutExpired:
-            report.update(timed_out=True, crashed=False, returncode=None,
-                          message=f"no answer within {timeout:.0f} s")
+            report.update(
+                timed_out=True,
+                crashed=False,
+                returncode=None,
+                message=f"no answer within {timeout:.0f} s",
+            )
             return report
     report["seconds"] = round(time.perf_counter() - start, 3)
     report["returncode"] = proc.returncode
@@ -70,8 +74,11 @@ def verify(
         report.update(crashed=False, timed_out=False)
     else:
         tail = proc.stderr.strip().splitlines()[-5:]
-        report.update(crashed=True, timed_out=False,
-                      message=f"the loader process died (exit {proc.returncode}): " + " | ".join(tail))
+        report.update(
+            crashed=True,
+            timed_out=False,
+            message=f"the loader process died (exit {proc.returncode}): " + " | ".join(tail),
+        )
     return report
 
 

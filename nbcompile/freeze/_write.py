@@ -99,7 +99,9 @@ def _as_numpy(leaf: Any, where: str) -> np.ndarray:
         if arr is None:
             arr = np.asarray(jax.numpy.asarray(leaf))
     except (TypeError, ValueError) as err:
-        raise FreezeError(f"{where} is not an array ({type(leaf).__name__})", code="NBC506") from err
+        raise FreezeError(
+            f"{where} is not an array ({type(leaf).__name__})", code="NBC506"
+        ) from err
     _safetensors.dtype_code(arr.dtype)
     return arr
 
@@ -157,18 +159,23 @@ def freeze(
         )
     n = len(example_args)
     argnums = (
-        tuple(range(n - 1)) if weights_argnums is None
-        else (weights_argnums,) if isinstance(weights_argnums, int)
+        tuple(range(n - 1))
+        if weights_argnums is None
+        else (weights_argnums,)
+        if isinstance(weights_argnums, int)
         else tuple(weights_argnums)
     )
     if any(not -n <= i < n for i in argnums):
-        raise FreezeError(f"weights_argnums {argnums} out of range for {n} arguments", code="NBC506")
+        raise FreezeError(
+            f"weights_argnums {argnums} out of range for {n} arguments", code="NBC506"
+        )
     argnums = tuple(sorted({i % n for i in argnums}))
     tensors, treedefs = _weights(fn, example_args, argnums)
     input_args = tuple(a for i, a in enumerate(example_args) if i not in argnums)
     input_tree = _manifest.tree_of(input_args, "inputs")
     input_leaves = [
-        _as_numpy(x, f"input {i}") for i, x in enumerate(_manifest.flatten(input_tree, input_args, "inputs"))
+        _as_numpy(x, f"input {i}")
+        for i, x in enumerate(_manifest.flatten(input_tree, input_args, "inputs"))
     ]
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for _, a in tensors]
     specs += [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in input_leaves]
@@ -190,13 +197,17 @@ def freeze(
 
     try:
         traced = jax.make_jaxpr(program)(*specs)
-        closed = jax.make_jaxpr(lambda *a: _jaxcompat.inline_eval(traced.jaxpr, traced.consts, *a))(*specs)
+        closed = jax.make_jaxpr(lambda *a: _jaxcompat.inline_eval(traced.jaxpr, traced.consts, *a))(
+            *specs
+        )
     except FreezeError:
         raise
     except Exception as err:
         raise FreezeError(f"tracing the model failed: {err}", code="NBC506") from err
     consts = list(closed.consts)
-    hoisted = [] if constants else [i for i, c in enumerate(consts) if np.asarray(c).nbytes > HOIST_BYTES]
+    hoisted = (
+        [] if constants else [i for i, c in enumerate(consts) if np.asarray(c).nbytes > HOIST_BYTES]
+    )
     taken = {nm for nm, _ in tensors}
     hoisted_tensors = []
     for k, i in enumerate(hoisted):
@@ -232,7 +243,10 @@ def freeze(
     ops, targets = _jaxcompat.program_stats(exported)
     name = name or getattr(fn, "__name__", None) or type(fn).__name__
     signature = {
-        "inputs": {"tree": input_tree, "leaves": [_manifest.array_spec(a.shape, a.dtype) for a in input_leaves]},
+        "inputs": {
+            "tree": input_tree,
+            "leaves": [_manifest.array_spec(a.shape, a.dtype) for a in input_leaves],
+        },
         "outputs": {
             "tree": dict(out_tree),
             "leaves": [_manifest.array_spec(a.shape, a.dtype) for a in exported.out_avals],
@@ -257,7 +271,9 @@ def freeze(
     return FreezeResult(
         path=str(path),
         file_bytes=file_bytes,
-        weight_bytes=sum(a.nbytes for _, a in stored) if not constants else sum(a.nbytes for _, a in tensors),
+        weight_bytes=sum(a.nbytes for _, a in stored)
+        if not constants
+        else sum(a.nbytes for _, a in tensors),
         n_weights=len(stored) if not constants else len(tensors),
         program_ops=ops,
         constants_mode=bool(constants),

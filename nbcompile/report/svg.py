@@ -21,18 +21,32 @@ _LINE = 14
 _HGAP = 16
 _VGAP = 28
 _MAXW = 230
-_FILL = {"op": ("#e3effa", "#1e6fbf"), "fusion": ("#fdebd9", "#d9660b"), "group": ("#eeeeee", "#777777"),
-         "output": ("#e2f2e3", "#3b8b3f"), "const": ("#f2f2f2", "#888888"), "call": ("#e3effa", "#1e6fbf")}
-_PHASE = {"forward": ("#d3e8fb", "#1e88e5"), "backward": ("#ffe0d6", "#f4511e"), "mixed": ("#efd7f4", "#8e24aa")}
+_FILL = {
+    "op": ("#e3effa", "#1e6fbf"),
+    "fusion": ("#fdebd9", "#d9660b"),
+    "group": ("#eeeeee", "#777777"),
+    "output": ("#e2f2e3", "#3b8b3f"),
+    "const": ("#f2f2f2", "#888888"),
+    "call": ("#e3effa", "#1e6fbf"),
+}
+_PHASE = {
+    "forward": ("#d3e8fb", "#1e88e5"),
+    "backward": ("#ffe0d6", "#f4511e"),
+    "mixed": ("#efd7f4", "#8e24aa"),
+}
 
 
 def _is_label(node: dict[str, Any]) -> bool:
     shape = str(node.get("shape") or "")
     scalar = shape.endswith("[]") and "," not in shape
-    return node.get("kind") == "param" or (node.get("kind") == "const" and (scalar or (node.get("bytes") or 1e9) <= 8))
+    return node.get("kind") == "param" or (
+        node.get("kind") == "const" and (scalar or (node.get("bytes") or 1e9) <= 8)
+    )
 
 
-def _chains(graph: dict[str, Any], drawn: list[dict[str, Any]]) -> tuple[dict[str, list[str]], dict[str, str]]:
+def _chains(
+    graph: dict[str, Any], drawn: list[dict[str, Any]]
+) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Group chain (outermost first) of each drawn node, and each group's label."""
     groups = {g["id"]: g for g in graph.get("groups") or []}
     labels = {gid: str(g.get("label") or gid) for gid, g in groups.items()}
@@ -134,7 +148,9 @@ def graph_svg(graph_json: dict[str, Any], *, max_nodes: int = 60, title: str | N
     return _draw(boxes, pos, edges, width, height, title, len(drawn), len(label_ids))
 
 
-def _box(key: str, members: list[dict[str, Any]], glabels: dict[str, str], ins: list[str]) -> dict[str, Any]:
+def _box(
+    key: str, members: list[dict[str, Any]], glabels: dict[str, str], ins: list[str]
+) -> dict[str, Any]:
     phases = Counter(n.get("phase") for n in members if n.get("phase"))
     phase = phases.most_common(1)[0][0] if phases else None
     if key.startswith("n:"):
@@ -144,7 +160,9 @@ def _box(key: str, members: list[dict[str, Any]], glabels: dict[str, str], ins: 
         kind = "fusion" if n.get("kind") == "fusion" else str(n.get("kind") or "op")
     else:
         ops = Counter(str(n.get("op")) for n in members)
-        name = glabels.get(key[2:], key[2:]) if key.startswith("g:") else f"ops {order_range(members)}"
+        name = (
+            glabels.get(key[2:], key[2:]) if key.startswith("g:") else f"ops {order_range(members)}"
+        )
         lines = [f"▸ {name}", f"{len(members)} ops", ", ".join(op for op, _ in ops.most_common(3))]
         kind = "group"
     if ins:
@@ -153,14 +171,23 @@ def _box(key: str, members: list[dict[str, Any]], glabels: dict[str, str], ins: 
     limit = int((_MAXW - 14) / _CH)
     lines = [t if len(t) <= limit else t[: limit - 1] + "…" for t in lines]
     w = min(_MAXW, max(70.0, max(len(t) for t in lines) * _CH + 14))
-    return {"key": key, "lines": lines, "w": w, "h": len(lines) * _LINE + 8, "kind": kind, "phase": phase}
+    return {
+        "key": key,
+        "lines": lines,
+        "w": w,
+        "h": len(lines) * _LINE + 8,
+        "kind": kind,
+        "phase": phase,
+    }
 
 
 def order_range(members: list[dict[str, Any]]) -> str:
     return f"{members[0]['id']}…{members[-1]['id']}"
 
 
-def _layout(boxes: list[dict[str, Any]], edges: list[tuple[str, str]]) -> tuple[dict[str, tuple[float, float]], float, float]:
+def _layout(
+    boxes: list[dict[str, Any]], edges: list[tuple[str, str]]
+) -> tuple[dict[str, tuple[float, float]], float, float]:
     keys = [b["key"] for b in boxes]
     idx = {k: i for i, k in enumerate(keys)}
     succ: list[list[int]] = [[] for _ in keys]
@@ -194,29 +221,57 @@ def _layout(boxes: list[dict[str, Any]], edges: list[tuple[str, str]]) -> tuple[
             bary = {i: (sum(x[j] for j in nb[i]) / len(nb[i]) if nb[i] else x[i]) for i in rows[lv]}
             rows[lv].sort(key=bary.__getitem__)
             pack(rows[lv])
-    pos: dict[str, tuple[float, float]] = {}
-    y = 0.0
     min_x = min((x[i] - boxes[i]["w"] / 2 for i in range(len(keys))), default=0.0)
     max_x = max((x[i] + boxes[i]["w"] / 2 for i in range(len(keys))), default=0.0)
-    for lv in levels:
-        for i in rows[lv]:
-            pos[keys[i]] = (x[i] - boxes[i]["w"] / 2 - min_x, y)
-        y += max(boxes[i]["h"] for i in rows[lv]) + _VGAP
-    return pos, max_x - min_x, max(0.0, y - _VGAP)
+    heights = [max(boxes[i]["h"] for i in rows[lv]) + _VGAP for lv in levels]
+    width = max_x - min_x
+    # A long program is a tall thin column: wrap the layers into side-by-side bands (≈16:10).
+    total = sum(heights)
+    bands = 1
+    if len(levels) > 4 and total > max(2 * width, 600.0):
+        fit = round((total * 1.6 / max(width, 1.0)) ** 0.5)
+        bands = max(1, min(len(levels), fit, int(1600 // max(width + 40, 1.0)) or 1))
+    per = -(-len(levels) // bands)
+    pos: dict[str, tuple[float, float]] = {}
+    band_h = 0.0
+    for b in range(bands):
+        y = 0.0
+        for k in range(b * per, min(len(levels), (b + 1) * per)):
+            for i in rows[levels[k]]:
+                pos[keys[i]] = (b * (width + 40) + x[i] - boxes[i]["w"] / 2 - min_x, y)
+            y += heights[k]
+        band_h = max(band_h, y)
+    return pos, bands * (width + 40) - 40, max(0.0, band_h - _VGAP)
 
 
-def _draw(boxes: list[dict[str, Any]], pos: dict[str, tuple[float, float]], edges: Counter[tuple[str, str]],
-          width: float, height: float, title: str | None, n_drawn: int, n_labels: int) -> str:
+def _draw(
+    boxes: list[dict[str, Any]],
+    pos: dict[str, tuple[float, float]],
+    edges: Counter[tuple[str, str]],
+    width: float,
+    height: float,
+    title: str | None,
+    n_drawn: int,
+    n_labels: int,
+) -> str:
     m = 12.0
     top = 22.0 if title else 0.0
     foot = 18.0
-    W, H = width + 2 * m, height + 2 * m + top + foot
+    note = f"{len(boxes)} boxes for {n_drawn} ops" + (
+        f"; {n_labels} parameters/scalars shown as labels" if n_labels else ""
+    )
+    W = max(width + 2 * m, len(title or "") * 8.0 + 2 * m, len(note) * 6.2 + 2 * m)
+    H = height + 2 * m + top + foot
     by_key = {b["key"]: b for b in boxes}
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W:.0f}" height="{H:.0f}" viewBox="0 0 {W:.0f} {H:.0f}" '
-           f'font-family="DejaVu Sans Mono, Menlo, Consolas, monospace" font-size="11">',
-           f'<rect width="{W:.0f}" height="{H:.0f}" fill="#ffffff"/>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W:.0f}" height="{H:.0f}" viewBox="0 0 {W:.0f} {H:.0f}" '
+        f'font-family="DejaVu Sans Mono, Menlo, Consolas, monospace" font-size="11">',
+        f'<rect width="{W:.0f}" height="{H:.0f}" fill="#ffffff"/>',
+    ]
     if title:
-        out.append(f'<text x="{m}" y="{m + 10}" font-size="13" font-weight="bold" fill="#222">{escape(title)}</text>')
+        out.append(
+            f'<text x="{m}" y="{m + 10}" font-size="13" font-weight="bold" fill="#222">{escape(title)}</text>'
+        )
     out.append('<g fill="none" stroke="#777" stroke-opacity="0.6">')
     for (a, b), count in edges.items():
         (x1, y1), (x2, y2) = pos[a], pos[b]
@@ -225,18 +280,25 @@ def _draw(boxes: list[dict[str, Any]], pos: dict[str, tuple[float, float]], edge
         tx, ty = m + x2 + pb["w"] / 2, m + top + y2
         dy = max(14.0, abs(ty - sy) / 2)
         sw = min(4.0, 1 + (count.bit_length() - 1) / 2)
-        out.append(f'<path d="M{sx:.1f},{sy:.1f} C{sx:.1f},{sy + dy:.1f} {tx:.1f},{ty - dy:.1f} {tx:.1f},{ty:.1f}" stroke-width="{sw:.1f}"/>')
+        faint = ' stroke-opacity="0.25"' if ty < sy else ""  # edges between wrapped bands
+        out.append(
+            f'<path d="M{sx:.1f},{sy:.1f} C{sx:.1f},{sy + dy:.1f} {tx:.1f},{ty - dy:.1f} {tx:.1f},{ty:.1f}" '
+            f'stroke-width="{sw:.1f}"{faint}/>'
+        )
     out.append("</g>")
     for b in boxes:
         x, y = pos[b["key"]]
         fill, stroke = _PHASE.get(b["phase"] or "", _FILL.get(b["kind"], _FILL["op"]))
         dash = ' stroke-dasharray="4 2"' if b["kind"] == "group" else ""
-        out.append(f'<g transform="translate({m + x:.1f},{m + top + y:.1f})"><rect width="{b["w"]:.1f}" height="{b["h"]}" '
-                   f'rx="4" fill="{fill}" stroke="{stroke}"{dash}/>')
+        out.append(
+            f'<g transform="translate({m + x:.1f},{m + top + y:.1f})"><rect width="{b["w"]:.1f}" height="{b["h"]}" '
+            f'rx="4" fill="{fill}" stroke="{stroke}"{dash}/>'
+        )
         for i, t in enumerate(b["lines"]):
             style = ' font-weight="bold" fill="#111"' if i == 0 else ' fill="#555"'
             out.append(f'<text x="7" y="{15 + i * _LINE}"{style}>{escape(t)}</text>')
         out.append("</g>")
-    note = f"{len(boxes)} boxes for {n_drawn} ops" + (f"; {n_labels} parameters/scalars shown as labels" if n_labels else "")
-    out.append(f'<text x="{m}" y="{H - 6:.0f}" fill="#666" font-size="10">{escape(note)}</text></svg>')
+    out.append(
+        f'<text x="{m}" y="{H - 6:.0f}" fill="#666" font-size="10">{escape(note)}</text></svg>'
+    )
     return "".join(out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._compat import persistent_cache_disabled
 from ..capture.source import SourceInfo
 from . import Progress, Stages, make_jitted
 
@@ -33,7 +34,11 @@ def compile_on_target(
     tgt = resolve_target(backend=backend, topology=topology, target=gpu_target, mesh=mesh)
     say(f"compiling for {tgt.platform}")
     fn = (lambda *a: target(*a, **kwargs)) if kwargs else target
-    tc = compile_for_target(fn, args, tgt, shard_specs=shard, jit_kwargs=jit_kwargs)
+    if tgt.present:
+        tc = compile_for_target(fn, args, tgt, shard_specs=shard, jit_kwargs=jit_kwargs)
+    else:
+        with persistent_cache_disabled():
+            tc = compile_for_target(fn, args, tgt, shard_specs=shard, jit_kwargs=jit_kwargs)
     stages = Stages(
         jitted=getattr(tc, "jitted", None) or make_jitted(target, jit_kwargs=jit_kwargs),
         traced=tc.traced, lowered=tc.lowered, compiled=tc.compiled, timings=dict(tc.timings),

@@ -17,18 +17,57 @@ import struct
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 from _craft import repack, split, weights_raw
 
 from nbcompile.errors import FreezeError
+from nbcompile.freeze import _sandbox
 from nbcompile.freeze._load import load_bytes
 
+# Mutated programs that send JAX's MLIR reader into an endless loop are refused after this
+# long (the production default is longer); keeps the fuzz run short.
+_sandbox.PARSE_TIMEOUT_S = 3.0
+
 INTERESTING: list[Any] = [
-    None, True, False, 0, -1, 1, 7, 2**31, 2**32, 2**62, 2**63 - 1, 2**63, 2**64 - 1, 2**64,
-    -(2**63), 1e308, 0.5, "", "x" * 300, "float32", "bfloat16", "int8", "F32", "BF16", "cpu",
-    "tpu", "cuda", "0.4.1", "0.10.2", "99.0.0", [], {}, [0], [1, 2], [2**62, 2**62, 8],
-    {"type": "leaf"}, {"type": "dict", "keys": ["a", "a"], "children": []},
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    7,
+    2**31,
+    2**32,
+    2**62,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+    2**64,
+    -(2**63),
+    1e308,
+    0.5,
+    "",
+    "x" * 300,
+    "float32",
+    "bfloat16",
+    "int8",
+    "F32",
+    "BF16",
+    "cpu",
+    "tpu",
+    "cuda",
+    "0.4.1",
+    "0.10.2",
+    "99.0.0",
+    [],
+    {},
+    [0],
+    [1, 2],
+    [2**62, 2**62, 8],
+    {"type": "leaf"},
+    {"type": "dict", "keys": ["a", "a"], "children": []},
 ]
 INTEGERS = [0, 1, 2**63, 2**64 - 1, 2**32 - 1, 224, 7]
 
@@ -118,32 +157,51 @@ def mutate(rng: random.Random, base: bytes) -> tuple[str, bytes]:
 
 def main() -> None:
     result_path, count, seed, *bases = sys.argv[1:]
-    files = [open(p, "rb").read() for p in bases]
+    files = [Path(p).read_bytes() for p in bases]
     rng = random.Random(int(seed))
     stats: dict[str, dict[str, int]] = {}
     failures = []
+    seconds: dict[str, float] = {}
+    slowest: list[Any] = [0.0]
     start = time.perf_counter()
     with open(result_path + ".progress", "w") as progress:
         for i in range(int(count)):
-            if i % 200 == 0:
-                progress.seek(0)
-                progress.write(f"{i} {seed}\n")
-                progress.flush()
             kind, data = mutate(rng, rng.choice(files))
+            if i % 50 == 0:
+                progress.seek(0)
+                progress.write(f"{i} {seed} {kind}          \n")
+                progress.flush()
+            began = time.perf_counter()
             try:
                 load_bytes(data)
                 outcome = "loaded"
             except FreezeError as err:
                 outcome = err.code
-            except BaseException as err:  # noqa: BLE001 - the point is to catch anything else
+            except BaseException as err:
                 outcome = "ESCAPED"
                 if len(failures) < 20:
-                    failures.append({"iteration": i, "kind": kind, "error": repr(err),
-                                     "traceback": traceback.format_exc()[-2000:]})
+                    failures.append(
+                        {
+                            "iteration": i,
+                            "kind": kind,
+                            "error": repr(err),
+                            "traceback": traceback.format_exc()[-2000:],
+                        }
+                    )
             stats.setdefault(kind, {}).setdefault(outcome, 0)
             stats[kind][outcome] += 1
-    report = {"count": int(count), "seconds": time.perf_counter() - start,
-              "stats": stats, "failures": failures}
+            took = time.perf_counter() - began
+            seconds[kind] = seconds.get(kind, 0.0) + took
+            if took > slowest[0]:
+                slowest[:] = [took, i, kind, outcome]
+    report = {
+        "count": int(count),
+        "seconds": time.perf_counter() - start,
+        "stats": stats,
+        "failures": failures,
+        "seconds_by_kind": seconds,
+        "slowest": slowest,
+    }
     with open(result_path, "w") as out:
         json.dump(report, out, indent=1)
 

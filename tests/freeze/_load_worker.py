@@ -8,6 +8,7 @@ import json
 import os
 import resource
 import sys
+from pathlib import Path
 
 
 def _rss_kib() -> int:
@@ -15,12 +16,17 @@ def _rss_kib() -> int:
 
 
 def main() -> None:
-    job = json.loads(open(sys.argv[1]).read())
+    job = json.loads(Path(sys.argv[1]).read_text())
     from nbcompile.errors import FreezeError
     from nbcompile.freeze import load
 
     warm = load(job["warmup"])
-    warm(*[__import__("numpy").zeros(leaf["shape"], leaf["dtype"]) for leaf in warm.signature["inputs"]["leaves"]])
+    warm(
+        *[
+            __import__("numpy").zeros(leaf["shape"], leaf["dtype"])
+            for leaf in warm.signature["inputs"]["leaves"]
+        ]
+    )
     results = {}
     for name, path in job["cases"].items():
         modules = set(sys.modules)

@@ -21,7 +21,10 @@ def mlp(params: dict[str, Any], x: jax.Array) -> jax.Array:
 
 def conv_net(params: dict[str, Any], x: jax.Array) -> jax.Array:
     y = jax.lax.conv_general_dilated(
-        x, params["kernel"], window_strides=(1, 1), padding="SAME",
+        x,
+        params["kernel"],
+        window_strides=(1, 1),
+        padding="SAME",
         dimension_numbers=("NHWC", "HWIO", "NHWC"),
     )
     y = jax.nn.relu(y + params["bias"][None, None, None, :])
@@ -35,19 +38,29 @@ def attention(params: dict[str, Any], x: jax.Array) -> dict[str, jax.Array]:
     out = (weights @ v) @ params["wo"]
     mean = jnp.mean(out, axis=-1, keepdims=True)
     var = jnp.var(out, axis=-1, keepdims=True)
-    return {"out": (out - mean) * jax.lax.rsqrt(var + 1e-5) * params["scale"][None, None, :], "attn": weights}
+    return {
+        "out": (out - mean) * jax.lax.rsqrt(var + 1e-5) * params["scale"][None, None, :],
+        "attn": weights,
+    }
 
 
 def make(kind: str, seed: int = 0) -> tuple[Callable[..., Any], dict[str, Any], np.ndarray]:
     """(function, params, example input) for 'mlp', 'conv' or 'attention'."""
     rng = np.random.default_rng(seed)
     if kind == "mlp":
-        params = {"w1": _normal(rng, 32, 64), "b1": _normal(rng, 64),
-                  "w2": _normal(rng, 64, 10), "b2": _normal(rng, 10)}
+        params = {
+            "w1": _normal(rng, 32, 64),
+            "b1": _normal(rng, 64),
+            "w2": _normal(rng, 64, 10),
+            "b2": _normal(rng, 10),
+        }
         return mlp, params, _normal(rng, 4, 32, scale=1.0)
     if kind == "conv":
-        params = {"kernel": _normal(rng, 3, 3, 3, 8), "bias": _normal(rng, 8),
-                  "head": _normal(rng, 8, 5)}
+        params = {
+            "kernel": _normal(rng, 3, 3, 3, 8),
+            "bias": _normal(rng, 8),
+            "head": _normal(rng, 8, 5),
+        }
         return conv_net, params, _normal(rng, 2, 12, 12, 3, scale=1.0)
     if kind == "attention":
         d = 32

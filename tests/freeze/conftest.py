@@ -22,9 +22,25 @@ def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[
     env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
     env["PYTHONPATH"] = os.pathsep.join([str(HERE.parents[1]), str(HERE)])
     return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env,
-        cwd=HERE.parents[1], check=False,
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+        env=env,
+        cwd=HERE.parents[1],
+        check=False,
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The 10^5-file fuzz run only runs when asked for with ``-m fuzz_full``."""
+    if "fuzz_full" in (config.getoption("markexpr") or ""):
+        return
+    full = [item for item in items if item.get_closest_marker("fuzz_full")]
+    if full:
+        config.hook.pytest_deselected(items=full)
+        items[:] = [item for item in items if not item.get_closest_marker("fuzz_full")]
 
 
 @pytest.fixture(scope="session")

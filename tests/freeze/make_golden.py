@@ -17,9 +17,9 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 rng = np.random.default_rng(20261130)
@@ -42,7 +42,9 @@ def main() -> None:
     x = rng.standard_normal((3, 8), dtype=np.float32)
     result = freeze(predict, params, x, path=DATA / "golden_v1.nbc", name="golden_v1")
     np.save(DATA / "golden_v1_input.npy", x, allow_pickle=False)
-    np.save(DATA / "golden_v1_output.npy", np.asarray(jax.jit(predict)(params, x)), allow_pickle=False)
+    np.save(
+        DATA / "golden_v1_output.npy", np.asarray(jax.jit(predict)(params, x)), allow_pickle=False
+    )
     print(result.text())
 
 

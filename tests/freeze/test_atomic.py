@@ -68,6 +68,6 @@ def test_invalid_requests_are_refused(tmp_path: Path) -> None:
         freeze(_ok, W, X, path=tmp_path / "a.nbc", platforms=("metal",))
     with pytest.raises(FreezeError, match="weights_argnums"):
         freeze(_ok, W, X, path=tmp_path / "a.nbc", weights_argnums=5)
-    with pytest.raises(FreezeError, match="namedtuple|arrays in"):
+    with pytest.raises(FreezeError, match=r"namedtuple|arrays in"):
         freeze(lambda p, x: (x, "text"), W, X, path=tmp_path / "a.nbc")
     assert list(tmp_path.iterdir()) == []

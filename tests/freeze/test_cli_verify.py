@@ -30,8 +30,14 @@ def test_verify_ok_and_refused(mlp_file: Path, corrupt: Path, frozen_dir: Path) 
     bad = verify(corrupt)
     assert not bad["ok"] and bad["code"] == "NBC501" and not bad["crashed"], bad
     tpu = frozen_dir / "tpu.nbc"
-    freeze(lambda p, x: x @ p, np.ones((3, 3), np.float32), np.ones((2, 3), np.float32),
-           path=tpu, platforms=("tpu",), measure_compiled=False)
+    freeze(
+        lambda p, x: x @ p,
+        np.ones((3, 3), np.float32),
+        np.ones((2, 3), np.float32),
+        path=tpu,
+        platforms=("tpu",),
+        measure_compiled=False,
+    )
     assert verify(tpu)["code"] == "NBC503"
 
 
@@ -45,8 +51,15 @@ def test_verify_with_inputs_and_wrong_inputs(mlp_file: Path) -> None:
 def test_inspect(mlp_file: Path, corrupt: Path, capsys) -> None:
     assert main(["inspect", str(mlp_file)]) == 0
     out = capsys.readouterr().out
-    for needle in ("format 1", "name: mlp", "jax 0.", "platforms: cpu, cuda, tpu",
-                   "inputs: [0] float32[4, 32]", "params['w1'] float32[32, 64]", "verification: ok"):
+    for needle in (
+        "format 1",
+        "name: mlp",
+        "jax 0.",
+        "platforms: cpu, cuda, tpu",
+        "inputs: [0] float32[4, 32]",
+        "params['w1'] float32[32, 64]",
+        "verification: ok",
+    ):
         assert needle in out, (needle, out)
     assert main(["inspect", str(mlp_file), "--json", "--no-verify"]) == 0
     info = json.loads(capsys.readouterr().out)

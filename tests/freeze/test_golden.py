@@ -24,7 +24,9 @@ def test_golden_v1_container_still_parses() -> None:
 
 
 def test_golden_v1_loads_and_gives_its_output() -> None:
-    writer = _manifest.parse(_format.check_sections(_format.read_file(GOLDEN)).manifest, 1)["writer"]
+    writer = _manifest.parse(_format.check_sections(_format.read_file(GOLDEN)).manifest, 1)[
+        "writer"
+    ]
     try:
         _load.check_version_window(writer)
     except FreezeError as err:

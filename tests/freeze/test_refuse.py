@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import struct
 from pathlib import Path
 
 import jax
@@ -25,7 +24,7 @@ class _Canary:
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def __reduce__(self):  # noqa: ANN204
+    def __reduce__(self):
         return (os.mkdir, (self.path,))
 
 
@@ -33,8 +32,10 @@ def _f32(shape: list[int], begin: int, end: int) -> dict:
     return {"dtype": "F32", "shape": shape, "data_offsets": [begin, end]}
 
 
-def _cases(base: bytes, tpu_only: bytes, custom: bytes, canary: str) -> dict[str, tuple[bytes, str]]:
-    m, w, p = split(base)
+def _cases(
+    base: bytes, tpu_only: bytes, custom: bytes, canary: str
+) -> dict[str, tuple[bytes, str]]:
+    m, w, _ = split(base)
     manifest = json.loads(m)
     first = next(w for w in manifest["weights"] if len(set(w["shape"])) == 2)
     evil = pickle.dumps(_Canary(canary))
@@ -59,20 +60,52 @@ def _cases(base: bytes, tpu_only: bytes, custom: bytes, canary: str) -> dict[str
         "header_len_past_eof": (repack(base, weights=weights_raw("{}", b"", 1000)), "NBC500"),
         "header_not_utf8": (repack(base, weights=weights_raw(b'{"\xff\xfe": 1}', b"")), "NBC500"),
         "header_not_json": (repack(base, weights=weights_raw("{not json", b"")), "NBC500"),
-        "overlap": (repack(base, weights=weights_json(
-            {"a": _f32([2], 0, 8), "b": _f32([2], 4, 12)}, bytes(12))), "NBC500"),
-        "hole": (repack(base, weights=weights_json(
-            {"a": _f32([2], 0, 8), "b": _f32([2], 12, 20)}, bytes(20))), "NBC500"),
-        "data_past_eof": (repack(base, weights=weights_json({"a": _f32([4], 0, 16)}, bytes(8))), "NBC500"),
+        "overlap": (
+            repack(
+                base, weights=weights_json({"a": _f32([2], 0, 8), "b": _f32([2], 4, 12)}, bytes(12))
+            ),
+            "NBC500",
+        ),
+        "hole": (
+            repack(
+                base,
+                weights=weights_json({"a": _f32([2], 0, 8), "b": _f32([2], 12, 20)}, bytes(20)),
+            ),
+            "NBC500",
+        ),
+        "data_past_eof": (
+            repack(base, weights=weights_json({"a": _f32([4], 0, 16)}, bytes(8))),
+            "NBC500",
+        ),
         "weights_trailing": (repack(base, weights=w + b"\0" * 16), "NBC500"),
         "file_trailing": (base + b"garbage", "NBC500"),
-        "dims_overflow": (repack(base, weights=weights_json(
-            {"a": _f32([2**62, 2**62, 16], 0, 8)}, bytes(8))), "NBC500"),
-        "duplicate_names": (repack(base, weights=weights_raw(
-            '{"a": ' + json.dumps(_f32([1], 0, 4)) + ', "a": ' + json.dumps(_f32([1], 4, 8)) + "}",
-            bytes(8))), "NBC500"),
-        "unknown_dtype": (repack(base, weights=weights_json(
-            {"a": {"dtype": "F128", "shape": [1], "data_offsets": [0, 16]}}, bytes(16))), "NBC500"),
+        "dims_overflow": (
+            repack(base, weights=weights_json({"a": _f32([2**62, 2**62, 16], 0, 8)}, bytes(8))),
+            "NBC500",
+        ),
+        "duplicate_names": (
+            repack(
+                base,
+                weights=weights_raw(
+                    '{"a": '
+                    + json.dumps(_f32([1], 0, 4))
+                    + ', "a": '
+                    + json.dumps(_f32([1], 4, 8))
+                    + "}",
+                    bytes(8),
+                ),
+            ),
+            "NBC500",
+        ),
+        "unknown_dtype": (
+            repack(
+                base,
+                weights=weights_json(
+                    {"a": {"dtype": "F128", "shape": [1], "data_offsets": [0, 16]}}, bytes(16)
+                ),
+            ),
+            "NBC500",
+        ),
         "flip_header": (flip(base, 40), "NBC501"),
         "flip_manifest": (flip(base, moff + 10), "NBC501"),
         "flip_weights": (flip(base, woff + wlen - 3), "NBC501"),
@@ -80,15 +113,26 @@ def _cases(base: bytes, tpu_only: bytes, custom: bytes, canary: str) -> dict[str
         "future_format": (repack(base, version=_format.FORMAT_VERSION + 1), "NBC502"),
         "jax_too_old": (edit_manifest(base, writer(jax="0.4.1")), "NBC502"),
         "jax_too_new": (edit_manifest(base, writer(jax="99.0.0")), "NBC502"),
-        "serialization_too_new": (edit_manifest(base, writer(export_serialization_version=999)), "NBC502"),
+        "serialization_too_new": (
+            edit_manifest(base, writer(export_serialization_version=999)),
+            "NBC502",
+        ),
         "calling_convention": (edit_manifest(base, writer(calling_convention_version=1)), "NBC502"),
         "platform_missing": (tpu_only, "NBC503"),
-        "too_many_devices": (edit_manifest(base, lambda man: man.update(device_count=4096)), "NBC503"),
+        "too_many_devices": (
+            edit_manifest(base, lambda man: man.update(device_count=4096)),
+            "NBC503",
+        ),
         "weight_section_swapped": (repack(base, weights=swapped_section), "NBC504"),
         "weight_swapped_everywhere": (
-            repack(edit_manifest(base, reshape_weight), weights=swapped_section), "NBC504"),
+            repack(edit_manifest(base, reshape_weight), weights=swapped_section),
+            "NBC504",
+        ),
         "custom_call_not_allowed": (custom, "NBC505"),
-        "manifest_bad_field": (edit_manifest(base, lambda man: man.update(platforms="cpu")), "NBC500"),
+        "manifest_bad_field": (
+            edit_manifest(base, lambda man: man.update(platforms="cpu")),
+            "NBC500",
+        ),
         "pickle_program": (repack(base, program=evil), "NBC500"),
         "pickle_weights": (repack(base, weights=evil), "NBC500"),
         "pickle_manifest": (repack(base, manifest=evil), "NBC500"),
@@ -114,9 +158,17 @@ def canary(frozen_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def cases(mlp_file: Path, frozen_dir: Path, canary: Path) -> dict[str, tuple[bytes, str]]:
     tpu = frozen_dir / "tpu_only.nbc"
-    freeze(lambda p, x: x @ p, np.ones((3, 3), np.float32), np.ones((2, 3), np.float32),
-           path=tpu, platforms=("tpu",), measure_compiled=False)
-    return _cases(mlp_file.read_bytes(), tpu.read_bytes(), _custom_call_file(frozen_dir), str(canary))
+    freeze(
+        lambda p, x: x @ p,
+        np.ones((3, 3), np.float32),
+        np.ones((2, 3), np.float32),
+        path=tpu,
+        platforms=("tpu",),
+        measure_compiled=False,
+    )
+    return _cases(
+        mlp_file.read_bytes(), tpu.read_bytes(), _custom_call_file(frozen_dir), str(canary)
+    )
 
 
 def _custom_call_file(folder: Path) -> bytes:
@@ -130,7 +182,8 @@ def _custom_call_file(folder: Path) -> bytes:
         return jax.ffi.ffi_call(target, x)(v)
 
     exported = jax.export.export(
-        jax.jit(call), platforms=["cpu", "cuda", "tpu"],
+        jax.jit(call),
+        platforms=["cpu", "cuda", "tpu"],
         disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(target)],
     )(x)
     return repack(path.read_bytes(), program=bytes(exported.serialize()))
@@ -151,10 +204,17 @@ def test_every_case_refused_with_its_code(cases, tmp_path: Path) -> None:
 
 
 def test_refusals_name_the_field(cases, tmp_path: Path) -> None:
-    expect = {"overlap": "'b'", "dims_overflow": "overflow", "duplicate_names": "duplicate",
-              "flip_weights": "weights", "flip_program": "program", "jax_too_old": "0.4.1",
-              "weight_section_swapped": "params['w1']", "platform_missing": "tpu",
-              "custom_call_not_allowed": "nbc_test_not_allowed"}
+    expect = {
+        "overlap": "'b'",
+        "dims_overflow": "overflow",
+        "duplicate_names": "duplicate",
+        "flip_weights": "weights",
+        "flip_program": "program",
+        "jax_too_old": "0.4.1",
+        "weight_section_swapped": "params['w1']",
+        "platform_missing": "tpu",
+        "custom_call_not_allowed": "nbc_test_not_allowed",
+    }
     for name, needle in expect.items():
         path = tmp_path / f"{name}.nbc"
         path.write_bytes(cases[name][0])
@@ -163,7 +223,9 @@ def test_refusals_name_the_field(cases, tmp_path: Path) -> None:
         assert needle in str(info.value), (name, str(info.value))
 
 
-def test_refused_in_fresh_process_bounded_memory_no_unpickling(cases, mlp_file, canary, tmp_path) -> None:
+def test_refused_in_fresh_process_bounded_memory_no_unpickling(
+    cases, mlp_file, canary, tmp_path
+) -> None:
     job = {"warmup": str(mlp_file), "canary": str(canary), "cases": {}}
     for name, (data, _) in cases.items():
         path = tmp_path / f"{name}.nbc"
@@ -186,7 +248,7 @@ def test_refused_in_fresh_process_bounded_memory_no_unpickling(cases, mlp_file, 
 def test_canary_pickle_is_live(canary: Path, tmp_path: Path) -> None:
     """The canary check means something: unpickling the payload does create the canary."""
     target = tmp_path / "live-canary"
-    pickle.loads(pickle.dumps(_Canary(str(target))))  # noqa: S301 - the point of the test
+    pickle.loads(pickle.dumps(_Canary(str(target))))
     assert target.exists()
 
 

@@ -61,7 +61,9 @@ def test_cli_run_gives_the_same_numbers(frozen, kind: str, tmp_path: Path) -> No
     path, reference = frozen[kind]
     output = tmp_path / ("y.npz" if len(reference) > 1 else "y.npy")
     x = path.with_name(f"{kind}.x.npy")
-    proc = run_python("-m", "nbcompile.cli", "run", str(path), "--input", str(x), "--output", str(output))
+    proc = run_python(
+        "-m", "nbcompile.cli", "run", str(path), "--input", str(x), "--output", str(output)
+    )
     assert proc.returncode == 0, proc.stderr
     if len(reference) > 1:
         with np.load(output, allow_pickle=False) as npz:

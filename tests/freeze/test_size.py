@@ -59,15 +59,19 @@ def test_closed_over_array_is_hoisted(tmp_path: Path) -> None:
     assert loaded.weights["const_0"] == (1024, 1024)
     assert np.asarray(loaded(x)).tobytes() == np.asarray(jax.jit(model)(params, x)).tobytes()
 
-    baked = freeze(model, params, x, path=tmp_path / "c.nbc", constants=True, measure_compiled=False)
+    baked = freeze(
+        model, params, x, path=tmp_path / "c.nbc", constants=True, measure_compiled=False
+    )
     assert baked.n_hoisted == 0 and baked.constants_mode
     assert baked.file_bytes > table.nbytes  # the table is inside the program now
 
 
 def test_constants_mode_lets_xla_fold_weight_only_work(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
-    params = {"a": rng.standard_normal((64, 32), dtype=np.float32),
-              "b": rng.standard_normal((32, 64), dtype=np.float32)}
+    params = {
+        "a": rng.standard_normal((64, 32), dtype=np.float32),
+        "b": rng.standard_normal((32, 64), dtype=np.float32),
+    }
     x = rng.standard_normal((4, 64), dtype=np.float32)
 
     def model(p, v):
@@ -81,11 +85,24 @@ def test_constants_mode_lets_xla_fold_weight_only_work(tmp_path: Path) -> None:
     assert const.compiled_ops < args.compiled_ops, (const.compiled_ops, args.compiled_ops)
     assert const.ops_removed == 40 - const.program_ops
     report = const.to_json()
-    for key in ("path", "file_bytes", "weight_bytes", "n_weights", "program_ops",
-                "constants_mode", "platforms", "signature", "ops_removed", "compiled_ops"):
+    for key in (
+        "path",
+        "file_bytes",
+        "weight_bytes",
+        "n_weights",
+        "program_ops",
+        "constants_mode",
+        "platforms",
+        "signature",
+        "ops_removed",
+        "compiled_ops",
+    ):
         assert key in report
     assert "constants baked in" in const.text() and "training graph: 40 ops" in const.text()
     assert load(tmp_path / "c.nbc").weights == {}
     np.testing.assert_allclose(
-        np.asarray(load(tmp_path / "c.nbc")(x)), np.asarray(jax.jit(model)(params, x)), rtol=1e-3, atol=1e-4
+        np.asarray(load(tmp_path / "c.nbc")(x)),
+        np.asarray(jax.jit(model)(params, x)),
+        rtol=1e-3,
+        atol=1e-4,
     )

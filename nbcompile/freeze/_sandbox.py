@@ -1,0 +1,97 @@
+"""Parse an untrusted program section in a forked child first, with a time limit.
+
+JAX's StableHLO/MLIR bytecode reader is native code written for trusted input: the loader
+fuzz found byte-flipped programs (with valid digests) on which
+``deserialize_portable_artifact`` loops forever. A native loop or crash cannot be interrupted
+from Python, so the first parse of a file's program happens in a ``fork`` of this process:
+if the child crashes or overruns ``PARSE_TIMEOUT_S`` it is killed and the file refused
+(NBC500); only a program the child parsed is parsed again here (parsing is deterministic).
+Where ``fork`` is unavailable (Windows) the parse runs in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from nbcompile.errors import FreezeError
+
+PARSE_TIMEOUT_S = 20.0
+
+
+def _refuse(message: str) -> FreezeError:
+    return FreezeError(f"program section {message}", code="NBC500")
+
+
+def _read_all(fd: int, deadline: float) -> bytes | None:
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            return None
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def run_isolated(
+    parse: Callable[[], dict[str, Any]], timeout: float | None = None
+) -> dict[str, Any]:
+    """Run ``parse`` (returning a JSON-able dict) in a forked child; refuse on crash/timeout.
+
+    ``timeout`` defaults to the module's ``PARSE_TIMEOUT_S`` at call time.
+    """
+    timeout = PARSE_TIMEOUT_S if timeout is None else timeout
+    if not hasattr(os, "fork") or os.environ.get("NBCOMPILE_FREEZE_NO_FORK") == "1":
+        return parse()
+    read_fd, write_fd = os.pipe()
+    with warnings.catch_warnings():
+        # JAX warns at every fork that threads may deadlock the child; the child touches no
+        # XLA state and a deadlock would end as a timeout.
+        warnings.simplefilter("ignore")
+        pid = os.fork()
+    if pid == 0:  # child: parse, report, exit without running any parent cleanup
+        status = 0
+        try:
+            os.close(read_fd)
+            try:
+                payload = parse()
+            except Exception as err:  # report any reader error to the parent
+                payload = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+            data = json.dumps(payload).encode()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_fd, view) :]
+        except BaseException:
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    try:
+        data = _read_all(read_fd, time.monotonic() + timeout)
+    finally:
+        os.close(read_fd)
+    if data is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise _refuse(f"could not be parsed within {timeout:.0f} s (the reader did not finish)")
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        raise _refuse(f"crashed the StableHLO reader (signal {os.WTERMSIG(status)})")
+    try:
+        result = json.loads(data)
+    except ValueError:
+        raise _refuse("reader returned no result") from None
+    if not isinstance(result, dict):
+        raise _refuse("reader returned no result")
+    return result

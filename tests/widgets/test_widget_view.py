@@ -1,0 +1,241 @@
+"""Python side of the view: trait round trips, packing, the static fallback, size and time bounds."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+import time
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nbcompile.report.html import (
+    bundle_path,
+    pack_report,
+    render_html,
+    render_static_html,
+    unpack_report,
+)
+from nbcompile.report.svg import graph_svg
+from nbcompile.widgets import CompilationView
+
+IMG = re.compile(r'<img src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"')
+SVG_NS = "http://www.w3.org/2000/svg"
+
+
+def test_fixtures_follow_the_schema(report_fixtures, small_report, big_report):
+    report_fixtures.check_report(small_report)
+    report_fixtures.check_report(big_report)
+    traced, compiled = big_report["graphs"]["traced"], big_report["graphs"]["compiled"]
+    assert 2200 <= len(traced["nodes"]) <= 2500
+    assert 1000 <= len(compiled["nodes"]) <= 1300 and 6500 <= len(compiled["edges"]) <= 7500
+    fan_in: dict[str, int] = {}
+    fan_out: dict[str, int] = {}
+    for e in compiled["edges"]:
+        fan_in[e["dst"]] = fan_in.get(e["dst"], 0) + 1
+        fan_out[e["src"]] = fan_out.get(e["src"], 0) + 1
+    assert max(fan_in.values()) == 210 and max(fan_out.values()) == 142
+
+
+def test_report_trait_round_trips_json(small_report):
+    view = CompilationView(copy.deepcopy(small_report))
+    assert view.report == small_report
+    state = json.loads(json.dumps(view.get_state()))  # what the front end / saved notebook get
+    assert state["report"]["format"] == "nbcols1.gz.b64"
+    assert unpack_report(state["report"]) == small_report
+    assert state["tab"] == "graph" and state["selected"] == ""
+    view.set_state(
+        {"report": state["report"], "selected": "line:3", "tab": "source"}
+    )  # front-end updates
+    assert view.report == small_report and view.selected == "line:3" and view.tab == "source"
+
+
+def test_tab_is_validated(small_report):
+    view = CompilationView(small_report)
+    with pytest.raises(Exception, match="tab must be one of"):
+        view.tab = "nope"
+
+
+def test_widget_front_end_is_bundled():
+    assert "nbc-" in str(CompilationView._esm), "the widget's _esm is not the built front end"
+    assert bundle_path().exists() and bundle_path().stat().st_size > 10_000
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=12) | st.dictionaries(st.text(max_size=6), inner, max_size=6)
+    ),
+    max_leaves=40,
+)
+
+
+@st.composite
+def graphs(draw):
+    n = draw(st.integers(1, 15))
+    nodes = [
+        {
+            "id": f"n{i}",
+            "shape": draw(st.sampled_from(["f32[]", "f32[2]"])),
+            "bytes": draw(st.integers(0, 8)),
+        }
+        for i in range(n)
+    ]
+    if draw(st.booleans()):
+        del nodes[0]["bytes"]
+    edges = []
+    for _ in range(draw(st.integers(1, 20))):
+        a, b = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
+        edge = {"src": f"n{a}", "dst": f"n{b}"}
+        if draw(st.booleans()):
+            edge.update(bytes=nodes[a].get("bytes", 1), shape=nodes[a]["shape"])
+        else:
+            edge.update(
+                draw(
+                    st.dictionaries(
+                        st.sampled_from(["bytes", "shape", "x"]), json_values, max_size=3
+                    )
+                )
+            )
+        edges.append(edge)
+    return {"nodes": nodes, "edges": edges, "$odd": draw(json_values)}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(json_values, graphs(), st.lists(graphs(), max_size=3)))
+def test_packing_is_lossless(value):
+    report = {"schema": "x", "payload": value}
+    assert unpack_report(pack_report(report)) == report
+
+
+def _svgs(html: str) -> list[ET.Element]:
+    return [ET.fromstring(base64.b64decode(m)) for m in IMG.findall(html)]
+
+
+def test_html_fallback_has_data_uri_pictures_and_no_network(small_report):
+    html = render_html(small_report)
+    svgs = _svgs(html)
+    assert len(svgs) == 2  # traced and compiled
+    texts = " ".join(t.text or "" for t in svgs[0].iter(f"{{{SVG_NS}}}text"))
+    for node in small_report["graphs"]["traced"]["nodes"]:
+        if node["kind"] == "op":
+            assert node["op"] in texts
+    assert "params['w1']" in texts  # parameters drawn as labels on their consumers
+    urls = set(re.findall(r"(?:https?:)?//[A-Za-z0-9.-]+\.[a-z]{2,}[^\s\"'<>)]*", html))
+    assert urls <= {"http://www.w3.org/2000/svg"}, urls  # the SVG namespace name is never fetched
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", html)
+    assert "<script>" in html and "nbcompileView" in html
+    static = render_html(small_report, interactive=False)
+    assert "<script" not in static and IMG.search(static)
+    later = render_html(small_report, include_script=False)
+    assert len(later) < len(html) - 10_000 and "window.nbcompileView" in later
+
+
+def test_standalone_page(small_report):
+    page = render_static_html(small_report)
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "data-nbc-standalone" in page and IMG.search(page)
+
+
+def test_mimebundle_has_widget_plain_text_and_fallback(small_report):
+    data, _meta = CompilationView(small_report)._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data
+    assert "predict" in data["text/plain"]
+    assert IMG.search(data["text/html"])
+
+
+def test_size_budget_for_the_12_layer_train_step(big_report):
+    view = CompilationView(big_report)
+    state = len(json.dumps(view.get_state()))
+    first = len(render_html(big_report))
+    later = len(render_html(big_report, include_script=False))
+    assert state + first <= 400_000, (state, first)
+    assert state + later <= 400_000 - 40_000, (state, later)
+
+
+def _boxes(svg: ET.Element) -> list[tuple[float, float, float, float]]:
+    out = []
+    for g in svg.iter(f"{{{SVG_NS}}}g"):
+        m = re.match(r"translate\(([-\d.]+),([-\d.]+)\)", g.get("transform", ""))
+        rect = g.find(f"{{{SVG_NS}}}rect")
+        if m and rect is not None:
+            out.append(
+                (float(m[1]), float(m[2]), float(rect.get("width")), float(rect.get("height")))
+            )
+    return out
+
+
+@pytest.mark.parametrize("which", ["traced", "compiled"])
+def test_svg_layout_is_bounded_and_boxes_do_not_overlap(big_report, which):
+    graph = big_report["graphs"][which]
+    t0 = time.perf_counter()
+    svg = graph_svg(graph, max_nodes=60)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 1.0, elapsed
+    boxes = _boxes(ET.fromstring(svg))
+    assert 10 <= len(boxes) <= 60
+    for i, (x1, y1, w1, h1) in enumerate(boxes):
+        for x2, y2, w2, h2 in boxes[i + 1 :]:
+            assert x1 + w1 <= x2 or x2 + w2 <= x1 or y1 + h1 <= y2 or y2 + h2 <= y1, (
+                "overlapping boxes"
+            )
+
+
+def test_svg_work_stays_bounded_on_a_flat_graph_five_times_bigger():
+    n = 6000
+    nodes = [
+        {
+            "id": f"k{i}",
+            "op": "fusion",
+            "kind": "fusion",
+            "shape": "f32[4]",
+            "bytes": 16,
+            "group": None,
+            "path": "",
+            "line": None,
+        }
+        for i in range(n)
+    ]
+    edges = [
+        {"src": f"k{i}", "dst": f"k{j}", "bytes": 16, "shape": "f32[4]"}
+        for i in range(n)
+        for j in (i + 1, i + 7, i + 50)
+        if j < n
+    ]
+    t0 = time.perf_counter()
+    boxes = _boxes(
+        ET.fromstring(graph_svg({"nodes": nodes, "edges": edges, "groups": []}, max_nodes=40))
+    )
+    assert time.perf_counter() - t0 < 2.0
+    assert 1 <= len(boxes) <= 40
+
+
+def test_real_report_from_nbcompile(report_fixtures, relaxed_dtypes):
+    import jax.numpy as jnp
+
+    import nbcompile
+
+    def predict(params: dict[str, Any], x: Any) -> Any:
+        h = jnp.tanh(x @ params["w1"] + params["b1"])
+        return h @ params["w2"] + params["b2"]
+
+    params = {
+        "w1": jnp.ones((16, 32)),
+        "b1": jnp.zeros(32),
+        "w2": jnp.ones((32, 4)),
+        "b2": jnp.zeros(4),
+    }
+    report = nbcompile.compile(predict, params, jnp.ones((8, 16))).report()
+    report_fixtures.check_report(report)
+    assert unpack_report(json.loads(json.dumps(pack_report(report)))) == report
+    assert len(_svgs(render_html(report))) == 2
+    assert CompilationView(report).report == report
