@@ -28,8 +28,10 @@ $(VENV)/.test-installed: pyproject.toml package.json | $(PY)
 	@command -v apt-get >/dev/null || { echo "install Chromium (Debian package 'chromium') for the browser tests"; exit 1; }
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: $(VENV)/.lab-installed
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.port=$(PORT) --ServerApp.ip=127.0.0.1
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.port=$(PORT) \
+		--ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(LAB_ARGS)
 
 demo: $(VENV)/.lab-installed
 	$(VENV)/bin/nbcompile render notebooks/01_quickstart.ipynb -o build/demo.html

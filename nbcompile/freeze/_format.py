@@ -193,7 +193,8 @@ def check_sections(data: bytes) -> Sections:
     if declared != size:
         what = "is truncated" if declared > size else "has trailing bytes"
         raise _malformed(f"file is {size} bytes but its header says {declared}: the file {what}")
-    views, expected = {}, HEADER_SIZE
+    table: dict[str, tuple[memoryview, bytes]] = {}
+    expected = HEADER_SIZE
     mem = memoryview(data)
     for i, kind in enumerate(SECTION_KINDS):
         got, flags, offset, length, digest = _ENTRY.unpack_from(data, _FIXED.size + i * _ENTRY.size)
@@ -206,17 +207,17 @@ def check_sections(data: bytes) -> Sections:
             raise _malformed(f"section {name} starts at {offset}, expected {expected} (no holes)")
         if length > size - offset:
             raise _malformed(f"section {name} ({length} bytes at {offset}) runs past end of file")
-        views[name] = (mem[offset : offset + length], digest)
+        table[name] = (mem[offset : offset + length], digest)
         expected = offset + length
     if expected != size:
         raise _malformed(f"{size - expected} bytes after the last section (trailing garbage)")
-    for name, (view, digest) in views.items():
+    for name, (view, digest) in table.items():
         if hashlib.sha256(view).digest() != digest:
             raise FreezeError(
                 f"section {name}: SHA-256 mismatch (the file was modified or corrupted)",
                 code="NBC501",
             )
-    views = {name: view for name, (view, _) in views.items()}
+    views = {name: view for name, (view, _) in table.items()}
     if len(views["manifest"]) > MAX_MANIFEST_BYTES:
         raise _malformed(f"manifest is {len(views['manifest'])} bytes, above the limit")
     return Sections(version, views["manifest"], views["weights"], views["program"], size)

@@ -98,7 +98,7 @@ def chunks(tensors: Sequence[tuple[str, np.ndarray]]) -> Iterator[bytes | memory
         arr = tensors[i][1]
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
-        yield memoryview(np.ascontiguousarray(arr)).cast("B")
+        yield memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
 
 
 def encode(tensors: Sequence[tuple[str, np.ndarray]]) -> bytes:
