@@ -208,6 +208,15 @@ class Compilation:
 
         return build_report(self)
 
+    def to_dot(self, which: str = "traced") -> Any:
+        """The ``traced`` / ``compiled`` / ``gradient`` graph as a ``graphviz.Digraph``."""
+        from .report.dot import to_dot
+
+        graph = self.report()["graphs"].get(which)
+        if graph is None:
+            raise ValueError(f"no {which!r} graph in this compilation")
+        return to_dot(graph, name=f"{self.name}_{which}")
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         from .report import mimebundle
 

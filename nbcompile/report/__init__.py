@@ -6,13 +6,12 @@ The Report (``docs/report-schema.md``) is the only thing the views read, so a sa
 
 from __future__ import annotations
 
-import html
 import json
 from typing import Any
 
 SCHEMA = "nbcompile.report/1"
 
-__all__ = ["SCHEMA", "build_report", "html_summary", "mimebundle", "text_summary"]
+__all__ = ["SCHEMA", "build_report", "mimebundle", "text_summary"]
 
 
 def build_report(c: Any) -> dict[str, Any]:
@@ -118,22 +117,24 @@ def text_summary(report: dict[str, Any]) -> str:
     return "\n".join(text_lines(report))
 
 
-def html_summary(report: dict[str, Any]) -> str:
-    """A small HTML summary (used where the full static view is not available)."""
-    body = "<br>".join(html.escape(line) for line in text_lines(report))
-    return f'<div class="nbcompile-summary" style="font-family:monospace">{body}</div>'
+_SCRIPT_SENT = False
 
 
 def mimebundle(c: Any) -> dict[str, Any]:
-    """text/plain + self-contained HTML fallback + the widget view where a kernel runs."""
+    """text/plain + self-contained HTML fallback + the widget view where a kernel runs.
+
+    The fallback's interactive renderer (~43 KB) is sent with the first output of the kernel
+    only; later outputs use the one the page already has (and always keep the static SVG).
+    """
+    global _SCRIPT_SENT
+    from .html import render_html
+
     report = c.report()
-    bundle: dict[str, Any] = {"text/plain": text_summary(report)}
-    try:
-        from .html import render_html
-    except ImportError:
-        bundle["text/html"] = html_summary(report)
-    else:
-        bundle["text/html"] = render_html(report)
+    bundle: dict[str, Any] = {
+        "text/plain": text_summary(report),
+        "text/html": render_html(report, include_script=not _SCRIPT_SENT),
+    }
+    _SCRIPT_SENT = True
     try:
         from ..widgets import CompilationView
     except ImportError:
