@@ -48,7 +48,7 @@ test-ui: $(VENV)/.test-installed /usr/bin/chromium
 	$(VENV)/bin/pytest -q -m ui
 
 test-fuzz: $(VENV)/.test-installed
-	$(VENV)/bin/pytest -q -m fuzz_full --run-fuzz-full
+	$(VENV)/bin/pytest -q tests/frozen/test_fuzz.py -m fuzz_full
 
 test-gpu-deviceless: $(VENV)/.test-installed
 	$(PIP) install "jax[cuda12]==$$($(PY) -c 'import jax; print(jax.__version__)')"

@@ -1,6 +1,6 @@
 """``python -m benchmarks``: measure nbcompile against its limits and peers, print one table.
 
-    python -m benchmarks                 # full run (~10-15 min on 2 cores) -> benchmarks/results.json
+    python -m benchmarks                 # full run (~6 min on 2 shared cores) -> benchmarks/results.json
     python -m benchmarks --quick         # toy sizes, 1-3 repeats -> benchmarks/out/results-quick.json
     python -m benchmarks --only compile,magic
     python -m benchmarks --check         # fresh run vs benchmarks/results.json; exit 1 on regression
@@ -50,7 +50,7 @@ class Plan:
 
 FULL = Plan(
     overhead=[("tiny fn", 301, 100), ("2-layer fwd d256", 61, 10)],
-    compile=[("2-layer train", 9, None), ("12-layer train", 7, 1.25)],
+    compile=[("2-layer train", 11, None), ("12-layer train", 11, 1.25)],
     eager=[
         ("MLP", 7, 20, 200),
         ("attention block", 7, 10, 100),

@@ -106,7 +106,7 @@ def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
         med = {k: statistics.median(v) * 1e3 for k, v in parts.items()}
         row.note += (
             f"; medians: load {med['load_seconds']:.0f} ms + first call "
-            f"{med['call_seconds']:.0f} ms (importing nbcompile.freeze, "
+            f"{med['call_seconds']:.0f} ms (importing nbcompile.frozen, "
             f"{med['import_seconds']:.0f} ms, not counted)"
         )
     return row

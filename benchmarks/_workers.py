@@ -49,7 +49,7 @@ def frozen_first_call(model: str, path: str) -> dict[str, Any]:
     inputs = args[-1:]
     jax.block_until_ready(inputs)
     t0 = time.perf_counter()
-    load = nbcompile.load  # imports nbcompile.freeze: start-up, reported apart, not counted
+    load = nbcompile.load  # imports nbcompile.frozen: start-up, reported apart, not counted
     t1 = time.perf_counter()
     loaded = load(path)
     t2 = time.perf_counter()

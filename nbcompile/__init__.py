@@ -40,16 +40,16 @@ _LAZY = {
     "NbcompileError": ("nbcompile.errors", "NbcompileError"),
     "last_error": ("nbcompile.errors", "last_error"),
     "last": ("nbcompile.session", "last"),
-    "freeze": ("nbcompile.freeze", "freeze"),
-    "load": ("nbcompile.freeze", "load"),
-    "verify": ("nbcompile.freeze", "verify"),
+    "freeze": ("nbcompile.frozen", "freeze"),
+    "load": ("nbcompile.frozen", "load"),
+    "verify": ("nbcompile.frozen", "verify"),
 }
 
 if TYPE_CHECKING:
     from .analysis import Graph
     from .compilation import Compilation, compare, compile
     from .errors import NbcompileError, last_error
-    from .freeze import freeze, load, verify
+    from .frozen import freeze, load, verify
     from .session import last
 
 

@@ -1,7 +1,8 @@
-"""The ``nbcompile`` command: inspect and run frozen `.nbc` models.
+"""The ``nbcompile`` command: inspect and run frozen `.nbc` models; render notebooks.
 
     nbcompile inspect model.nbc [--json] [--no-verify]
     nbcompile run model.nbc --input x.npy [--input y.npy ...] [--output out.npy|out.npz]
+    nbcompile render notebook.ipynb -o out.html [--no-execute]
 
 Exit status: 0 ok, 1 the file (or an input) was refused — the error code is printed on stderr,
 no traceback —, 2 usage error. Each subcommand is one ``_add_*`` function registering its parser
@@ -36,7 +37,7 @@ def _fmt_size(n: int) -> str:
 
 def _describe(path: str) -> dict[str, Any]:
     """Header facts of a file that passes the structural checks (no deserialisation)."""
-    from nbcompile.freeze import _format, _manifest, _safetensors
+    from nbcompile.frozen import _format, _manifest, _safetensors
 
     sections = _format.check_sections(_format.read_file(path))
     manifest = _manifest.parse(sections.manifest, sections.format_version)
@@ -57,7 +58,7 @@ def _describe(path: str) -> dict[str, Any]:
 
 
 def _signature_lines(label: str, sig: dict[str, Any]) -> str:
-    from nbcompile.freeze import _manifest
+    from nbcompile.frozen import _manifest
 
     names = _manifest.leaf_paths(sig["tree"])
     parts = [
@@ -103,7 +104,7 @@ def _inspect_text(info: dict[str, Any], verification: dict[str, Any] | None) -> 
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from nbcompile.freeze import verify
+    from nbcompile.frozen import verify
 
     info = _describe(args.path)
     verification = None if args.no_verify else verify(args.path)
@@ -135,7 +136,7 @@ def _load_input(path: str) -> np.ndarray:
 def _cmd_run(args: argparse.Namespace) -> int:
     import jax
 
-    from nbcompile.freeze import _manifest, load
+    from nbcompile.frozen import _manifest, load
 
     model = load(args.path, platform=args.platform)
     sig = model.signature
@@ -177,10 +178,36 @@ def _add_run(sub: Any) -> None:
     p.set_defaults(handler=_cmd_run)
 
 
+def _cmd_render(args: argparse.Namespace) -> int:
+    from nbclient.exceptions import CellExecutionError
+
+    from nbcompile.render import remote_references, render
+
+    try:
+        out = render(args.notebook, args.output, run=not args.no_execute, timeout=args.timeout)
+    except CellExecutionError as err:
+        what = f"{getattr(err, 'ename', 'Error')}: {getattr(err, 'evalue', '') or err}"
+        raise _Refused(f"a cell of {args.notebook} failed: {what[:400]}") from None
+    remote = remote_references(out.read_text(encoding="utf-8"))
+    if remote:
+        raise _Refused(f"{out} references the network ({remote[0]}...)")
+    print(f"wrote {out} ({out.stat().st_size // 1024} KB, viewable offline)")
+    return 0
+
+
+def _add_render(sub: Any) -> None:
+    p = sub.add_parser("render", help="execute a notebook and export HTML with graphs visible offline")
+    p.add_argument("notebook", help="the .ipynb file")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="the HTML file")
+    p.add_argument("--no-execute", action="store_true", help="export the stored outputs as they are")
+    p.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
+    p.set_defaults(handler=_cmd_render)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nbcompile", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_inspect, _add_run):
+    for add in (_add_inspect, _add_run, _add_render):
         add(sub)
     return parser
 

@@ -48,7 +48,7 @@ def _bench_timings(data: dict[str, Any]) -> dict[str, float]:
 
 def freeze(comp: Any, options: Any, progress: Progress = None) -> None:
     """Write the frozen model file and record what freezing did."""
-    from .freeze import freeze as freeze_model
+    from .frozen import freeze as freeze_model
 
     if progress:
         progress(f"freezing to {options.freeze}")

@@ -66,7 +66,7 @@ assert fr["program_ops"] < train.grad.summary()["stablehlo_ops"]
 # runs code from the file.
 
 # %% code
-x_new = np.asarray(rng.normal(size=(5, 8)), np.float32)
+x_new = np.asarray(rng.normal(size=(256, 8)), np.float32)  # the signature it was frozen with
 np.save("x.npy", x_new)
 out = subprocess.run([sys.executable, "-m", "nbcompile.cli", "run", "model.nbc",
                       "--input", "x.npy", "--output", "y.npy"], capture_output=True, text=True)

@@ -48,9 +48,9 @@ def grad_of(ad: Adapted, loss: Any) -> Any:
 
 def freeze_round_trip(ad: Adapted, tmp_path: Any, expected: Any) -> None:
     """freeze(ad.fn) with the weights stored, load it, call it on the other inputs."""
-    freezing = pytest.importorskip("nbcompile.freeze")
+    freezing = pytest.importorskip("nbcompile.frozen")
     if not hasattr(freezing, "freeze") or not hasattr(freezing, "load"):
-        pytest.skip("nbcompile.freeze does not offer freeze/load yet")
+        pytest.skip("nbcompile.frozen does not offer freeze/load yet")
     freeze, load = freezing.freeze, freezing.load
 
     path = tmp_path / f"{ad.name}.nbc"

@@ -15,7 +15,7 @@ from _craft import edit_manifest, flip, repack, section_offset, split, weights_j
 from conftest import run_python
 
 from nbcompile.errors import FreezeError
-from nbcompile.freeze import _format, freeze, load
+from nbcompile.frozen import _format, freeze, load
 
 
 class _Canary:
@@ -142,7 +142,7 @@ def _cases(
 
 def _swap_weight(weights: bytes, name: str) -> bytes:
     """The weight section with tensor ``name`` replaced by its transpose (another shape)."""
-    from nbcompile.freeze import _safetensors
+    from nbcompile.frozen import _safetensors
 
     infos, start = _safetensors.parse(memoryview(weights))
     arrays = _safetensors.arrays(memoryview(weights), infos, start)
@@ -232,7 +232,7 @@ def test_refused_in_fresh_process_bounded_memory_no_unpickling(
         path.write_bytes(data)
         job["cases"][name] = str(path)
     (tmp_path / "job.json").write_text(json.dumps(job))
-    proc = run_python("tests/freeze/_load_worker.py", str(tmp_path / "job.json"))
+    proc = run_python("tests/frozen/_load_worker.py", str(tmp_path / "job.json"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.split("RESULTS ", 1)[1])
     assert set(results) == set(cases)

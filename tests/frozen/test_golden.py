@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from nbcompile.errors import FreezeError
-from nbcompile.freeze import _format, _load, _manifest, _safetensors, load
+from nbcompile.frozen import _format, _load, _manifest, _safetensors, load
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 GOLDEN = DATA / "golden_v1.nbc"

@@ -2,7 +2,7 @@
 
 Made once with nbcompile format 1 (JAX 0.10.2, CPU) by running, from the repository root:
 
-    JAX_PLATFORMS=cpu .venv/bin/python tests/freeze/make_golden.py
+    JAX_PLATFORMS=cpu .venv/bin/python tests/frozen/make_golden.py
 
 Do NOT regenerate it for a new nbcompile version: the point of the file is that every later
 version keeps loading what version 1 wrote. A new format version adds a new golden_vN file.
@@ -32,7 +32,7 @@ def predict(params, x):
 
 
 def main() -> None:
-    from nbcompile.freeze import freeze
+    from nbcompile.frozen import freeze
 
     params = {
         "w1": rng.standard_normal((8, 16), dtype=np.float32),

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from nbcompile.errors import FreezeError
-from nbcompile.freeze import _format, _jaxcompat, _manifest, _safetensors, _sandbox
+from nbcompile.frozen import _format, _jaxcompat, _manifest, _safetensors, _sandbox
 
 #: Oldest writer JAX minor version accepted, counted back from the runtime's (~6 months).
 OLDER_MINORS = 2

@@ -18,7 +18,7 @@ def _rss_kib() -> int:
 def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text())
     from nbcompile.errors import FreezeError
-    from nbcompile.freeze import load
+    from nbcompile.frozen import load
 
     warm = load(job["warmup"])
     warm(

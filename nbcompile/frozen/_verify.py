@@ -2,7 +2,7 @@
 
 Running the check in a subprocess means a native crash (or a hang, up to ``timeout``) in JAX,
 XLA or MLIR while reading a hostile file cannot take the caller down.
-Child entry point: ``python -m nbcompile.freeze._verify PATH [--input X.npy ...]``.
+Child entry point: ``python -m nbcompile.frozen._verify PATH [--input X.npy ...]``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def verify(
     """
     report: dict[str, Any] = {"path": os.fspath(path), "ok": False, "code": None, "message": ""}
     with tempfile.TemporaryDirectory(prefix="nbcompile-verify-") as tmp:
-        cmd = [sys.executable, "-m", "nbcompile.freeze._verify", os.fspath(path)]
+        cmd = [sys.executable, "-m", "nbcompile.frozen._verify", os.fspath(path)]
         if platform:
             cmd += ["--platform", platform]
         for i, value in enumerate(inputs or ()):
@@ -96,7 +96,7 @@ def _zeros(signature: dict[str, Any]) -> list[np.ndarray]:
 def _child(argv: Sequence[str]) -> dict[str, Any]:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="nbcompile.freeze._verify")
+    parser = argparse.ArgumentParser(prog="nbcompile.frozen._verify")
     parser.add_argument("path")
     parser.add_argument("--input", action="append", default=[])
     parser.add_argument("--platform")
@@ -105,7 +105,7 @@ def _child(argv: Sequence[str]) -> dict[str, Any]:
     import jax
 
     from nbcompile.errors import FreezeError
-    from nbcompile.freeze import _manifest, load
+    from nbcompile.frozen import _manifest, load
 
     try:
         start = time.perf_counter()

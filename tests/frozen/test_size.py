@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nbcompile.freeze import freeze, load
+from nbcompile.frozen import freeze, load
 
 MB = 1_000_000
 

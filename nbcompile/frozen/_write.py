@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from nbcompile.errors import FreezeError
-from nbcompile.freeze import _format, _jaxcompat, _manifest, _safetensors
+from nbcompile.frozen import _format, _jaxcompat, _manifest, _safetensors
 
 #: Closed-over arrays larger than this are hoisted into the weight section (weights mode).
 HOIST_BYTES = 1024

@@ -2,7 +2,7 @@
 
 Default run: 3,000 mutated files (under a minute). Full run (>= 10^5 files):
 
-    JAX_PLATFORMS=cpu .venv/bin/pytest tests/freeze/test_fuzz.py -m fuzz_full -q
+    JAX_PLATFORMS=cpu .venv/bin/pytest tests/frozen/test_fuzz.py -m fuzz_full -q
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import run_python
 
-from nbcompile.freeze import freeze
+from nbcompile.frozen import freeze
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_v1.nbc"
 
@@ -41,7 +41,7 @@ def bases(frozen_dir: Path, mlp_file: Path) -> list[str]:
 def _fuzz(bases: list[str], tmp_path: Path, count: int, seed: int, timeout: float) -> dict:
     result = tmp_path / "fuzz.json"
     proc = run_python(
-        "tests/freeze/_fuzz_worker.py", str(result), str(count), str(seed), *bases, timeout=timeout
+        "tests/frozen/_fuzz_worker.py", str(result), str(count), str(seed), *bases, timeout=timeout
     )
     progress = (
         (tmp_path / "fuzz.json.progress").read_text()

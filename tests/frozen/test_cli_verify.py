@@ -11,7 +11,7 @@ from _craft import flip, section_offset
 from conftest import run_python
 
 from nbcompile.cli import main
-from nbcompile.freeze import freeze, verify
+from nbcompile.frozen import freeze, verify
 
 
 @pytest.fixture(scope="module")

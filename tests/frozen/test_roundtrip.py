@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from conftest import run_python
 
-from nbcompile.freeze import freeze, load
+from nbcompile.frozen import freeze, load
 
 KINDS = ("mlp", "conv", "attention")
 
 _FRESH = """
 import json, sys, numpy as np, jax
-from nbcompile.freeze import load
+from nbcompile.frozen import load
 for kind, path in json.loads(sys.argv[1]).items():
     model = load(path)
     out = model(np.load(path[:-4] + ".x.npy", allow_pickle=False))

@@ -8,7 +8,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from nbcompile.freeze import _format
+from nbcompile.frozen import _format
 
 
 def split(data: bytes) -> tuple[bytes, bytes, bytes]:

@@ -5,8 +5,8 @@ The file format is described in ``docs/format.md``.
 
 from __future__ import annotations
 
-from nbcompile.freeze._load import FrozenModel, load
-from nbcompile.freeze._verify import verify
-from nbcompile.freeze._write import FreezeResult, freeze
+from nbcompile.frozen._load import FrozenModel, load
+from nbcompile.frozen._verify import verify
+from nbcompile.frozen._write import FreezeResult, freeze
 
 __all__ = ["FreezeResult", "FrozenModel", "freeze", "load", "verify"]

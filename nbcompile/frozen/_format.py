@@ -175,7 +175,7 @@ def check_sections(data: bytes) -> Sections:
     if magic != MAGIC:
         raise _malformed(
             "not an nbcompile frozen model (bad magic bytes)",
-            "expected a file written by nbcompile.freeze",
+            "expected a file written by nbcompile.frozen",
         )
     if version > FORMAT_VERSION or version < MIN_FORMAT_VERSION:
         newer = version > FORMAT_VERSION

@@ -23,8 +23,8 @@ from typing import Any
 from _craft import repack, split, weights_raw
 
 from nbcompile.errors import FreezeError
-from nbcompile.freeze import _sandbox
-from nbcompile.freeze._load import load_bytes
+from nbcompile.frozen import _sandbox
+from nbcompile.frozen._load import load_bytes
 
 # Mutated programs that send JAX's MLIR reader into an endless loop are refused after this
 # long (the production default is longer); keeps the fuzz run short.

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from nbcompile.errors import FreezeError
-from nbcompile.freeze._safetensors import CODES
+from nbcompile.frozen._safetensors import CODES
 
 SCHEMA = "nbcompile.frozen-model"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")

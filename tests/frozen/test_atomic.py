@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from nbcompile.errors import FreezeError
-from nbcompile.freeze import _safetensors, freeze, load
+from nbcompile.frozen import _safetensors, freeze, load
 
 
 def _ok(params, x):

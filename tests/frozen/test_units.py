@@ -8,7 +8,7 @@ import pytest
 from safetensors.numpy import load as st_load
 
 from nbcompile.errors import FreezeError
-from nbcompile.freeze import _manifest, _safetensors
+from nbcompile.frozen import _manifest, _safetensors
 
 
 def test_weight_section_is_readable_by_the_safetensors_library() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nbcompile.freeze import freeze
+from nbcompile.frozen import freeze
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
