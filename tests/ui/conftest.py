@@ -165,3 +165,21 @@ def ui_page(chromium) -> Iterator:
     context.close()
     assert not outside, f"the page requested non-loopback URLs: {sorted(set(outside))[:5]}"
     assert not [e for e in errors if "nbc" in e.lower() or "nbcompile" in e.lower()], errors
+
+
+def _shutdown_sessions(lab: dict) -> None:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(lab["url"] + "/api/sessions", timeout=10) as r:
+        sessions = json.load(r)
+    for s in sessions:
+        req = urllib.request.Request(f"{lab['url']}/api/sessions/{s['id']}", method="DELETE")
+        urllib.request.urlopen(req, timeout=10).close()
+
+
+@pytest.fixture
+def lab_session(lab):
+    """The shared JupyterLab, with every kernel session shut down after the test."""
+    yield lab
+    _shutdown_sessions(lab)

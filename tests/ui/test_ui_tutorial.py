@@ -6,18 +6,12 @@ import shutil
 
 import nbformat
 import pytest
-from test_ui_view import RUN_ALL, _open, _shutdown_sessions
+from test_ui_view import RUN_ALL, _open
 from uihelpers import REPO, kernel_env, screenshot
 
 pytestmark = pytest.mark.ui
 
 QUICKSTART = REPO / "notebooks" / "01_quickstart.ipynb"
-
-
-@pytest.fixture
-def lab_session(lab):
-    yield lab
-    _shutdown_sessions(lab)
 
 
 def test_quickstart_run_all_then_fusion_to_source(ui_page, lab_session):

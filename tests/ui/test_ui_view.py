@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -44,20 +43,6 @@ def _open(page, lab: dict, name: str) -> None:
     page.goto(f"{lab['url']}/lab/tree/{name}?reset")
     page.wait_for_selector(".jp-NotebookPanel")
     page.wait_for_function(IDLE, timeout=60_000)
-
-
-def _shutdown_sessions(lab: dict) -> None:
-    with urllib.request.urlopen(lab["url"] + "/api/sessions", timeout=10) as r:
-        sessions = json.load(r)
-    for s in sessions:
-        req = urllib.request.Request(f"{lab['url']}/api/sessions/{s['id']}", method="DELETE")
-        urllib.request.urlopen(req, timeout=10).close()
-
-
-@pytest.fixture
-def lab_session(lab):
-    yield lab
-    _shutdown_sessions(lab)
 
 
 def test_live_view_in_jupyterlab(ui_page, lab_session):
