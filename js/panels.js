@@ -127,6 +127,19 @@ export function fusionTable(report, select) {
   return wrap;
 }
 
+/** One --debug value summary: range, mean, NaN/Inf counts, a tiny histogram. */
+function valueSummary(v) {
+  const num = (x) => (x == null ? "–" : Number(x).toPrecision(4));
+  const bad = (v.nan || v.inf) ? ` · ${v.nan || 0} NaN · ${v.inf || 0} Inf` : "";
+  const hist = Array.isArray(v.hist?.counts) ? v.hist.counts : null;
+  const peak = hist ? Math.max(1, ...hist) : 1;
+  const bars = hist ? h("span", { class: "nbc-hist", title: "histogram" },
+    hist.map((c) => h("span", { style: `display:inline-block;width:4px;margin-right:1px;background:currentColor;height:${2 + Math.round(10 * c / peak)}px` }))) : null;
+  return h("div", { "data-testid": "nbc-value", class: v.first_nan ? "nbc-first-nan" : null },
+    h("div", null, `min ${num(v.min)} · max ${num(v.max)} · mean ${num(v.mean)}${bad}`),
+    v.first_nan ? h("div", null, "← first NaN of the program") : null, bars);
+}
+
 /** Details panel contents for a resolved selection. */
 export function detailsFor(report, sel, ctx) {
   const { pgs, select } = ctx;
@@ -146,6 +159,7 @@ export function detailsFor(report, sel, ctx) {
     const rows = [["op", n.op], ["name", n.label], ["kind", n.kind], ["shape", n.shape], ["bytes", fmtBytes(n.bytes)], ["flops", fmtNum(n.flops)],
       lineRow(n.line), n.file ? ["source", `${n.file}:${n.file_line ?? "?"}`] : null, ["module path", n.path || "–"],
       ["fusion", f ? link(f.name || f.id, "fusion:" + f.id) : n.fusion || "–"], n.phase ? ["phase", n.phase] : null,
+      n.value ? ["value (--debug)", valueSummary(n.value)] : null,
       labels.length ? ["inputs (labels)", h("div", null, labels.slice(0, 12).map((t) => h("div", null, t)))] : null,
       ["producers", h("span", null, nb(pg.preds.get(n.id)))], ["consumers", h("span", null, nb(pg.succs.get(n.id)))]];
     return h("div", null, h("h4", null, `${sel.graph} node ${n.id}`), kvTable(rows, "nbc-details-node"), f ? fusionBlock(f, lineRow) : null);

@@ -79,6 +79,8 @@ class Graph:
     groups: list[Group] = field(default_factory=list)
     _group_keys: dict[tuple[str | None, str, str], str] = field(default_factory=dict, repr=False)
     _by_id: dict[str, Node] = field(default_factory=dict, repr=False)
+    #: id(jaxpr equation) -> node id, for overlays computed per equation (e.g. --debug values)
+    eqn_nodes: dict[int, str] = field(default_factory=dict, repr=False)
 
     def add_node(self, op: str, kind: str = "op", prefix: str = "n", **fields: Any) -> Node:
         node = Node(id=f"{prefix}{len(self.nodes)}", op=op, label=fields.pop("label", op),

@@ -199,6 +199,7 @@ class _Walker:
                                   file=raw[0] if raw else None, file_line=raw[1] if raw else None,
                                   phase=eqn_phase if self.grad else None,
                                   flops=None if subs else eqn_flops(prim, eqn) * mult)  # fmt: skip
+            graph.eqn_nodes[id(eqn)] = node.id
             if subs and kind == "function" and eqn.params.get("name"):
                 node.label = f"{prim}:{eqn.params['name']}"
             in_bytes = sum(_nbytes(v.aval) for v in eqn.invars)

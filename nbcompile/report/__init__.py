@@ -38,11 +38,30 @@ def build_report(c: Any) -> dict[str, Any]:
         report["graphs"]["gradient"] = g.get("graphs", {}).get("traced")
         report["graphs"]["gradient_compiled"] = g.get("graphs", {}).get("compiled")
         report["gradient_fusions"] = g.get("fusions", [])
+    debug = getattr(c, "debug", None)
+    if debug is not None and report["graphs"].get("traced"):
+        _overlay_debug_values(c, debug, report["graphs"]["traced"])
     summary = dict(report.get("summary") or {})
     summary.update({f"{k}_seconds": v for k, v in c.timings.items()})
     report["summary"] = summary
     report["timings"] = c.timings
     return report
+
+
+def _overlay_debug_values(c: Any, debug: Any, graph: dict[str, Any]) -> None:
+    """Put each equation's --debug value summary on its traced-graph node (``node["value"]``),
+    so clicking a node in the view shows the value it computed (fused away or not)."""
+    from ..debug import equation_ids
+
+    eqn_nodes = c.analysis.traced_graph.eqn_nodes
+    by_node = {n["id"]: n for n in graph["nodes"]}
+    for debug_id, eqn in equation_ids(c.jaxpr):
+        summary = debug.summaries.get(debug_id)
+        node = by_node.get(eqn_nodes.get(id(eqn), ""))
+        if summary is not None and node is not None:
+            node["value"] = {"id": debug_id, **(summary.get("outputs") or [{}])[0]}
+            if debug.nan_at and debug.nan_at.get("id") == debug_id:
+                node["value"]["first_nan"] = True
 
 
 def _jsonable(value: Any) -> Any:

@@ -57,3 +57,32 @@ def test_saved_executed_quickstart_shows_the_graph_without_running(
     img.wait_for(timeout=60_000)
     assert page.evaluate("(el) => el.naturalWidth", img.element_handle()) > 50
     screenshot(page, "saved_quickstart.png")
+
+
+def test_debug_value_summary_on_node_click(ui_page, tmp_path):
+    """--debug puts each op's value summary on its node: clicking the node shows it."""
+    import jax.numpy as jnp
+
+    import nbcompile
+    from nbcompile.measure_hooks import run as run_measures
+    from nbcompile.report.html import render_static_html
+    from nbcompile.session import CellOptions
+
+    def unstable(x):
+        big = jnp.exp(x * 100.0)
+        return (big / big).sum()
+
+    c = nbcompile.compile(unstable, jnp.linspace(-1.0, 1.0, 64, dtype=jnp.float32))
+    run_measures(c, CellOptions(debug=True))
+    report = c.report()
+    div = next(n for n in report["graphs"]["traced"]["nodes"] if n["op"] == "div")
+    assert div["value"]["first_nan"] and div["value"]["nan"] > 0
+    page = ui_page
+    path = tmp_path / "debug.html"
+    path.write_text(render_static_html(report), encoding="utf-8")
+    page.goto(path.as_uri())
+    node = page.locator(f'[data-testid=nbc-node][data-id="{div["id"]}"]').first
+    node.wait_for(timeout=20_000)
+    node.click()
+    value = page.get_by_test_id("nbc-value").first
+    assert "NaN" in value.inner_text() and "first NaN" in value.inner_text()
