@@ -45,7 +45,9 @@ class Plan:
     paint_repeats: int
     paint_target: dict[str, float] = field(default_factory=dict)
     frozen: list[tuple[str, int]] = field(default_factory=list)  # model, pairs of processes
-    magic: list[tuple[str, int]] = field(default_factory=list)  # model, pairs of cells
+    # model, pairs of cells, whether the +50 ms target applies (the anchor cell calls the model,
+    # which the re-run does not: only where that call is negligible is the difference overhead)
+    magic: list[tuple[str, int, bool]] = field(default_factory=list)
 
 
 FULL = Plan(
@@ -62,7 +64,7 @@ FULL = Plan(
     paint_repeats=5,
     paint_target={"12-layer train": 1.5},
     frozen=[("MLP", 7), ("2-layer fwd", 7)],
-    magic=[("MLP", 11), ("12-layer train", 11)],
+    magic=[("MLP", 11, True), ("12-layer train", 11, False)],
 )
 
 QUICK = Plan(
@@ -73,7 +75,7 @@ QUICK = Plan(
     paint=["1-layer train d32"],
     paint_repeats=1,
     frozen=[("MLP", 1)],
-    magic=[("MLP", 2)],
+    magic=[("MLP", 2, True)],
 )
 
 
@@ -159,9 +161,9 @@ def run(
             OUT.mkdir(parents=True, exist_ok=True)
             rows.append(_subprocs.frozen_first_call(model, pairs, OUT))
     if "magic" in figures:
-        for model, pairs in plan.magic:
+        for model, pairs, targeted in plan.magic:
             step(f"%%compile re-run: {model}")
-            rows.append(_subprocs.magic_rerun(model, pairs))
+            rows.append(_subprocs.magic_rerun(model, pairs, targeted))
     return rows, facts
 
 

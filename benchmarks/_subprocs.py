@@ -112,15 +112,19 @@ def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
     return row
 
 
-def magic_rerun(model: str, pairs: int) -> Row:
-    """Unchanged ``%%compile`` cell re-run vs a plain cell calling the compiled function."""
+def magic_rerun(model: str, pairs: int, targeted: bool = True) -> Row:
+    """Unchanged ``%%compile`` cell re-run vs a plain cell calling the compiled function.
+
+    The re-run does not call the model; the plain cell does. The +50 ms target is applied only
+    where that call is negligible (``targeted``); elsewhere the row is informative.
+    """
     row = Row(
         "%%compile re-run",
         model,
         "s",
         "unchanged %%compile cell",
         "plain cell calling it",
-        target=Target("diff", "<=", 0.050, "+≤ 50 ms"),
+        target=Target("diff", "<=", 0.050, "+≤ 50 ms") if targeted else None,
         note=f"{pairs} interleaved pairs in one IPython InteractiveShell (fresh process); "
         "the magic cell displays its Compilation, the plain cell calls the compiled "
         "function once and blocks",
@@ -131,6 +135,11 @@ def magic_rerun(model: str, pairs: int) -> Row:
         row.note = str(exc)[:300]
         return row
     row.set_pairs(result["subject"], result["anchor"])
+    if not targeted and row.diff is not None:
+        row.note += (
+            f"; informative: the plain cell runs the model once, the re-run does not "
+            f"(difference {row.diff.median * 1e3:+.0f} ms)"
+        )
     row.extra["first_run_seconds"] = result["first_run_seconds"]
     row.extra["xla_compiles_during_reruns"] = result["xla_compiles_during_reruns"]
     if result["xla_compiles_during_reruns"]:

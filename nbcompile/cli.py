@@ -58,11 +58,11 @@ def _describe(path: str) -> dict[str, Any]:
 
 
 def _signature_lines(label: str, sig: dict[str, Any]) -> str:
-    from nbcompile.frozen import _manifest
+    from nbcompile.frozen import _batch, _manifest
 
     names = _manifest.leaf_paths(sig["tree"])
     parts = [
-        f"{n or '(value)'} {leaf['dtype']}{leaf['shape']}"
+        f"{n or '(value)'} {leaf['dtype']}{_batch.show(leaf['shape'])}"
         for n, leaf in zip(names, sig["leaves"], strict=True)
     ]
     return f"  {label}: " + (", ".join(parts) or "none")

@@ -32,7 +32,7 @@ def _planned() -> list[tuple[str, str, int | None]]:
     out += [("displayed bytes", m, 1) for m in QUICK.size]
     out += [("first paint", m, QUICK.paint_repeats) for m in QUICK.paint]
     out += [("frozen load+1st call", m, p) for m, p in QUICK.frozen]
-    out += [("%%compile re-run", m, p) for m, p in QUICK.magic]
+    out += [("%%compile re-run", m, p) for m, p, _ in QUICK.magic]
     return out
 
 

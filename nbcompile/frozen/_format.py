@@ -33,6 +33,10 @@ from nbcompile.errors import FreezeError
 #   Version 1, 2026-11-30: first version. Header 224 bytes, sections MANI/WGHT/PROG,
 #     manifest schema 1 (docs/format.md), weights in safetensors layout, program =
 #     jax.export serialization (flatbuffer) of a function of flat array arguments.
+#   Version 1, 2026-11-30 (addition, version unchanged): input/output signature shapes may
+#     hold the string "b", a symbolic batch dimension (leading dimension of inputs; anywhere in
+#     outputs; never in weights). Files without it are read as before; readers of version 1
+#     from this date accept both.
 FORMAT_VERSION = 1
 MIN_FORMAT_VERSION = 1
 

@@ -117,7 +117,12 @@ def _walk(exported: jax.export.Exported) -> tuple[int, list[str]]:
     from jax._src.lib.mlir import ir
 
     ops, targets = 0, []
-    with mlir.make_ir_context():
+    context = mlir.make_ir_context()
+    # JAX's contexts share a global MLIR thread pool. In a fork of a process that has run it
+    # (a shape-polymorphic export does), the child has no pool threads and reading a module
+    # with several functions would wait on them forever: read single-threaded.
+    context.enable_multithreading(False)
+    with context:
         module = _jax.mlir.deserialize_portable_artifact(exported.mlir_module_serialized)
         if isinstance(module, str | bytes):
             module = ir.Module.parse(module)
@@ -177,3 +182,25 @@ def count_entry_instructions(hlo_text: str) -> int:
 
 def unique(items: Iterable[str]) -> list[str]:
     return sorted(set(items))
+
+
+def check_refines(exported: jax.export.Exported, specs: Sequence[Any]) -> None:
+    """Raise if a shape-polymorphic ``exported`` cannot be specialised to concrete ``specs``.
+
+    Lowering alone does not resolve symbolic shapes: JAX refines them (and evaluates the shape
+    assertions) only when compiling (``mlir.refine_polymorphic_shapes``, JAX 0.10). Running the
+    refinement here catches a program that traced with a symbolic batch but really needs the
+    example's size (e.g. ``x.reshape(256 * 8)``) without compiling it. Without that internal,
+    the program is compiled for the local backend instead.
+    """
+    platform = exported.platforms[0]
+    traced = jax.jit(exported.call).trace(*specs)
+    lowered = traced.lower(lowering_platforms=(platform,))
+    try:
+        from jax._src.interpreters import mlir
+
+        refine = mlir.refine_polymorphic_shapes
+    except (ImportError, AttributeError):
+        lowered.compile()
+        return
+    refine(lowered.compiler_ir("stablehlo"))

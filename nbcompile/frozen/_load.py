@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from nbcompile.errors import FreezeError
-from nbcompile.frozen import _format, _jaxcompat, _manifest, _safetensors, _sandbox
+from nbcompile.frozen import _batch, _format, _jaxcompat, _manifest, _safetensors, _sandbox
 
 #: Oldest writer JAX minor version accepted, counted back from the runtime's (~6 months).
 OLDER_MINORS = 2
@@ -181,7 +181,7 @@ def _deserialize(checked: Checked) -> jax.export.Exported:
             code="NBC504",
         )
     for i, (aval, spec) in enumerate(zip(in_avals, expected, strict=True)):
-        if list(aval.shape) != spec["shape"] or np.dtype(aval.dtype).name != spec["dtype"]:
+        if _batch.dims(aval.shape) != spec["shape"] or np.dtype(aval.dtype).name != spec["dtype"]:
             what = (
                 f"weight {spec['name']!r}"
                 if "name" in spec
@@ -189,11 +189,13 @@ def _deserialize(checked: Checked) -> jax.export.Exported:
             )
             raise FreezeError(
                 f"{what} is {spec['dtype']}{spec['shape']} but the program expects "
-                f"{np.dtype(aval.dtype).name}{list(aval.shape)}",
+                f"{np.dtype(aval.dtype).name}{_batch.show(map(str, aval.shape))}",
                 code="NBC504",
             )
     outputs = manifest["outputs"]["leaves"]
-    if [_manifest.array_spec(a.shape, a.dtype) for a in out_avals] != outputs:
+    if [
+        {"shape": _batch.dims(a.shape), "dtype": np.dtype(a.dtype).name} for a in out_avals
+    ] != outputs:
         raise FreezeError("program outputs differ from the manifest's signature", code="NBC500")
     return exported
 
@@ -247,16 +249,34 @@ class FrozenModel:
     def _inputs(self, inputs: tuple[Any, ...]) -> list[Any]:
         spec = self.signature["inputs"]
         leaves = _manifest.flatten(spec["tree"], inputs, "inputs")
-        out = []
+        out, batch = [], None  # batch: (size, leaf index) of the first leaf that set b
         for i, (leaf, want) in enumerate(zip(leaves, spec["leaves"], strict=True)):
             value = leaf if isinstance(leaf, jax.Array) else np.asarray(leaf)
-            got = f"{np.dtype(value.dtype).name}{list(value.shape)}"
-            if got != f"{want['dtype']}{want['shape']}":
+            shape, dtype = tuple(value.shape), np.dtype(value.dtype).name
+            takes = f"{want['dtype']}{_batch.show(want['shape'])}"
+            uses_b = bool(want["shape"]) and want["shape"][0] == _batch.BATCH_DIM
+            size = shape[0] if uses_b and shape else 1
+            if (
+                dtype != want["dtype"]
+                or size < 1
+                or shape != _batch.concrete_shape(want["shape"], size)
+            ):
+                hint_shape = _batch.show(want["shape"]) if uses_b else str(tuple(want["shape"]))
                 raise FreezeError(
-                    f"input leaf {i} is {got}, the model takes {want['dtype']}{want['shape']}",
+                    f"input leaf {i} is {dtype}{list(shape)}, the model takes {takes}"
+                    + (" (b: any batch size >= 1)" if uses_b else ""),
                     code="NBC507",
-                    hint=f"pass an array of shape {tuple(want['shape'])} and dtype {want['dtype']}",
+                    hint=f"pass an array of shape {hint_shape} and dtype {want['dtype']}",
                 )
+            if uses_b:
+                if batch is None:
+                    batch = (size, i)
+                elif size != batch[0]:
+                    raise FreezeError(
+                        f"input leaf {i} has batch size b={size}, but input leaf {batch[1]} "
+                        f"has b={batch[0]}: every leaf with dimension b must have the same size",
+                        code="NBC507",
+                    )
             out.append(jax.device_put(value, self._device))
         return out
 

@@ -23,6 +23,8 @@ from nbcompile.errors import FreezeError
 from nbcompile.frozen._safetensors import CODES
 
 SCHEMA = "nbcompile.frozen-model"
+#: The symbolic batch dimension as written in input/output shapes (never in weight shapes).
+BATCH_DIM = "b"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 MAX_TREE_DEPTH = 64
 MAX_LEAVES = 100_000
@@ -139,7 +141,12 @@ def _check_tree(tree: Any, field: str, depth: int = 0) -> int:
     return sum(_check_tree(c, f"{field}[{i}]", depth + 1) for i, c in enumerate(children))
 
 
-def _check_array_spec(spec: Any, field: str, named: bool = False) -> None:
+def _check_array_spec(spec: Any, field: str, named: bool = False, batch: str = "none") -> bool:
+    """Validate an array spec; return whether it uses the batch dimension ``"b"``.
+
+    ``batch`` says where ``"b"`` may appear: ``"none"`` (weights), ``"leading"`` (inputs) or
+    ``"any"`` (outputs).
+    """
     keys = {"name", "shape", "dtype"} if named else {"shape", "dtype"}
     if not isinstance(spec, dict) or set(spec) != keys:
         raise _bad(field, f"must be an object with exactly {sorted(keys)}")
@@ -148,21 +155,35 @@ def _check_array_spec(spec: Any, field: str, named: bool = False) -> None:
     shape = spec["shape"]
     if not isinstance(shape, list) or len(shape) > 32:
         raise _bad(field, "shape must be a list of at most 32 dims")
-    if not all(type(d) is int and 0 <= d < 1 << 62 for d in shape):
-        raise _bad(field, f"shape {shape!r} must hold non-negative integers")
+    uses_b = False
+    for i, d in enumerate(shape):
+        if (
+            type(d) is str
+            and d == BATCH_DIM
+            and (batch == "any" or (batch == "leading" and i == 0))
+        ):
+            uses_b = True
+        elif not (type(d) is int and 0 <= d < 1 << 62):
+            where = "" if batch == "none" else f" or {BATCH_DIM!r} ({batch} dimension)"
+            raise _bad(field, f"shape {shape!r} must hold non-negative integers{where}")
     if not isinstance(spec["dtype"], str) or spec["dtype"] not in CODES:
         raise _bad(field, f"unknown dtype {spec['dtype']!r}")
+    return uses_b
 
 
-def _check_signature(sig: Any, field: str) -> None:
+def _check_signature(sig: Any, field: str, batch: str) -> bool:
+    """Validate an input/output signature; return whether any leaf uses ``"b"``."""
     if not isinstance(sig, dict) or set(sig) != {"tree", "leaves"}:
         raise _bad(field, "must be an object with tree and leaves")
     if not isinstance(sig["leaves"], list) or len(sig["leaves"]) > MAX_LEAVES:
         raise _bad(f"{field}.leaves", "must be a list")
     if _check_tree(sig["tree"], f"{field}.tree") != len(sig["leaves"]):
         raise _bad(field, "the tree's leaf count differs from the leaves listed")
-    for i, leaf in enumerate(sig["leaves"]):
-        _check_array_spec(leaf, f"{field}.leaves[{i}]")
+    uses = [
+        _check_array_spec(leaf, f"{field}.leaves[{i}]", batch=batch)
+        for i, leaf in enumerate(sig["leaves"])
+    ]
+    return any(uses)
 
 
 def _expect(obj: dict[str, Any], field: str, kind: type | tuple[type, ...]) -> Any:
@@ -223,8 +244,9 @@ def parse(raw: memoryview | bytes, format_version: int) -> dict[str, Any]:
     if not 1 <= count <= 1 << 20:
         raise _bad("device_count", f"{count} is out of range")
     _expect(manifest, "constants_mode", bool)
-    for field in ("inputs", "outputs"):
-        _check_signature(manifest.get(field), field)
+    batched_in = _check_signature(manifest.get("inputs"), "inputs", "leading")
+    if _check_signature(manifest.get("outputs"), "outputs", "any") and not batched_in:
+        raise _bad("outputs", f"uses the batch dimension {BATCH_DIM!r} but no input does")
     weights = _expect(manifest, "weights", list)
     if len(weights) > MAX_LEAVES:
         raise _bad("weights", "too many tensors")
@@ -243,8 +265,12 @@ def encode(manifest: dict[str, Any]) -> bytes:
     return json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=False).encode("utf-8")
 
 
-def array_spec(shape: Sequence[int], dtype: Any) -> dict[str, Any]:
-    return {"shape": [int(d) for d in shape], "dtype": np.dtype(dtype).name}
+def array_spec(shape: Sequence[int], dtype: Any, batched: bool = False) -> dict[str, Any]:
+    """Manifest spec of an array; ``batched`` writes the leading dimension as ``"b"``."""
+    dims: list[int | str] = [int(d) for d in shape]
+    if batched:
+        dims[0] = BATCH_DIM
+    return {"shape": dims, "dtype": np.dtype(dtype).name}
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:

@@ -40,7 +40,7 @@ def verify(
     """Load ``path`` and call it in a fresh process; return a JSON-ready report.
 
     ``inputs`` are the model's input leaves in signature order (default: zeros of the right
-    shapes). The report has ``ok``, ``code`` (the FreezeError code or None), ``message``,
+    shapes, with batch size ``b`` = 2 for a model frozen with a symbolic batch). The report has ``ok``, ``code`` (the FreezeError code or None), ``message``,
     ``outputs`` (shape, dtype, all-finite per output leaf), timings, ``returncode`` and
     ``crashed`` / ``timed_out`` flags.
     """
@@ -89,8 +89,17 @@ def _finite(x: np.ndarray) -> bool:
         return True
 
 
+#: The batch size ``b`` of the zero inputs `verify` makes for a model with a symbolic batch.
+ZEROS_BATCH = 2
+
+
 def _zeros(signature: dict[str, Any]) -> list[np.ndarray]:
-    return [np.zeros(leaf["shape"], dtype=leaf["dtype"]) for leaf in signature["inputs"]["leaves"]]
+    from nbcompile.frozen._batch import concrete_shape
+
+    return [
+        np.zeros(concrete_shape(leaf["shape"], ZEROS_BATCH), dtype=leaf["dtype"])
+        for leaf in signature["inputs"]["leaves"]
+    ]
 
 
 def _child(argv: Sequence[str]) -> dict[str, Any]:

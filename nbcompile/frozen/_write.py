@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from nbcompile.errors import FreezeError
-from nbcompile.frozen import _format, _jaxcompat, _manifest, _safetensors
+from nbcompile.frozen import _batch, _format, _jaxcompat, _manifest, _safetensors
 
 #: Closed-over arrays larger than this are hoisted into the weight section (weights mode).
 HOIST_BYTES = 1024
@@ -40,6 +40,9 @@ class FreezeResult:
     compiled_ops: int | None = None
     reference_ops: int | None = None
     custom_calls: tuple[str, ...] = field(default_factory=tuple)
+    #: "symbolic": the inputs' leading dimension is the symbolic batch ``b`` (any size);
+    #: "static": the model takes exactly the example's shapes.
+    batch: str = "static"
 
     @property
     def ops_removed(self) -> int | None:
@@ -63,6 +66,9 @@ class FreezeResult:
             f"overhead {_size(overhead)}",
             f"  program: {self.program_ops} StableHLO ops, {mode}, "
             f"platforms {', '.join(self.platforms)}",
+            "  batch: symbolic (any batch size b)"
+            if self.batch == "symbolic"
+            else "  batch: static (exactly the example's shapes)",
         ]
         if self.compiled_ops is not None:
             lines.append(f"  compiled here: {self.compiled_ops} top-level HLO instructions")
@@ -144,6 +150,7 @@ def freeze(
     name: str | None = None,
     reference_ops: int | None = None,
     measure_compiled: bool = True,
+    batch: str = "auto",
 ) -> FreezeResult:
     """Freeze ``fn`` at ``example_args`` into the single file ``path`` (see docs/format.md).
 
@@ -151,7 +158,13 @@ def freeze(
     the last, so ``predict(params, x)`` stores ``params``); the loaded model is called on the
     others. ``constants=True`` bakes the weights into the program instead. ``reference_ops``
     (the training graph's op count, when known) is reported against the program's.
+    ``batch="auto"`` exports the inputs' leading dimension as the symbolic batch ``b`` (every
+    input leaf whose leading dimension equals the first leaf's), so the file serves any batch
+    size; when the model cannot be exported that way it silently falls back to the example's
+    static shapes (``FreezeResult.batch`` says which). ``batch="static"`` always uses them.
     """
+    if batch not in ("auto", "static"):
+        raise FreezeError(f"batch must be 'auto' or 'static', got {batch!r}", code="NBC506")
     platforms = tuple(dict.fromkeys("cuda" if p == "gpu" else p for p in platforms))
     if not platforms or any(p not in _manifest.PLATFORMS for p in platforms):
         raise FreezeError(
@@ -177,8 +190,7 @@ def freeze(
         _as_numpy(x, f"input {i}")
         for i, x in enumerate(_manifest.flatten(input_tree, input_args, "inputs"))
     ]
-    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for _, a in tensors]
-    specs += [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in input_leaves]
+    weight_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for _, a in tensors]
     n_weights = len(tensors)
     out_tree: dict[str, Any] = {}
 
@@ -192,9 +204,111 @@ def freeze(
         for i, value in zip([i for i in range(n) if i not in argnums], inputs, strict=True):
             args[i] = value
         out = fn(*args)
+        out_tree.clear()
         out_tree.update(_manifest.tree_of(out, "output"))
         return tuple(_manifest.flatten(out_tree, out, "output"))
 
+    def build(marks: Sequence[bool], size: Any) -> _Built:
+        specs = weight_specs + _batch.input_specs(input_leaves, marks, size)
+        return _build(program, specs, tensors, constants, platforms)
+
+    marks = _batch.batched(input_leaves) if batch == "auto" else [False] * len(input_leaves)
+    built = None
+    if any(marks):
+        try:
+            built = build(marks, _batch.symbol())
+            out_dims = [_batch.dims(a.shape) for a in built.exported.out_avals]
+            if None in out_dims:
+                raise ValueError("an output shape is not expressible with b alone")
+            for size in _batch.PROBE_SIZES:
+                _jaxcompat.check_refines(built.exported, _concrete(built.export_specs, size))
+        except Exception:  # not expressible with a symbolic batch: export the example's shapes
+            built = None
+    if built is None:
+        marks = [False] * len(input_leaves)
+        built = build(marks, None)
+        out_dims = [_batch.dims(a.shape) for a in built.exported.out_avals]
+    exported, stored, export_specs = built.exported, built.stored, built.export_specs
+    hoisted_tensors = built.hoisted
+    example_size = input_leaves[0].shape[0] if any(marks) else 0
+    try:
+        program_bytes = bytes(exported.serialize())
+    except Exception as err:
+        raise FreezeError(f"exporting the program failed: {err}", code="NBC506") from err
+    ops, targets = _jaxcompat.program_stats(exported)
+    name = name or getattr(fn, "__name__", None) or type(fn).__name__
+    signature = {
+        "inputs": {
+            "tree": input_tree,
+            "leaves": [
+                _manifest.array_spec(a.shape, a.dtype, batched=mark)
+                for a, mark in zip(input_leaves, marks, strict=True)
+            ],
+        },
+        "outputs": {
+            "tree": dict(out_tree),
+            "leaves": [
+                {"shape": d, "dtype": np.dtype(a.dtype).name}
+                for d, a in zip(out_dims, exported.out_avals, strict=True)
+            ],
+        },
+    }
+    manifest = {
+        "format": _manifest.SCHEMA,
+        "format_version": _format.FORMAT_VERSION,
+        "name": str(name)[:200],
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "writer": _versions(),
+        "platforms": list(platforms),
+        "device_count": int(exported.nr_devices),
+        "constants_mode": bool(constants),
+        **signature,
+        "weights": [{"name": nm, **_manifest.array_spec(a.shape, a.dtype)} for nm, a in stored],
+        "program": {"stablehlo_ops": ops, "custom_calls": _jaxcompat.unique(targets)},
+    }
+    file_bytes = _format.write_atomic(
+        path, _manifest.encode(manifest), lambda: _safetensors.chunks(stored), program_bytes
+    )
+    return FreezeResult(
+        path=str(path),
+        file_bytes=file_bytes,
+        weight_bytes=sum(a.nbytes for _, a in stored)
+        if not constants
+        else sum(a.nbytes for _, a in tensors),
+        n_weights=len(stored) if not constants else len(tensors),
+        program_ops=ops,
+        constants_mode=bool(constants),
+        platforms=platforms,
+        signature=json.loads(json.dumps(signature)),
+        name=manifest["name"],
+        n_hoisted=len(hoisted_tensors),
+        hoisted_bytes=sum(a.nbytes for _, a in hoisted_tensors),
+        compiled_ops=_compiled_ops(exported, _concrete(export_specs, example_size))
+        if measure_compiled
+        else None,
+        reference_ops=reference_ops,
+        custom_calls=tuple(_jaxcompat.unique(targets)),
+        batch="symbolic" if any(marks) else "static",
+    )
+
+
+@dataclass(frozen=True)
+class _Built:
+    exported: jax.export.Exported
+    stored: list[tuple[str, np.ndarray]]
+    hoisted: list[tuple[str, np.ndarray]]
+    export_specs: list[jax.ShapeDtypeStruct]
+
+
+def _build(
+    program: Callable[..., tuple[Any, ...]],
+    specs: list[jax.ShapeDtypeStruct],
+    tensors: list[tuple[str, np.ndarray]],
+    constants: bool,
+    platforms: Sequence[str],
+) -> _Built:
+    """Trace ``program`` at ``specs`` (weights then inputs), hoist its constants, export it."""
+    n_weights = len(tensors)
     try:
         traced = jax.make_jaxpr(program)(*specs)
         closed = jax.make_jaxpr(lambda *a: _jaxcompat.inline_eval(traced.jaxpr, traced.consts, *a))(
@@ -235,57 +349,21 @@ def freeze(
         export_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for _, a in hoisted_tensors] + specs
     try:
         exported = jax.export.export(jax.jit(exported_fn), platforms=list(platforms))(*export_specs)
-        program_bytes = bytes(exported.serialize())
     except FreezeError:
         raise
     except Exception as err:
         raise FreezeError(f"exporting the program failed: {err}", code="NBC506") from err
-    ops, targets = _jaxcompat.program_stats(exported)
-    name = name or getattr(fn, "__name__", None) or type(fn).__name__
-    signature = {
-        "inputs": {
-            "tree": input_tree,
-            "leaves": [_manifest.array_spec(a.shape, a.dtype) for a in input_leaves],
-        },
-        "outputs": {
-            "tree": dict(out_tree),
-            "leaves": [_manifest.array_spec(a.shape, a.dtype) for a in exported.out_avals],
-        },
-    }
-    manifest = {
-        "format": _manifest.SCHEMA,
-        "format_version": _format.FORMAT_VERSION,
-        "name": str(name)[:200],
-        "created_utc": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "writer": _versions(),
-        "platforms": list(platforms),
-        "device_count": int(exported.nr_devices),
-        "constants_mode": bool(constants),
-        **signature,
-        "weights": [{"name": nm, **_manifest.array_spec(a.shape, a.dtype)} for nm, a in stored],
-        "program": {"stablehlo_ops": ops, "custom_calls": _jaxcompat.unique(targets)},
-    }
-    file_bytes = _format.write_atomic(
-        path, _manifest.encode(manifest), lambda: _safetensors.chunks(stored), program_bytes
-    )
-    return FreezeResult(
-        path=str(path),
-        file_bytes=file_bytes,
-        weight_bytes=sum(a.nbytes for _, a in stored)
-        if not constants
-        else sum(a.nbytes for _, a in tensors),
-        n_weights=len(stored) if not constants else len(tensors),
-        program_ops=ops,
-        constants_mode=bool(constants),
-        platforms=platforms,
-        signature=json.loads(json.dumps(signature)),
-        name=manifest["name"],
-        n_hoisted=len(hoisted_tensors),
-        hoisted_bytes=sum(a.nbytes for _, a in hoisted_tensors),
-        compiled_ops=_compiled_ops(exported, export_specs) if measure_compiled else None,
-        reference_ops=reference_ops,
-        custom_calls=tuple(_jaxcompat.unique(targets)),
-    )
+    return _Built(exported, stored, hoisted_tensors, export_specs)
+
+
+def _concrete(specs: Sequence[jax.ShapeDtypeStruct], size: int) -> list[jax.ShapeDtypeStruct]:
+    """``specs`` with every symbolic dimension (the batch) set to ``size``."""
+    return [
+        jax.ShapeDtypeStruct(
+            tuple(size if jax.export.is_symbolic_dim(d) else d for d in s.shape), s.dtype
+        )
+        for s in specs
+    ]
 
 
 def _compiled_ops(exported: jax.export.Exported, specs: Sequence[Any]) -> int | None:

@@ -61,12 +61,13 @@ assert fr["program_ops"] < train.grad.summary()["stablehlo_ops"]
 
 # %% md
 # ## Serve it in a fresh process, without the source
-# A new Python process that never saw `predict` loads the file and predicts. The loader checks
-# size, magic, version, checksums and weight layout *before* deserialising anything, and never
-# runs code from the file.
+# A new Python process that never saw `predict` loads the file and predicts — on a batch of 5,
+# though it was frozen with 256 examples: the batch dimension is exported as a symbolic `b`.
+# The loader checks size, magic, version, checksums and weight layout *before* deserialising
+# anything, and never runs code from the file.
 
 # %% code
-x_new = np.asarray(rng.normal(size=(256, 8)), np.float32)  # the signature it was frozen with
+x_new = np.asarray(rng.normal(size=(5, 8)), np.float32)  # any batch size: frozen with a symbolic `b`
 np.save("x.npy", x_new)
 out = subprocess.run([sys.executable, "-m", "nbcompile.cli", "run", "model.nbc",
                       "--input", "x.npy", "--output", "y.npy"], capture_output=True, text=True)
@@ -79,7 +80,7 @@ assert np.array_equal(served, here)        # bit-identical
 
 # %% code
 model = nbcompile.load("model.nbc")
-print(model.signature)
+print(model.signature["inputs"]["leaves"], "→", model.signature["outputs"]["leaves"])
 assert np.array_equal(np.asarray(model(x_new)), here)
 info = subprocess.run([sys.executable, "-m", "nbcompile.cli", "inspect", "model.nbc"],
                       capture_output=True, text=True)

@@ -19,11 +19,12 @@ def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text())
     from nbcompile.errors import FreezeError
     from nbcompile.frozen import load
+    from nbcompile.frozen._batch import concrete_shape
 
     warm = load(job["warmup"])
     warm(
         *[
-            __import__("numpy").zeros(leaf["shape"], leaf["dtype"])
+            __import__("numpy").zeros(concrete_shape(leaf["shape"], 2), leaf["dtype"])
             for leaf in warm.signature["inputs"]["leaves"]
         ]
     )

@@ -40,7 +40,10 @@ def main() -> None:
         "w2": rng.standard_normal((32, 4), dtype=np.float32),
     }
     x = rng.standard_normal((3, 8), dtype=np.float32)
-    result = freeze(predict, params, x, path=DATA / "golden_v1.nbc", name="golden_v1")
+    # The golden file predates the symbolic batch dimension: it has static shapes.
+    result = freeze(
+        predict, params, x, path=DATA / "golden_v1.nbc", name="golden_v1", batch="static"
+    )
     np.save(DATA / "golden_v1_input.npy", x, allow_pickle=False)
     np.save(
         DATA / "golden_v1_output.npy", np.asarray(jax.jit(predict)(params, x)), allow_pickle=False

@@ -254,8 +254,9 @@ def test_canary_pickle_is_live(canary: Path, tmp_path: Path) -> None:
 
 def test_input_mismatch_is_refused(mlp_file: Path) -> None:
     model = load(mlp_file)
-    x = np.zeros(model.signature["inputs"]["leaves"][0]["shape"], np.float32)
-    for bad in (x.astype(np.float64), x[:, :-1], [x], {"x": x}, None):
+    assert model.signature["inputs"]["leaves"][0]["shape"] == ["b", 32]
+    x = np.zeros((4, 32), np.float32)
+    for bad in (x.astype(np.float64), x[:, :-1], x[:0], x[0], x[None], [x], {"x": x}, None):
         with pytest.raises(FreezeError) as info:
             model(bad)
         assert info.value.code == "NBC507", bad
