@@ -202,11 +202,24 @@ class Compilation:
         return diff(other.analysis, self.analysis)
 
     # --- report and display ------------------------------------------------------------------
+    def _state_key(self) -> tuple[Any, ...]:
+        """Changes whenever something the report shows changes (extras, notes, debug)."""
+        extras = tuple((k, id(v)) for k, v in self.extras.items())
+        return (extras, tuple(self.notes), id(getattr(self, "debug", None)),
+                tuple(self._timings.items()))
+
     def report(self) -> dict[str, Any]:
-        """The JSON report every view reads (docs/report-schema.md)."""
+        """The JSON report every view reads (docs/report-schema.md); cached until the
+        compilation's extras, notes or timings change (re-displays are instant)."""
         from .report import build_report
 
-        return build_report(self)
+        self.analysis  # noqa: B018 - analyse first: it may add to the timings
+        key = self._state_key()
+        cached = self.__dict__.get("_report")
+        if cached is None or cached[0] != key:
+            cached = (key, build_report(self))
+            self.__dict__["_report"] = cached
+        return cached[1]
 
     def to_dot(self, which: str = "traced") -> Any:
         """The ``traced`` / ``compiled`` / ``gradient`` graph as a ``graphviz.Digraph``."""

@@ -63,3 +63,14 @@ def test_display_bundle_sends_the_renderer_once(comp, monkeypatch):
     assert "data:image/svg+xml;base64," in first["text/html"]
     assert "data:image/svg+xml;base64," in second["text/html"]
     assert len(second["text/html"]) < len(first["text/html"]) - 20_000
+
+
+def test_report_is_cached_until_the_compilation_changes(comp):
+    first = comp.report()
+    assert comp.report() is first
+    comp.extras["probe"] = {"text": "probe"}
+    try:
+        second = comp.report()
+        assert second is not first and "probe" in second["extras"]
+    finally:
+        comp.extras.pop("probe")

@@ -149,6 +149,10 @@ def mimebundle(c: Any) -> dict[str, Any]:
     from .html import render_html
 
     report = c.report()
+    key = (id(report), not _SCRIPT_SENT)
+    cached = c.__dict__.get("_bundle")
+    if cached is not None and cached[0] == key:
+        return dict(cached[1])
     bundle: dict[str, Any] = {
         "text/plain": text_summary(report),
         "text/html": render_html(report, include_script=not _SCRIPT_SENT),
@@ -166,4 +170,5 @@ def mimebundle(c: Any) -> dict[str, Any]:
         if mime.startswith("application/vnd.jupyter.widget"):
             bundle[mime] = value
     c._view = view  # keep the model alive with the Compilation
+    c.__dict__["_bundle"] = (key, dict(bundle))
     return bundle
