@@ -18,7 +18,7 @@ from .cost import analytic_cost, normalise_cost, normalise_memory
 from .folding import Folded, find_folded
 from .gradient import Gradient, analyse_gradient
 from .graph import Graph
-from .hlo import HloModule, HloParseError, parse_hlo
+from .hlo import HloModule, HloParseError, count_instructions, parse_hlo
 from .lines import LineMap
 from .traced import Traced, trace_graph
 
@@ -78,14 +78,22 @@ class Analysis:
         }  # fmt: skip
 
 
-def _pre_optimisation(lowered: Any, notes: list[str]) -> HloModule | None:
+def _pre_optimisation_text(lowered: Any, notes: list[str]) -> str | None:
     try:
-        text = lowered.compiler_ir("hlo").as_hlo_module().to_string()
+        return lowered.compiler_ir("hlo").as_hlo_module().to_string()
+    except Exception as err:  # the backend cannot give pre-optimisation HLO
+        notes.append(f"pre-optimisation HLO unavailable ({type(err).__name__})")
+    return None
+
+
+def _pre_optimisation(text: str | None, notes: list[str]) -> HloModule | None:
+    """Parsed only when folding has candidates to check (parsing a big module costs ~0.1 s)."""
+    if text is None:
+        return None
+    try:
         return parse_hlo(text)
     except HloParseError as err:
         notes.append(f"pre-optimisation HLO could not be parsed ({err}); folding not checked")
-    except Exception as err:  # the backend cannot give pre-optimisation HLO
-        notes.append(f"pre-optimisation HLO unavailable ({type(err).__name__})")
     return None
 
 
@@ -177,8 +185,10 @@ def analyse(artifacts: Artifacts) -> Analysis:
     traced = trace_graph(artifacts.closed_jaxpr, source, artifacts.name, grad=grad)
     post = _optimised(artifacts, notes)
     info = analyse_compiled(post, source, grad) if post is not None else None
-    pre = _pre_optimisation(artifacts.lowered, notes) if artifacts.lowered is not None else None
-    folded = find_folded(traced, pre, post, source, artifacts.fn)
+    pre_text = (_pre_optimisation_text(artifacts.lowered, notes)
+                if artifacts.lowered is not None else None)  # fmt: skip
+    folded = find_folded(traced, lambda: _pre_optimisation(pre_text, notes), post, source,
+                         artifacts.fn)
     gradient = analyse_gradient(artifacts.grad_argnums, traced, info) if grad else None
     compiled = artifacts.compiled
     cost = normalise_cost(_call(compiled, "cost_analysis")) if compiled is not None else None
@@ -190,7 +200,7 @@ def analyse(artifacts: Artifacts) -> Analysis:
         "stablehlo_ops": _stablehlo_ops(artifacts.lowered)
         if artifacts.lowered is not None
         else None,
-        "hlo_ops_before": pre.instruction_count() if pre is not None else None,
+        "hlo_ops_before": count_instructions(pre_text) if pre_text is not None else None,
         "hlo_ops_after": post.instruction_count() if post is not None else None,
         "kernels": len(info.kernels) if info is not None else None,
         "eager_kernels": traced.eager_kernels,

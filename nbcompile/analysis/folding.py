@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,9 +124,12 @@ def _hlo_const_roots(module: HloModule) -> list[tuple[Instruction, list[Instruct
     return roots
 
 
-def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
-                source: LineMap, fn: Any = None) -> list[Folded]:  # fmt: skip
-    """Everything constant about the program, in trace / lowering / xla order."""
+def find_folded(traced: Traced, pre: HloModule | Callable[[], HloModule | None] | None,
+                post: HloModule | None, source: LineMap, fn: Any = None) -> list[Folded]:  # fmt: skip
+    """Everything constant about the program, in trace / lowering / xla order.
+
+    ``pre`` (the pre-optimisation module) may be a callable: it is only needed, and only
+    called, when the traced program has constant computations to check."""
     consumers: dict[str, int | None] = {}
     for e in traced.graph.edges:
         if e.src not in consumers:
@@ -133,7 +137,11 @@ def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
             consumers[e.src] = dst.line if dst is not None else None
     out = _trace_constants(traced, fn, consumers)
     candidates = _const_eqns_from_graph(traced)
-    if pre is None or not candidates:
+    if not candidates:
+        return out
+    if callable(pre):
+        pre = pre()
+    if pre is None:
         return out
     pre_keys = {(_key(i), _line(pre, i, source)) for c in pre.computations.values()
                 for i in c.instructions if i.opcode != "constant"}  # fmt: skip

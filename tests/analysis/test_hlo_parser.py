@@ -191,3 +191,15 @@ def test_fuzz_parser_only_raises_parse_error(loop_hlo):
 
     run()
     assert count >= 10_000
+
+
+def test_instruction_count_without_parsing_matches_the_parser():
+    from nbcompile.analysis.hlo import count_instructions
+
+    def f(x):
+        return jax.lax.fori_loop(0, 3, lambda i, v: jnp.tanh(v) @ v, x).sum()
+
+    lowered = jax.jit(f).lower(jnp.ones((8, 8)))
+    for text in (lowered.compiler_ir("hlo").as_hlo_module().to_string(),
+                 lowered.compile().as_text()):
+        assert count_instructions(text) == parse_hlo(text).instruction_count() > 5
