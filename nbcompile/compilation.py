@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -103,6 +104,7 @@ class Compilation:
         self.adapted: Any = None
         self._timings = dict(stages.timings)
         self._analysis: Any = None
+        self._traced_ahead: Future[Any] | None = None  # traced-graph analysis run during compile
 
     # --- artifacts ---------------------------------------------------------------------------
     @property
@@ -145,7 +147,9 @@ class Compilation:
                 self.__dict__.pop("hlo", None)
                 self._timings.update(self.stages.timings)
             t0 = time.perf_counter()
-            self._analysis = analyse(self.artifacts())
+            traced = self._traced_ahead.result() if self._traced_ahead is not None else None
+            self._traced_ahead = None
+            self._analysis = analyse(self.artifacts(), traced)
             self._timings["analyse"] = time.perf_counter() - t0
         return self._analysis
 
@@ -315,9 +319,10 @@ def compile(
         )
         comp.adapted = adapted
         return comp
+    ahead = _AnalyseAhead(source, name or adapted.name or _name_of(fn))
     stages = run_stages(
         program, args, kwargs, source=source, jit_kwargs=jit_kwargs, progress=progress,
-        jitted=jitted, compiler_options=compiler_options,
+        jitted=jitted, compiler_options=compiler_options, on_lowered=ahead.start,
     )
     grad_c = None
     if argnums is not None:
@@ -336,7 +341,27 @@ def compile(
         options=dict(jit_kwargs), grad=grad_c, grad_argnums=argnums,
     )
     comp.adapted = adapted
+    comp._traced_ahead = ahead.future
     return comp
+
+
+class _AnalyseAhead:
+    """Analyses the traced program in a thread while XLA compiles (XLA releases the GIL)."""
+
+    _pool: ThreadPoolExecutor | None = None
+
+    def __init__(self, source: SourceInfo, name: str) -> None:
+        self.source, self.name = source, name
+        self.future: Future[Any] | None = None
+
+    def start(self, traced: Any, lowered: Any) -> None:
+        from .analysis import analyse_traced
+
+        if _AnalyseAhead._pool is None:
+            _AnalyseAhead._pool = ThreadPoolExecutor(1, thread_name_prefix="nbcompile-analyse")
+        artifacts = Artifacts(closed_jaxpr=traced.jaxpr, lowered=lowered, compiled=None,
+                              hlo_text=None, source=self.source, name=self.name)
+        self.future = _AnalyseAhead._pool.submit(analyse_traced, artifacts)
 
 
 def compare(*compilations: Compilation) -> Any:

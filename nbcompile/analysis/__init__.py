@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .artifacts import Artifacts
 from .compiled import Fusion
-from .core import Analysis, analyse
+from .core import Analysis, analyse, analyse_traced
 from .diff import Diff, diff
 from .folding import Folded
 from .gradient import Gradient, Residual
@@ -30,6 +30,7 @@ __all__ = [
     "Node",
     "Residual",
     "analyse",
+    "analyse_traced",
     "diff",
     "parse_hlo",
 ]

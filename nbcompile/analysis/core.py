@@ -177,12 +177,23 @@ def _overlay_fusions(traced: Traced, fusions: list[Fusion]) -> None:
             node.fusion = where.get((node.op, node.line))
 
 
-def analyse(artifacts: Artifacts) -> Analysis:
-    """Analyse one compile: graphs, fusions, folding, gradient, cost, per-line map."""
+def analyse_traced(artifacts: Artifacts) -> Traced:
+    """The part of the analysis that needs only the traced program (no XLA): it can run while
+    XLA compiles (``nbcompile.compile`` does so in a thread)."""
+    return trace_graph(artifacts.closed_jaxpr, LineMap(artifacts.source), artifacts.name,
+                       grad=artifacts.grad_argnums is not None)
+
+
+def analyse(artifacts: Artifacts, traced: Traced | None = None) -> Analysis:
+    """Analyse one compile: graphs, fusions, folding, gradient, cost, per-line map.
+
+    ``traced`` is :func:`analyse_traced`'s result when it was computed ahead (same artifacts).
+    """
     notes: list[str] = []
     grad = artifacts.grad_argnums is not None
     source = LineMap(artifacts.source)
-    traced = trace_graph(artifacts.closed_jaxpr, source, artifacts.name, grad=grad)
+    if traced is None:
+        traced = analyse_traced(artifacts)
     post = _optimised(artifacts, notes)
     info = analyse_compiled(post, source, grad) if post is not None else None
     pre_text = (_pre_optimisation_text(artifacts.lowered, notes)

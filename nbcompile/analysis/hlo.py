@@ -274,6 +274,9 @@ def _parse_table_row(name: str, row: str, module: HloModule, line_no: int) -> No
             module.frames[key] = (_int(fields.get("file_location_id")) or -1, parent - 1)
 
 
+_NON_SPACE = re.compile(r"\S*")
+
+
 def _parse_instruction(line: str, comp: str, line_no: int) -> Instruction:
     m = _INSTR.match(line)
     if m is None:
@@ -282,9 +285,7 @@ def _parse_instruction(line: str, comp: str, line_no: int) -> Instruction:
     if pos < len(line) and line[pos] == "(":
         end = _close(line, pos, line_no)
     else:
-        end = pos
-        while end < len(line) and not line[end].isspace():
-            end += 1
+        end = _NON_SPACE.match(line, pos).end()
     shape = line[pos:end]
     op = _OPCODE.match(line, end)
     if op is None or not shape:
