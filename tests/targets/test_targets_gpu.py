@@ -147,3 +147,16 @@ def test_deviceless_multi_host_gpu_collectives_cross_hosts():
     tc = compile_for_target(mlp, mlp_args(), t, shard_specs={"params.w2": "data,None"})
     found = [c for c in tc.collectives() if c["op"] in ("all-reduce", "reduce-scatter")]
     assert found and all(c["crosses_hosts"] for c in found)
+
+
+@pytest.mark.gpu_deviceless
+@needs_cuda_plugin
+def test_deviceless_gpu_compilation_has_fusions_with_lines_and_a_static_cost_estimate():
+    import nbcompile
+
+    c = nbcompile.compile(mlp, *mlp_args(), backend="gpu", target="h100")
+    assert c.backend == "cuda" and c.fusions and all(f.source_lines for f in c.fusions)
+    assert any("gemm" in f.name or "triton" in f.name for f in c.fusions)
+    assert c.cost is not None and c.cost["estimate"] == "static" and c.cost["flops"] > 0
+    assert any("static estimates" in n for n in c.report()["notes"])
+    assert any("no autotuning" in n for n in c.notes)
