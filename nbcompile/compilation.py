@@ -104,7 +104,7 @@ class Compilation:
         self.adapted: Any = None
         self._timings = dict(stages.timings)
         self._analysis: Any = None
-        self._traced_ahead: Future[Any] | None = None  # traced-graph analysis run during compile
+        self._ahead: Future[Any] | None = None  # analysis that ran while XLA compiled
 
     # --- artifacts ---------------------------------------------------------------------------
     @property
@@ -147,9 +147,9 @@ class Compilation:
                 self.__dict__.pop("hlo", None)
                 self._timings.update(self.stages.timings)
             t0 = time.perf_counter()
-            traced = self._traced_ahead.result() if self._traced_ahead is not None else None
-            self._traced_ahead = None
-            self._analysis = analyse(self.artifacts(), traced)
+            ahead = self._ahead.result() if self._ahead is not None else None
+            self._ahead = None
+            self._analysis = analyse(self.artifacts(), ahead)
             self._timings["analyse"] = time.perf_counter() - t0
         return self._analysis
 
@@ -341,12 +341,13 @@ def compile(
         options=dict(jit_kwargs), grad=grad_c, grad_argnums=argnums,
     )
     comp.adapted = adapted
-    comp._traced_ahead = ahead.future
+    comp._ahead = ahead.future
     return comp
 
 
 class _AnalyseAhead:
-    """Analyses the traced program in a thread while XLA compiles (XLA releases the GIL)."""
+    """Runs the analysis that needs no XLA (traced graph, pre-optimisation HLO) in a thread
+    while XLA compiles (XLA's compile releases the GIL)."""
 
     _pool: ThreadPoolExecutor | None = None
 
@@ -355,13 +356,16 @@ class _AnalyseAhead:
         self.future: Future[Any] | None = None
 
     def start(self, traced: Any, lowered: Any) -> None:
-        from .analysis import analyse_traced
+        from ._compat import pre_optimisation_hlo_job
+        from .analysis import analyse_ahead
 
         if _AnalyseAhead._pool is None:
             _AnalyseAhead._pool = ThreadPoolExecutor(1, thread_name_prefix="nbcompile-analyse")
-        artifacts = Artifacts(closed_jaxpr=traced.jaxpr, lowered=lowered, compiled=None,
-                              hlo_text=None, source=self.source, name=self.name)
-        self.future = _AnalyseAhead._pool.submit(analyse_traced, artifacts)
+        job = pre_optimisation_hlo_job(lowered)
+        # without a thread-safe job, the thread must not touch the lowered module
+        artifacts = Artifacts(closed_jaxpr=traced.jaxpr, lowered=lowered if job else None,
+                              compiled=None, hlo_text=None, source=self.source, name=self.name)
+        self.future = _AnalyseAhead._pool.submit(analyse_ahead, artifacts, job)
 
 
 def compare(*compilations: Compilation) -> Any:

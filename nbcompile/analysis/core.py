@@ -9,13 +9,14 @@ Anything a backend cannot give stays None, and a note says why.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .artifacts import Artifacts
 from .compiled import CompiledInfo, Fusion, analyse_compiled
 from .cost import analytic_cost, normalise_cost, normalise_memory
-from .folding import Folded, find_folded
+from .folding import Folded, find_folded, has_const_candidates
 from .gradient import Gradient, analyse_gradient
 from .graph import Graph
 from .hlo import HloModule, HloParseError, count_instructions, parse_hlo
@@ -188,29 +189,60 @@ def _overlay_fusions(traced: Traced, fusions: list[Fusion]) -> None:
             node.fusion = where.get((node.op, node.line))
 
 
-def analyse_traced(artifacts: Artifacts) -> Traced:
-    """The part of the analysis that needs only the traced program (no XLA): it can run while
-    XLA compiles (``nbcompile.compile`` does so in a thread)."""
-    return trace_graph(artifacts.closed_jaxpr, LineMap(artifacts.source), artifacts.name,
-                       grad=artifacts.grad_argnums is not None)
+@dataclass
+class Ahead:
+    """The part of the analysis that needs no XLA compile: the traced graph and the
+    pre-optimisation HLO (parsed only when folding has candidates). ``nbcompile.compile``
+    computes it in a thread while XLA compiles."""
+
+    traced: Traced
+    pre_text: str | None
+    pre: HloModule | None
+    notes: list[str] = field(default_factory=list)
+    pre_done: bool = True  # False: the pre-optimisation HLO is still to be fetched
 
 
-def analyse(artifacts: Artifacts, traced: Traced | None = None) -> Analysis:
+def analyse_ahead(artifacts: Artifacts, pre_text: Callable[[], str] | None = None) -> Ahead:
+    """:class:`Ahead` for ``artifacts``; ``pre_text`` (if given) produces the pre-optimisation
+    HLO text without touching the shared MLIR module (safe in another thread)."""
+    traced = trace_graph(artifacts.closed_jaxpr, LineMap(artifacts.source), artifacts.name,
+                         grad=artifacts.grad_argnums is not None)
+    ahead = Ahead(traced, None, None, pre_done=False)
+    if pre_text is not None or artifacts.lowered is not None:
+        _fetch_pre(ahead, artifacts, pre_text)
+    return ahead
+
+
+def _fetch_pre(ahead: Ahead, artifacts: Artifacts, job: Callable[[], str] | None) -> None:
+    """Fill ``ahead`` with the pre-optimisation HLO (parsed only if folding needs it)."""
+    if job is not None:
+        try:
+            ahead.pre_text = job()
+        except Exception as err:  # the backend cannot give pre-optimisation HLO
+            ahead.notes.append(f"pre-optimisation HLO unavailable ({type(err).__name__})")
+    elif artifacts.lowered is not None:
+        ahead.pre_text = _pre_optimisation_text(artifacts.lowered, ahead.notes)
+    if has_const_candidates(ahead.traced):
+        ahead.pre = _pre_optimisation(ahead.pre_text, ahead.notes)
+    ahead.pre_done = True
+
+
+def analyse(artifacts: Artifacts, ahead: Ahead | None = None) -> Analysis:
     """Analyse one compile: graphs, fusions, folding, gradient, cost, per-line map.
 
-    ``traced`` is :func:`analyse_traced`'s result when it was computed ahead (same artifacts).
+    ``ahead`` is :func:`analyse_ahead`'s result when it was computed ahead (same artifacts).
     """
-    notes: list[str] = []
+    if ahead is None:
+        ahead = analyse_ahead(artifacts)
+    elif not ahead.pre_done:
+        _fetch_pre(ahead, artifacts, None)  # the pre-optimisation part, in this thread
+    notes = list(ahead.notes)
     grad = artifacts.grad_argnums is not None
     source = LineMap(artifacts.source)
-    if traced is None:
-        traced = analyse_traced(artifacts)
+    traced, pre_text = ahead.traced, ahead.pre_text
     post = _optimised(artifacts, notes)
     info = analyse_compiled(post, source, grad) if post is not None else None
-    pre_text = (_pre_optimisation_text(artifacts.lowered, notes)
-                if artifacts.lowered is not None else None)  # fmt: skip
-    folded = find_folded(traced, lambda: _pre_optimisation(pre_text, notes), post, source,
-                         artifacts.fn)
+    folded = find_folded(traced, ahead.pre, post, source, artifacts.fn)
     gradient = analyse_gradient(artifacts.grad_argnums, traced, info) if grad else None
     compiled = artifacts.compiled
     cost = normalise_cost(_call(compiled, "cost_analysis")) if compiled is not None else None

@@ -124,6 +124,12 @@ def _hlo_const_roots(module: HloModule) -> list[tuple[Instruction, list[Instruct
     return roots
 
 
+def has_const_candidates(traced: Traced) -> bool:
+    """Whether the traced program has constant computations that folding must check (only
+    then is the pre-optimisation module needed)."""
+    return bool(_const_eqns_from_graph(traced))
+
+
 def find_folded(traced: Traced, pre: HloModule | Callable[[], HloModule | None] | None,
                 post: HloModule | None, source: LineMap, fn: Any = None) -> list[Folded]:  # fmt: skip
     """Everything constant about the program, in trace / lowering / xla order.
