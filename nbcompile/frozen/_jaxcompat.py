@@ -5,7 +5,9 @@ Kept apart so the lead can fold it into ``nbcompile/_compat.py``. Measured on JA
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -204,3 +206,44 @@ def check_refines(exported: jax.export.Exported, specs: Sequence[Any]) -> None:
         lowered.compile()
         return
     refine(lowered.compiler_ir("stablehlo"))
+
+
+_LAPACK_SKIP = threading.local()
+
+
+def _install_lapack_skip() -> None:
+    """Wrap ``jax._src.export._export._ensure_backends_initialized`` (JAX 0.10.2) so that a
+    program known to use no LAPACK custom calls does not pay ~0.14 s registering the LAPACK FFI
+    handlers on its first call. Outside :func:`lapack_not_needed` it behaves as before."""
+    from jax._src.export import _export
+
+    original = _export._ensure_backends_initialized
+    if getattr(original, "_nbcompile_wrapped", False):
+        return
+
+    def ensure(platforms: tuple[str, ...]) -> None:
+        if getattr(_LAPACK_SKIP, "active", False):
+            return
+        original(platforms)
+
+    ensure._nbcompile_wrapped = True  # type: ignore[attr-defined]
+    _export._ensure_backends_initialized = ensure
+
+
+@contextlib.contextmanager
+def lapack_not_needed(custom_calls: Sequence[str]) -> Iterator[None]:
+    """Skip LAPACK handler registration while lowering a program whose custom calls (checked
+    against the allowlist at load) include no LAPACK target; a no-op otherwise."""
+    if any("lapack" in target for target in custom_calls):
+        yield
+        return
+    try:
+        _install_lapack_skip()
+    except (ImportError, AttributeError):  # another JAX version: nothing to skip
+        yield
+        return
+    _LAPACK_SKIP.active = True
+    try:
+        yield
+    finally:
+        _LAPACK_SKIP.active = False

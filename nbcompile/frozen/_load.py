@@ -282,7 +282,8 @@ class FrozenModel:
 
     def __call__(self, *inputs: Any) -> Any:
         leaves = self._inputs(inputs)
-        with jax.default_device(self._device):
+        custom_calls = self.metadata["program"].get("custom_calls") or []
+        with jax.default_device(self._device), _jaxcompat.lapack_not_needed(custom_calls):
             outs = self._call(*self._weights, *leaves)
         return _manifest.unflatten(self.signature["outputs"]["tree"], list(outs))
 

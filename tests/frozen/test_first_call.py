@@ -1,0 +1,60 @@
+"""A frozen model's first call skips LAPACK set-up unless its program uses LAPACK."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import nbcompile
+
+CHILD = """
+import os, sys
+os.environ["JAX_PLATFORMS"] = "cpu"
+import numpy as np
+from jax._src.lax import linalg
+from nbcompile.frozen import load
+calls = []
+original = linalg.initialize_lapack
+linalg.initialize_lapack = lambda: (calls.append(1), original())[1]
+m = load(sys.argv[1])
+y = np.asarray(m(np.load(sys.argv[2])))
+np.save(sys.argv[3], y)
+print("LAPACK", len(calls))
+"""
+
+
+def run_child(tmp_path, path, x):
+    np.save(tmp_path / "x.npy", x)
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(tmp_path / "x.npy"),
+                          str(tmp_path / "y.npy")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.split("LAPACK")[1]), np.load(tmp_path / "y.npy")
+
+
+def test_no_lapack_setup_for_a_plain_model(tmp_path):
+    def predict(p, x):
+        return jnp.tanh(x @ p["w"])
+
+    p = {"w": jnp.asarray(np.random.default_rng(0).normal(size=(8, 4)), jnp.float32)}
+    x = np.ones((3, 8), np.float32)
+    nbcompile.freeze(predict, p, jnp.asarray(x), path=tmp_path / "m.nbc")
+    calls, y = run_child(tmp_path, tmp_path / "m.nbc", x)
+    assert calls == 0
+    np.testing.assert_array_equal(y, np.asarray(jax.jit(predict)(p, x)))
+
+
+def test_lapack_model_still_sets_it_up_and_works(tmp_path):
+    def solve(p, b):
+        return jnp.linalg.solve(p["a"], b)
+
+    a = np.random.default_rng(1).normal(size=(4, 4)).astype(np.float32) + 4 * np.eye(4, dtype=np.float32)
+    p = {"a": jnp.asarray(a)}
+    b = np.ones((4, 2), np.float32)
+    nbcompile.freeze(solve, p, jnp.asarray(b), path=tmp_path / "s.nbc", batch="static")
+    calls, y = run_child(tmp_path, tmp_path / "s.nbc", b)
+    assert calls >= 1
+    np.testing.assert_allclose(y, np.linalg.solve(a, b), rtol=1e-4)
