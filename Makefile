@@ -14,9 +14,14 @@ $(PY):
 	$(PIP) install --upgrade pip
 
 # Installs are stamped by the pyproject.toml they came from, so re-runs are instant.
-$(VENV)/.lab-installed: pyproject.toml package.json | $(PY)
+# JupyterLab settings for `make lab`: save widget state with the notebook, so a reopened
+# notebook shows the live nbcompile view without re-running (jupyter/overrides.json).
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+
+$(VENV)/.lab-installed: pyproject.toml package.json jupyter/overrides.json | $(PY)
 	$(PIP) install -e ".[lab]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	mkdir -p $(dir $(LAB_SETTINGS)) && cp jupyter/overrides.json $(LAB_SETTINGS)
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml package.json | $(PY)

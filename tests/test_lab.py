@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -41,6 +42,12 @@ def test_make_lab_serves_the_tutorials(tmp_path):
                     assert b'"name": "01_quickstart.ipynb"' in r.read().replace(b'":"', b'": "')
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab", timeout=5) as r:
                     assert r.status == 200
+                url = (f"http://127.0.0.1:{port}/lab/api/settings/"
+                       "@jupyter-widgets/jupyterlab-manager:plugin")
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    # make lab saves widget state with notebooks (the live view survives reopen)
+                    body = json.load(r)
+                    assert body["schema"]["properties"]["saveState"]["default"] is True, body
                 break
             except OSError:
                 assert proc.poll() is None, "make lab exited"
