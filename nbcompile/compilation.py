@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -104,7 +103,6 @@ class Compilation:
         self.adapted: Any = None
         self._timings = dict(stages.timings)
         self._analysis: Any = None
-        self._ahead: Future[Any] | None = None  # analysis that ran while XLA compiled
 
     # --- artifacts ---------------------------------------------------------------------------
     @property
@@ -147,9 +145,7 @@ class Compilation:
                 self.__dict__.pop("hlo", None)
                 self._timings.update(self.stages.timings)
             t0 = time.perf_counter()
-            ahead = self._ahead.result() if self._ahead is not None else None
-            self._ahead = None
-            self._analysis = analyse(self.artifacts(), ahead)
+            self._analysis = analyse(self.artifacts())
             self._timings["analyse"] = time.perf_counter() - t0
         return self._analysis
 
@@ -319,10 +315,9 @@ def compile(
         )
         comp.adapted = adapted
         return comp
-    ahead = _AnalyseAhead(source, name or adapted.name or _name_of(fn))
     stages = run_stages(
         program, args, kwargs, source=source, jit_kwargs=jit_kwargs, progress=progress,
-        jitted=jitted, compiler_options=compiler_options, on_lowered=ahead.start,
+        jitted=jitted, compiler_options=compiler_options,
     )
     grad_c = None
     if argnums is not None:
@@ -341,31 +336,7 @@ def compile(
         options=dict(jit_kwargs), grad=grad_c, grad_argnums=argnums,
     )
     comp.adapted = adapted
-    comp._ahead = ahead.future
     return comp
-
-
-class _AnalyseAhead:
-    """Runs the analysis that needs no XLA (traced graph, pre-optimisation HLO) in a thread
-    while XLA compiles (XLA's compile releases the GIL)."""
-
-    _pool: ThreadPoolExecutor | None = None
-
-    def __init__(self, source: SourceInfo, name: str) -> None:
-        self.source, self.name = source, name
-        self.future: Future[Any] | None = None
-
-    def start(self, traced: Any, lowered: Any) -> None:
-        from ._compat import pre_optimisation_hlo_job
-        from .analysis import analyse_ahead
-
-        if _AnalyseAhead._pool is None:
-            _AnalyseAhead._pool = ThreadPoolExecutor(1, thread_name_prefix="nbcompile-analyse")
-        job = pre_optimisation_hlo_job(lowered)
-        # without a thread-safe job, the thread must not touch the lowered module
-        artifacts = Artifacts(closed_jaxpr=traced.jaxpr, lowered=lowered if job else None,
-                              compiled=None, hlo_text=None, source=self.source, name=self.name)
-        self.future = _AnalyseAhead._pool.submit(analyse_ahead, artifacts, job)
 
 
 def compare(*compilations: Compilation) -> Any:

@@ -9,7 +9,6 @@ Anything a backend cannot give stays None, and a note says why.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,8 +191,10 @@ def _overlay_fusions(traced: Traced, fusions: list[Fusion]) -> None:
 @dataclass
 class Ahead:
     """The part of the analysis that needs no XLA compile: the traced graph and the
-    pre-optimisation HLO (parsed only when folding has candidates). ``nbcompile.compile``
-    computes it in a thread while XLA compiles."""
+    pre-optimisation HLO (parsed only when folding has candidates).
+
+    Kept apart so it could overlap XLA's compile; measured on 2 cores, running it in a thread
+    during the compile slowed the compile by as much as it saved, so it runs after."""
 
     traced: Traced
     pre_text: str | None
@@ -202,25 +203,19 @@ class Ahead:
     pre_done: bool = True  # False: the pre-optimisation HLO is still to be fetched
 
 
-def analyse_ahead(artifacts: Artifacts, pre_text: Callable[[], str] | None = None) -> Ahead:
-    """:class:`Ahead` for ``artifacts``; ``pre_text`` (if given) produces the pre-optimisation
-    HLO text without touching the shared MLIR module (safe in another thread)."""
+def analyse_ahead(artifacts: Artifacts) -> Ahead:
+    """:class:`Ahead` for ``artifacts`` (needs the traced program and the lowering only)."""
     traced = trace_graph(artifacts.closed_jaxpr, LineMap(artifacts.source), artifacts.name,
                          grad=artifacts.grad_argnums is not None)
     ahead = Ahead(traced, None, None, pre_done=False)
-    if pre_text is not None or artifacts.lowered is not None:
-        _fetch_pre(ahead, artifacts, pre_text)
+    if artifacts.lowered is not None:
+        _fetch_pre(ahead, artifacts)
     return ahead
 
 
-def _fetch_pre(ahead: Ahead, artifacts: Artifacts, job: Callable[[], str] | None) -> None:
+def _fetch_pre(ahead: Ahead, artifacts: Artifacts) -> None:
     """Fill ``ahead`` with the pre-optimisation HLO (parsed only if folding needs it)."""
-    if job is not None:
-        try:
-            ahead.pre_text = job()
-        except Exception as err:  # the backend cannot give pre-optimisation HLO
-            ahead.notes.append(f"pre-optimisation HLO unavailable ({type(err).__name__})")
-    elif artifacts.lowered is not None:
+    if artifacts.lowered is not None:
         ahead.pre_text = _pre_optimisation_text(artifacts.lowered, ahead.notes)
     if has_const_candidates(ahead.traced):
         ahead.pre = _pre_optimisation(ahead.pre_text, ahead.notes)
@@ -235,7 +230,7 @@ def analyse(artifacts: Artifacts, ahead: Ahead | None = None) -> Analysis:
     if ahead is None:
         ahead = analyse_ahead(artifacts)
     elif not ahead.pre_done:
-        _fetch_pre(ahead, artifacts, None)  # the pre-optimisation part, in this thread
+        _fetch_pre(ahead, artifacts)
     notes = list(ahead.notes)
     grad = artifacts.grad_argnums is not None
     source = LineMap(artifacts.source)

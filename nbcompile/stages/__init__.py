@@ -106,14 +106,11 @@ def run_stages(
     compiler_options: dict[str, Any] | None = None,
     progress: Progress | None = None,
     jitted: Any | None = None,
-    on_lowered: Callable[[Any, Any], None] | None = None,
 ) -> Stages:
     """Trace, lower and compile ``fn(*args, **kwargs)`` for the default backend.
 
     Raises :class:`~nbcompile.errors.TraceError`, ``LowerError`` or ``CompileError`` naming the
     visible cell line (from ``source``) and what to do; JAX's error is chained.
-    ``on_lowered(traced, lowered)`` is called before XLA compiles (work that needs no XLA can
-    start then and overlap the compile).
     """
     __tracebackhide__ = True
     kwargs = kwargs or {}
@@ -139,8 +136,6 @@ def run_stages(
     except Exception as exc:
         raise translate(exc, "lower", source, fn=fn) from exc
     timings["lower"] = time.perf_counter() - t0
-    if on_lowered is not None:
-        on_lowered(traced, lowered)
 
     say("compiling")
     t0 = time.perf_counter()
