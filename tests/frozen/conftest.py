@@ -54,3 +54,20 @@ def mlp_file(frozen_dir: Path) -> Path:
     path = frozen_dir / "mlp.nbc"
     freeze(fn, params, x, path=path, measure_compiled=False)
     return path
+
+
+@pytest.fixture(scope="session")
+def tpu_only_file(frozen_dir: Path) -> Path:
+    """A valid file lowered for TPU only: refused with NBC503 on a machine without a TPU."""
+    import numpy as np
+
+    path = frozen_dir / "tpu_only.nbc"
+    freeze(
+        lambda p, x: x @ p,
+        np.ones((3, 3), np.float32),
+        np.ones((2, 3), np.float32),
+        path=path,
+        platforms=("tpu",),
+        measure_compiled=False,
+    )
+    return path

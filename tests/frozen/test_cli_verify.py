@@ -11,7 +11,7 @@ from _craft import flip, section_offset
 from conftest import run_python
 
 from nbcompile.cli import main
-from nbcompile.frozen import freeze, verify
+from nbcompile.frozen import verify
 
 
 @pytest.fixture(scope="module")
@@ -23,23 +23,14 @@ def corrupt(mlp_file: Path, frozen_dir: Path) -> Path:
     return path
 
 
-def test_verify_ok_and_refused(mlp_file: Path, corrupt: Path, frozen_dir: Path) -> None:
+def test_verify_ok_and_refused(mlp_file: Path, corrupt: Path, tpu_only_file: Path) -> None:
     good = verify(mlp_file)
     assert good["ok"] and good["code"] is None and not good["crashed"], good
     # mlp_file has a symbolic batch: verify's own zero inputs use b = 2.
     assert good["outputs"] == [{"shape": [2, 10], "dtype": "float32", "finite": True}]
     bad = verify(corrupt)
     assert not bad["ok"] and bad["code"] == "NBC501" and not bad["crashed"], bad
-    tpu = frozen_dir / "tpu.nbc"
-    freeze(
-        lambda p, x: x @ p,
-        np.ones((3, 3), np.float32),
-        np.ones((2, 3), np.float32),
-        path=tpu,
-        platforms=("tpu",),
-        measure_compiled=False,
-    )
-    assert verify(tpu)["code"] == "NBC503"
+    assert verify(tpu_only_file)["code"] == "NBC503"
 
 
 def test_verify_with_inputs_and_wrong_inputs(mlp_file: Path) -> None:

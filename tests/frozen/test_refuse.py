@@ -156,18 +156,14 @@ def canary(frozen_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cases(mlp_file: Path, frozen_dir: Path, canary: Path) -> dict[str, tuple[bytes, str]]:
-    tpu = frozen_dir / "tpu_only.nbc"
-    freeze(
-        lambda p, x: x @ p,
-        np.ones((3, 3), np.float32),
-        np.ones((2, 3), np.float32),
-        path=tpu,
-        platforms=("tpu",),
-        measure_compiled=False,
-    )
+def cases(
+    mlp_file: Path, frozen_dir: Path, canary: Path, tpu_only_file: Path
+) -> dict[str, tuple[bytes, str]]:
     return _cases(
-        mlp_file.read_bytes(), tpu.read_bytes(), _custom_call_file(frozen_dir), str(canary)
+        mlp_file.read_bytes(),
+        tpu_only_file.read_bytes(),
+        _custom_call_file(frozen_dir),
+        str(canary),
     )
 
 
