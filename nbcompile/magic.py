@@ -148,7 +148,7 @@ class CompileMagics(Magics):
             quiet=args.quiet, line=line,
         )
         filename = self.shell.compile.cache("\n" + cell, self.shell.execution_count)
-        progress = _Progress(options.target or "model")
+        progress = _Progress(options.target or "%%compile")
         try:
             result = self.session.run_cell(cell, options, self.shell.user_ns, filename,
                                            progress=progress)

@@ -119,6 +119,8 @@ class Session:
         __tracebackhide__ = True
         captured = capture(cell, filename, magic_line=options.line, target=options.target,
                            args_expr=options.args_expr)
+        if progress is not None and hasattr(progress, "name"):
+            progress.name = captured.target_expr  # the progress line names what compiles
         before = snapshot(namespace)
         try:
             return self._run(captured, options, namespace, before, progress)

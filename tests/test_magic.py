@@ -263,3 +263,24 @@ def test_display_options_do_not_invalidate_the_cache(ip):
     before = COUNTER.count
     assert run(ip, PREDICT.format(opts=" -q", end="")).success
     assert COUNTER.count == before
+
+
+def test_progress_names_the_target_and_shows_stages(ip, monkeypatch):
+    from nbcompile import magic
+
+    shown = []
+    monkeypatch.setattr(magic._Progress, "DELAY", 0.0)
+    monkeypatch.setattr("IPython.display.display",
+                        lambda bundle, **kw: shown.append(bundle["text/plain"]) or _Handle(shown))
+    assert run(ip, PREDICT.format(opts=" -q -f", end="")).success
+    assert shown and all("predict" in text for text in shown)
+    assert any("tracing" in text for text in shown) and any("compiling" in text for text in shown)
+    assert shown[-1].startswith("✓ predict: done")
+
+
+class _Handle:
+    def __init__(self, shown):
+        self.shown = shown
+
+    def update(self, bundle, **kw):
+        self.shown.append(bundle["text/plain"])
