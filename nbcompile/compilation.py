@@ -298,8 +298,6 @@ def compile(
     program, args, kwargs = adapted.fn, adapted.args, adapted.kwargs
     source = source or source_of_function(program)
     argnums = _as_argnums(grad)
-    if argnums is None and grad is not None and grad is not False:
-        argnums = (0,)
     if argnums is not None and adapted.params_argnums and grad is True:
         argnums = tuple(adapted.params_argnums)
     jitted = None

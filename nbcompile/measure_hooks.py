@@ -38,11 +38,12 @@ def run(comp: Any, options: Any, progress: Progress = None) -> None:
 
 
 def _bench_timings(data: dict[str, Any]) -> dict[str, float]:
+    """Median call times (``eager_call``, ``compiled_call``) for ``c.timings``."""
     out = {}
-    for key in ("eager_median", "compiled_median"):
-        value = data.get(key)
+    for side in ("eager", "compiled"):
+        value = (data.get(side) or {}).get("median")
         if isinstance(value, int | float):
-            out[key.replace("_median", "_call")] = float(value)
+            out[f"{side}_call"] = float(value)
     return out
 
 

@@ -84,7 +84,7 @@ class CellResult:
     warnings: list[str]
 
 
-def _leaked_tracers(namespace: dict[str, Any], before: dict[str, Any]) -> list[str]:
+def _leaked_tracers(namespace: dict[str, Any]) -> list[str]:
     tracer = jax.core.Tracer
     skip = {"In", "Out", "_oh", "_ih", "_dh", "_", "__", "___"}
     found = []
@@ -123,14 +123,14 @@ class Session:
             progress.name = captured.target_expr  # the progress line names what compiles
         before = snapshot(namespace)
         try:
-            return self._run(captured, options, namespace, before, progress)
+            return self._run(captured, options, namespace, progress)
         except BaseException:
             restore(namespace, before)
             raise
 
     def _run(
         self, captured: Captured, options: CellOptions, namespace: dict[str, Any],
-        before: dict[str, Any], progress: Callable[[str], None] | None,
+        progress: Callable[[str], None] | None,
     ) -> CellResult:
         __tracebackhide__ = True
         run_body(captured, namespace)
@@ -150,7 +150,7 @@ class Session:
                 name=captured.target_expr, topology=options.topology, target=options.gpu_target,
                 mesh=options.mesh, shard=options.shard or None, **options.jit_kwargs(),
             )
-            leaked = _leaked_tracers(namespace, before)
+            leaked = _leaked_tracers(namespace)
             if leaked:
                 raise TraceError(
                     f"a traced value was stored in the global `{leaked[0]}` while tracing",

@@ -40,6 +40,8 @@ def test_bench_reports_kernels_and_speedup(ip):
     bench = c.extras["bench"]
     assert bench["eager_kernels"] > bench["compiled_kernels"] > 0
     assert bench["speedup"] > 0 and bench["compile_seconds"] > 0
+    assert c.timings["eager_call"] == bench["eager"]["median"] > 0
+    assert c.timings["compiled_call"] == bench["compiled"]["median"] > 0
     report = c.report()
     assert "bench" in report["extras"]
     assert "eager" in repr(c).lower()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .artifacts import Artifacts
 from .compiled import Fusion
-from .core import Ahead, Analysis, analyse, analyse_ahead
+from .core import Analysis, analyse
 from .diff import Diff, diff
 from .folding import Folded
 from .gradient import Gradient, Residual
@@ -16,7 +16,6 @@ from .graph import Edge, Graph, Group, Node
 from .hlo import HloModule, HloParseError, parse_hlo
 
 __all__ = [
-    "Ahead",
     "Analysis",
     "Artifacts",
     "Diff",
@@ -31,7 +30,6 @@ __all__ = [
     "Node",
     "Residual",
     "analyse",
-    "analyse_ahead",
     "diff",
     "parse_hlo",
 ]

@@ -188,56 +188,20 @@ def _overlay_fusions(traced: Traced, fusions: list[Fusion]) -> None:
             node.fusion = where.get((node.op, node.line))
 
 
-@dataclass
-class Ahead:
-    """The part of the analysis that needs no XLA compile: the traced graph and the
-    pre-optimisation HLO (parsed only when folding has candidates).
-
-    Kept apart so it could overlap XLA's compile; measured on 2 cores, running it in a thread
-    during the compile slowed the compile by as much as it saved, so it runs after."""
-
-    traced: Traced
-    pre_text: str | None
-    pre: HloModule | None
-    notes: list[str] = field(default_factory=list)
-    pre_done: bool = True  # False: the pre-optimisation HLO is still to be fetched
-
-
-def analyse_ahead(artifacts: Artifacts) -> Ahead:
-    """:class:`Ahead` for ``artifacts`` (needs the traced program and the lowering only)."""
-    traced = trace_graph(artifacts.closed_jaxpr, LineMap(artifacts.source), artifacts.name,
-                         grad=artifacts.grad_argnums is not None)
-    ahead = Ahead(traced, None, None, pre_done=False)
-    if artifacts.lowered is not None:
-        _fetch_pre(ahead, artifacts)
-    return ahead
-
-
-def _fetch_pre(ahead: Ahead, artifacts: Artifacts) -> None:
-    """Fill ``ahead`` with the pre-optimisation HLO (parsed only if folding needs it)."""
-    if artifacts.lowered is not None:
-        ahead.pre_text = _pre_optimisation_text(artifacts.lowered, ahead.notes)
-    if has_const_candidates(ahead.traced):
-        ahead.pre = _pre_optimisation(ahead.pre_text, ahead.notes)
-    ahead.pre_done = True
-
-
-def analyse(artifacts: Artifacts, ahead: Ahead | None = None) -> Analysis:
-    """Analyse one compile: graphs, fusions, folding, gradient, cost, per-line map.
-
-    ``ahead`` is :func:`analyse_ahead`'s result when it was computed ahead (same artifacts).
-    """
-    if ahead is None:
-        ahead = analyse_ahead(artifacts)
-    elif not ahead.pre_done:
-        _fetch_pre(ahead, artifacts)
-    notes = list(ahead.notes)
+def analyse(artifacts: Artifacts) -> Analysis:
+    """Analyse one compile: graphs, fusions, folding, gradient, cost, per-line map."""
+    notes: list[str] = []
     grad = artifacts.grad_argnums is not None
     source = LineMap(artifacts.source)
-    traced, pre_text = ahead.traced, ahead.pre_text
+    traced = trace_graph(artifacts.closed_jaxpr, source, artifacts.name, grad=grad)
     post = _optimised(artifacts, notes)
     info = analyse_compiled(post, source, grad) if post is not None else None
-    folded = find_folded(traced, ahead.pre, post, source, artifacts.fn)
+    pre_text = (_pre_optimisation_text(artifacts.lowered, notes)
+                if artifacts.lowered is not None else None)  # fmt: skip
+    # the pre-optimisation module is parsed only when folding has candidates to check
+    pre = (_pre_optimisation(pre_text, notes)
+           if pre_text is not None and has_const_candidates(traced) else None)  # fmt: skip
+    folded = find_folded(traced, pre, post, source, artifacts.fn)
     gradient = analyse_gradient(artifacts.grad_argnums, traced, info) if grad else None
     compiled = artifacts.compiled
     cost = normalise_cost(_call(compiled, "cost_analysis")) if compiled is not None else None

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,8 +129,8 @@ def has_const_candidates(traced: Traced) -> bool:
     return bool(_const_eqns_from_graph(traced))
 
 
-def find_folded(traced: Traced, pre: HloModule | Callable[[], HloModule | None] | None,
-                post: HloModule | None, source: LineMap, fn: Any = None) -> list[Folded]:  # fmt: skip
+def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
+                source: LineMap, fn: Any = None) -> list[Folded]:  # fmt: skip
     """Everything constant about the program, in trace / lowering / xla order.
 
     ``pre`` (the pre-optimisation module) may be a callable: it is only needed, and only
@@ -143,11 +142,7 @@ def find_folded(traced: Traced, pre: HloModule | Callable[[], HloModule | None] 
             consumers[e.src] = dst.line if dst is not None else None
     out = _trace_constants(traced, fn, consumers)
     candidates = _const_eqns_from_graph(traced)
-    if not candidates:
-        return out
-    if callable(pre):
-        pre = pre()
-    if pre is None:
+    if pre is None or not candidates:
         return out
     pre_keys = {(_key(i), _line(pre, i, source)) for c in pre.computations.values()
                 for i in c.instructions if i.opcode != "constant"}  # fmt: skip
