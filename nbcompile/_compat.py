@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import jax
 
@@ -32,4 +33,28 @@ def persistent_cache_disabled() -> Iterator[None]:
     finally:
         jax.config.update("jax_enable_compilation_cache", old)
         compilation_cache.reset_cache()
+
+
+def stablehlo_ops(module: Any) -> tuple[int, list[str]]:
+    """(operation count, custom-call targets) of an MLIR module, walked without printing it.
+
+    Counted: every ``stablehlo.*`` / ``chlo.*`` operation except ``stablehlo.return`` (region
+    bodies included). The one definition behind every "StableHLO ops" figure nbcompile shows
+    (a compiled cell's summary and a frozen program), so the two can be compared.
+    """
+    from jax._src.lib.mlir import ir
+
+    ops, targets = 0, []
+
+    def visit(op: Any) -> Any:
+        nonlocal ops
+        name = op.name
+        if name.startswith(("stablehlo.", "chlo.")) and name != "stablehlo.return":
+            ops += 1
+            if name == "stablehlo.custom_call":
+                targets.append(ir.StringAttr(op.attributes["call_target_name"]).value)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return ops, targets
 

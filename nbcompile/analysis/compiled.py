@@ -21,7 +21,7 @@ from typing import Any
 
 from . import _jax
 from .graph import Graph
-from .hlo import Computation, HloModule, Instruction, parse_replica_groups, shape_bytes
+from .hlo import _NAME_REF, Computation, HloModule, Instruction, parse_replica_groups, shape_bytes
 from .hlo import shape_elements as _elements
 from .lines import LineMap
 
@@ -39,7 +39,6 @@ _TRANSCENDENTAL = {"exponential", "log", "tanh", "logistic", "rsqrt", "sqrt", "p
 _NO_FLOPS = FREE_OPS | {"broadcast", "reshape", "transpose", "copy", "slice", "concatenate",
                         "dynamic-slice", "dynamic-update-slice", "pad", "iota", "gather",
                         "convert", "reverse"}  # fmt: skip
-_FRAME = re.compile(r"\s*stack_frame_id=\d+")
 
 
 def op_name_phase(op_name: str | None) -> str | None:
@@ -152,14 +151,16 @@ def _module_text(module: HloModule, instr: Instruction, shapes: dict[str, str]) 
         if name in seen:
             continue
         seen.add(name)
-        lines = [("ROOT " if i.is_root and not i.text.startswith("ROOT") else "") + i.text
+        # metadata left out: XLA does not cost it, and it is most of the text to parse
+        lines = [("ROOT " if i.is_root and not i.text.startswith("ROOT") else "")
+                 + i.text[: len(i.text) - len(i.tail)] + i.bare_tail
                  for i in sub.instructions]  # fmt: skip
         header = sub.header.removeprefix("ENTRY").strip()
-        texts.append(_FRAME.sub("", header + "\n" + "\n".join(lines)) + "\n}\n")
+        texts.append(header + "\n" + "\n".join(lines) + "\n}\n")
         todo.extend(c for i in sub.instructions for c in i.called)
     params = [f"%p{k} = {shapes[o]} parameter({k})" for k, o in enumerate(instr.operands)]
     ops = ", ".join(f"%p{k}" for k in range(len(instr.operands)))
-    root = f"ROOT %kernel = {instr.shape} {instr.opcode}({ops}){_FRAME.sub('', instr.tail)}"
+    root = f"ROOT %kernel = {instr.shape} {instr.opcode}({ops}){instr.bare_tail}"
     body = "\n".join([*params, root])
     return "HloModule kernel\n\n" + "\n".join(reversed(texts)) + "\nENTRY %e {\n" + body + "\n}\n"
 
@@ -192,17 +193,71 @@ def _contracted(dot: Instruction, module: HloModule) -> int:
     return n
 
 
-def _cost(module: HloModule, instr: Instruction, shapes: dict[str, str], use_xla: bool) -> dict:
-    text = _module_text(module, instr, shapes) if use_xla else None
-    figures = _jax.xla_cost(text) if text is not None else None
+class _Structure:
+    """Structural fingerprints: two kernels with equal keys are the same computation up to
+    instruction names and metadata, so XLA's cost model gives them the same figures. A
+    transformer's layers repeat the same kernels (a 12-layer train step has ~80 distinct
+    kernels among ~1,000), so each distinct one is costed once."""
+
+    def __init__(self, module: HloModule) -> None:
+        self.module = module
+        self.ids: dict[tuple, int] = {}  # exact keys -> small ints (no hash collisions)
+        self.computations: dict[str, int | None] = {}
+        self.costs: dict[tuple, dict | None] = {}
+
+    def _tail(self, instr: Instruction, local: dict[str, int]) -> str:
+        tail = instr.bare_tail
+        if "%" not in tail:
+            return tail
+        def name(m: re.Match[str]) -> str:
+            ref = m.group(1)
+            if ref in local:
+                return f"#{local[ref]}"
+            key = self.computation(ref) if ref in self.module.computations else None
+            return f"@{key}" if key is not None else m.group(0)
+        return _NAME_REF.sub(name, tail)
+
+    def computation(self, name: str) -> int | None:
+        if name in self.computations:
+            return self.computations[name]
+        self.computations[name] = None  # a cycle (malformed module) keys to None
+        comp = self.module.computations.get(name)
+        if comp is None:
+            return None
+        local: dict[str, int] = {}
+        parts = []
+        for k, i in enumerate(comp.instructions):
+            local[i.name] = k
+            parts.append((i.opcode, i.shape, tuple(local.get(o, o) for o in i.operands),
+                          i.literal, i.is_root, self._tail(i, local)))  # fmt: skip
+        key = self.ids.setdefault(tuple(parts), len(self.ids))
+        self.computations[name] = key
+        return key
+
+    def kernel(self, instr: Instruction, shapes: dict[str, str]) -> tuple:
+        return (instr.opcode, instr.shape, tuple(shapes.get(o) for o in instr.operands),
+                self._tail(instr, {}))  # fmt: skip
+
+
+def _cost(module: HloModule, instr: Instruction, shapes: dict[str, str], use_xla: bool,
+          structure: _Structure | None = None) -> dict:  # fmt: skip
+    key = structure.kernel(instr, shapes) if structure is not None and use_xla else None
+    if key is not None and key in structure.costs:
+        figures = structure.costs[key]
+    else:
+        text = _module_text(module, instr, shapes) if use_xla else None
+        figures = _jax.xla_cost(text) if text is not None else None
+        if figures is not None:
+            for k in ("flops", "bytes accessed", "transcendentals"):
+                figures.setdefault(k, 0.0)  # XLA leaves out figures that are zero
+            figures["source"] = "xla"
+        if key is not None:
+            structure.costs[key] = figures
     if figures is None:
         figures = _shape_cost(module, instr, shapes)
         figures["source"] = "shapes"
-    else:
-        for key in ("flops", "bytes accessed", "transcendentals"):
-            figures.setdefault(key, 0.0)  # XLA leaves out figures that are zero
-        figures["source"] = "xla"
-    return figures
+        return figures
+    return dict(figures)
 
 
 def _lines(module: HloModule, instrs: list[Instruction], source: LineMap) -> tuple[list, list]:
@@ -231,6 +286,7 @@ def analyse_compiled(module: HloModule, source: LineMap, grad: bool,
     phases: dict[str, str] = {}
     collectives: list[dict[str, Any]] = []
     comps = _non_fused(module)
+    structure = _Structure(module)
     groups: dict[str, str | None] = {module.entry or "": None}
     for comp in comps:
         for instr in comp.instructions:
@@ -283,12 +339,13 @@ def analyse_compiled(module: HloModule, source: LineMap, grad: bool,
                 kernels.append(instr)
             unit = comp.is_entry and instr.opcode not in ("parameter", "constant")
             if unit or instr.opcode == "fusion":
-                cost = _cost(module, instr, shapes, use_xla_cost)
+                cost = _cost(module, instr, shapes, use_xla_cost, structure)
                 node.flops = cost.get("flops")
                 if comp.is_entry:
                     unit_costs[instr.name] = cost
             if instr.opcode == "fusion":
-                cost = unit_costs.get(instr.name) or _cost(module, instr, shapes, use_xla_cost)
+                cost = unit_costs.get(instr.name) or _cost(module, instr, shapes, use_xla_cost,
+                                                          structure)
                 node.fusion = instr.name
                 fusions.append(Fusion(
                     name=instr.name, kind=instr.kind or "loop",

@@ -151,13 +151,14 @@ def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
             e.node.folded = True
             out.append(Folded(f"{e.primitive} on constants", "lowering", e.node.bytes,
                               e.node.shape, e.node.line, ops=(e.primitive,)))  # fmt: skip
-    if post is None:
+    roots = _hlo_const_roots(pre)
+    if post is None or not roots:
         return out
     # Keyed by source line too: the folded `A @ B` and the `x @ M` that uses it are both
     # "dot_general" ops, and only their lines tell them apart.
     post_keys = {(i.opcode, i.op_name, _line(post, i, source)) for c in post.computations.values()
                  for i in c.instructions if i.opcode != "constant"}  # fmt: skip
-    for root, members in _hlo_const_roots(pre):
+    for root, members in roots:
         survived = (root.opcode, root.op_name, _line(pre, root, source)) in post_keys
         hint = (
             None
@@ -176,6 +177,8 @@ def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
 
 def _const_eqns_from_graph(traced: Traced) -> list[Any]:
     """Computing equations all of whose inputs are constant-valued in the traced graph."""
+    if traced.const_eqns is not None:
+        return traced.const_eqns
     graph = traced.graph
     const: set[str] = {n.id for n in graph.nodes if n.kind == "const"}
     inputs: dict[str, list[str]] = {}
@@ -190,6 +193,7 @@ def _const_eqns_from_graph(traced: Traced) -> list[Any]:
             const.add(e.node.id)
             if e.primitive not in _MOVEMENT and e.primitive != "iota" and srcs:
                 found.append(e)
+    traced.const_eqns = found
     return found
 
 

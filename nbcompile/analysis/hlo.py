@@ -14,6 +14,7 @@ second.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -49,7 +50,10 @@ _CALLS = re.compile(
     r"\b(?:calls|to_apply|body|condition|branch_computations|true_computation"
     r"|false_computation)="
 )
+_CALL_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
+              "true_computation", "false_computation")  # fmt: skip
 _METADATA = re.compile(r"\bmetadata=\{((?:[^{}\"]|" + _STRING + r")*)\}")
+_META_COMMON = re.compile(r'op_name="([^"\\]*)"(?: stack_frame_id=(\d+))?')
 _SIMPLE_OPERANDS = re.compile(r"[^()\"\[\]{}]*\)")
 _TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
@@ -66,6 +70,7 @@ def _dtype_bits(dtype: str) -> int:
     return 8 if dtype.startswith("f8") or dtype.startswith("f4") else 32
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def shape_bytes(shape: str) -> int:
     """Bytes of an HLO shape text (tuples summed; layouts ignored; bounded dims at their bound)."""
     total = 0
@@ -155,6 +160,8 @@ class Instruction:
     literal: str | None = None
     tail: str = ""
     text: str = ""
+    bare_tail: str = ""  # the tail without its metadata (what XLA computes with)
+    _called: list[str] | None = None
 
     @property
     def attrs(self) -> dict[str, str]:
@@ -177,12 +184,16 @@ class Instruction:
     @property
     def called(self) -> list[str]:
         """Names of the computations this instruction calls (fusion body, loop body, branches)."""
-        if _CALLS.search(self.tail) is None:
-            return []
+        if self._called is not None:
+            return self._called
         names: list[str] = []
-        for key in ("calls", "to_apply", "body", "condition", "branch_computations",
-                    "true_computation", "false_computation"):  # fmt: skip
-            value = self.attrs.get(key)
+        self._called = names
+        tail = self.bare_tail or self.tail
+        if "=" not in tail or _CALLS.search(tail) is None:
+            return names
+        attrs = self.attrs
+        for key in _CALL_KEYS:
+            value = attrs.get(key)
             if value is not None:
                 names.extend(_NAME_REF.findall(value) or [value.strip("{} ")])
         return names
@@ -277,7 +288,65 @@ def _parse_table_row(name: str, row: str, module: HloModule, line_no: int) -> No
 _NON_SPACE = re.compile(r"\S*")
 
 
+# The common line in one match: a name, an array shape with a plain layout, the opcode and
+# plain operands (no tuple shape, tiled layout, nested brackets or strings before the tail).
+_FAST = re.compile(
+    r"(ROOT\s+)?%?([^\s=(){},]+)\s*=\s*([a-z][a-z0-9]*\[[^\]\s]*\](?:\{[^{}()\s]*\})?)\s+"
+    r"([A-Za-z][\w\-]*)\(([^()\"\[\]{}]*)\)(.*)"
+)
+
+
 def _parse_instruction(line: str, comp: str, line_no: int) -> Instruction:
+    fast = _FAST.fullmatch(line)
+    if fast is not None:
+        root, name, shape, opcode, inner, tail = fast.groups()
+    else:
+        root, name, shape, opcode, inner, tail = _parse_slow(line, line_no)
+    literal = None
+    if opcode == "constant" or opcode == "parameter":
+        literal, operands = inner, []
+    else:
+        operands = _NAME_REF.findall(inner) if "%" in inner else []
+        if not operands and inner.strip():
+            operands = [p.split()[-1] for p in _split_top(inner)]
+    instr = Instruction(name, opcode, shape, operands, None, comp, root is not None)
+    instr.literal = literal
+    tail = tail.strip()
+    instr.tail = tail
+    instr.text = line
+    if tail and tail[0] != ",":
+        raise HloParseError("expected ',' before attributes", line_no)
+    instr.bare_tail = tail
+    start = tail.find("metadata={") if tail else -1
+    if start < 0:
+        return instr
+    end = tail.find("}", start)
+    block = tail[start + 10 : end]
+    if (end < 0 or "{" in block or "\\" in block or block.count('"') % 2
+            or (start and (tail[start - 1].isalnum() or tail[start - 1] == "_"))):  # fmt: skip
+        meta = _METADATA.search(tail, start)  # strings with braces or escapes: the full rule
+        if meta is None:
+            return instr
+        start, end, block = meta.start(), meta.end() - 1, meta.group(1)
+    before = tail[:start].rstrip()
+    instr.bare_tail = (before[:-1] if before.endswith(",") else before) + tail[end + 1 :]
+    common = _META_COMMON.fullmatch(block)
+    if common is not None:  # op_name="..." stack_frame_id=N, as JAX writes nearly every one
+        instr.op_name = common.group(1)
+        instr.stack_frame_id = _int(common.group(2))
+        return instr
+    items = dict(_META_ITEM.findall(block))
+    if "op_name" in items:
+        instr.op_name = _unquote(items["op_name"])
+    instr.stack_frame_id = _int(items.get("stack_frame_id"))
+    if "source_file" in items:
+        instr.source_file = _unquote(items["source_file"])
+        instr.source_line = _int(items.get("source_line"))
+    return instr
+
+
+def _parse_slow(line: str, line_no: int) -> tuple[str | None, str, str, str, str, str]:
+    """Any instruction line: tuple shapes, tiled layouts, literals, nested operands."""
     m = _INSTR.match(line)
     if m is None:
         raise HloParseError("expected an instruction", line_no)
@@ -290,34 +359,10 @@ def _parse_instruction(line: str, comp: str, line_no: int) -> Instruction:
     op = _OPCODE.match(line, end)
     if op is None or not shape:
         raise HloParseError("expected a shape and an opcode", line_no)
-    opcode = op.group(1)
     simple = _SIMPLE_OPERANDS.match(line, op.end())
     close = simple.end() if simple is not None else _close(line, op.end() - 1, line_no)
-    inner = line[op.end() : close - 1]
-    literal = None
-    if opcode in ("constant", "parameter"):
-        literal, operands = inner, []
-    else:
-        operands = _NAME_REF.findall(inner)
-        if not operands and inner.strip():
-            operands = [p.split()[-1] for p in _split_top(inner)]
-    instr = Instruction(m.group(2), opcode, shape, operands, None, comp, bool(m.group(1)))
-    instr.literal = literal
-    tail = line[close:].strip()
-    instr.tail = tail
-    instr.text = line
-    if tail and not tail.startswith(","):
-        raise HloParseError("expected ',' before attributes", line_no)
-    meta = _METADATA.search(tail) if "metadata=" in tail else None
-    if meta:
-        items = dict(_META_ITEM.findall(meta.group(1)))
-        if "op_name" in items:
-            instr.op_name = _unquote(items["op_name"])
-        instr.stack_frame_id = _int(items.get("stack_frame_id"))
-        if "source_file" in items:
-            instr.source_file = _unquote(items["source_file"])
-            instr.source_line = _int(items.get("source_line"))
-    return instr
+    return (m.group(1), m.group(2), shape, op.group(1), line[op.end() : close - 1],
+            line[close:])  # fmt: skip
 
 
 _INSTRUCTION_LINE = re.compile(r"^\s+(?:ROOT\s+)?%?[\w.\-]+\s*=\s", re.M)

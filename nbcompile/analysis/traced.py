@@ -12,6 +12,7 @@ once.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -63,9 +64,22 @@ class Traced:
     eqns: list[EqnInfo] = field(default_factory=list)
     consts: list[tuple[Node, Any, Any]] = field(default_factory=list)  # node, var, value
     eager_kernels: int = 0
+    const_eqns: list[EqnInfo] | None = None  # computed once by folding
 
 
 def _short(aval: Any) -> str:
+    try:
+        return _short_cached(aval)
+    except TypeError:  # an unhashable aval
+        return _short_text(aval)
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_cached(aval: Any) -> str:
+    return _short_text(aval)
+
+
+def _short_text(aval: Any) -> str:
     try:
         return aval.str_short(short_dtypes=True)
     except (AttributeError, TypeError):
@@ -80,17 +94,18 @@ def _nbytes(aval: Any) -> int:
     return math.prod(shape) * getattr(dtype, "itemsize", 0)
 
 
-def _path_of(name_stack: str) -> tuple[list[str], set[str]]:
+@functools.lru_cache(maxsize=4096)
+def _path_of(name_stack: str) -> tuple[tuple[str, ...], frozenset[str]]:
     """Scopes (transforms stripped) and the transforms named in a name stack string."""
-    scopes, transforms = [], set(re.findall(r"(\w+)\(", name_stack))
+    scopes, transforms = [], frozenset(re.findall(r"(\w+)\(", name_stack))
     for part in name_stack.split("/"):
         part = _TRANSFORM.sub("", part)
         if part:
             scopes.append(part)
-    return scopes, transforms
+    return tuple(scopes), transforms
 
 
-def _phase(transforms: set[str]) -> str | None:
+def _phase(transforms: frozenset[str]) -> str | None:
     if "transpose" in transforms:
         return "backward"
     if "jvp" in transforms:

@@ -118,7 +118,8 @@ def _walk(exported: jax.export.Exported) -> tuple[int, list[str]]:
     from jax._src.lib import _jax
     from jax._src.lib.mlir import ir
 
-    ops, targets = 0, []
+    from .._compat import stablehlo_ops
+
     context = mlir.make_ir_context()
     # JAX's contexts share a global MLIR thread pool. In a fork of a process that has run it
     # (a shape-polymorphic export does), the child has no pool threads and reading a module
@@ -128,18 +129,7 @@ def _walk(exported: jax.export.Exported) -> tuple[int, list[str]]:
         module = _jax.mlir.deserialize_portable_artifact(exported.mlir_module_serialized)
         if isinstance(module, str | bytes):
             module = ir.Module.parse(module)
-
-        def visit(op: Any) -> Any:
-            nonlocal ops
-            name = op.name
-            if name.startswith(("stablehlo.", "chlo.")) and name != "stablehlo.return":
-                ops += 1
-            if name == "stablehlo.custom_call":
-                targets.append(ir.StringAttr(op.attributes["call_target_name"]).value)
-            return ir.WalkResult.ADVANCE
-
-        module.operation.walk(visit)
-    return ops, targets
+        return stablehlo_ops(module)
 
 
 def program_stats(exported: jax.export.Exported) -> tuple[int, list[str]]:

@@ -34,6 +34,7 @@ class Stages:
     compiled: Any | None
     timings: dict[str, float] = field(default_factory=dict)
     printed_at_trace: str = ""
+    _text: tuple[Any, str | None] | None = field(default=None, repr=False)
 
     @property
     def closed_jaxpr(self) -> Any:
@@ -41,12 +42,16 @@ class Stages:
 
     @property
     def hlo_text(self) -> str | None:
+        """``compiled.as_text()``, printed once per executable (a big module takes ~30 ms)."""
         if self.compiled is None:
             return None
-        try:
-            return self.compiled.as_text()
-        except Exception:  # some backends give no text
-            return None
+        if self._text is None or self._text[0] is not self.compiled:
+            try:
+                text = self.compiled.as_text()
+            except Exception:  # some backends give no text
+                text = None
+            self._text = (self.compiled, text)
+        return self._text[1]
 
 
 def recompile_with_metadata(
