@@ -23,6 +23,8 @@ __all__ = [
     "HloModule",
     "HloParseError",
     "Instruction",
+    "array_shapes",
+    "mesh_replica_groups",
     "parse_hlo",
     "parse_replica_groups",
     "shape_bytes",
@@ -417,11 +419,15 @@ def parse_hlo(text: str) -> HloModule:
 
 
 def parse_replica_groups(value: str | None) -> list[list[int]] | None:
-    """``replica_groups`` in either syntax: ``{{0,1},{2,3}}`` or iota ``[2,2]<=[4]`` (with an
-    optional transpose ``[2,2]<=[2,2]T(1,0)``). None when absent or not understood."""
+    """``replica_groups`` in any of XLA's three syntaxes: explicit ``{{0,1},{2,3}}``, iota
+    ``[2,2]<=[4]`` (with an optional transpose ``[2,2]<=[2,2]T(1,0)``) and mesh axes
+    ``mesh['a'=4,'b'=2] {'a'}`` (see :func:`mesh_replica_groups`). None when absent or not
+    understood."""
     if value is None:
         return None
     value = value.strip()
+    if value.startswith("mesh"):
+        return mesh_replica_groups(value)
     if value.startswith("{"):
         groups = re.findall(r"\{([\d,\s]*)\}", value[1:-1] if value.endswith("}") else value)
         return [[int(x) for x in g.split(",") if x.strip()] for g in groups]
@@ -462,4 +468,74 @@ def _transpose(ids: list[int], dims: list[int], perm: list[int]) -> list[int]:
             if index[k] < new_dims[k]:
                 break
             index[k] = 0
+    return out
+
+
+def array_shapes(shape: str) -> list[tuple[str, tuple[int, ...]]]:
+    """``[(dtype, dims), ...]`` of each array in a shape text (tuples flattened, layouts dropped,
+    bounded dims at their bound): ``"(f32[2,3]{1,0}, s32[])"`` -> ``[("f32", (2, 3)), ("s32", ())]``.
+    """
+    out = []
+    for dtype, dims in _ARRAY.findall(shape):
+        sizes = (d.strip().lstrip("<=") for d in dims.split(","))
+        out.append((dtype, tuple(int(d) for d in sizes if d.isdigit())))
+    return out
+
+
+_MESH_GROUPS = re.compile(r"mesh\[([^\]]*)\]\s*\{([^{}]*)\}")
+_SUB_AXIS = re.compile(r"(.+):\((\d+)\)(\d+)")
+
+
+def mesh_replica_groups(value: str | None) -> list[list[int]] | None:
+    """Groups of the mesh-axes ``replica_groups`` syntax ``mesh['a'=4,'b'=2] {'a'}`` (sub-axes
+    ``'a':(1)2`` too), expanded as XLA's ``MeshAxesReplicaGroupList`` does: devices numbered
+    row-major over the mesh, one group per combination of the axes not named. None for any other
+    text, including meshes printed with explicit ``device_ids``."""
+    m = _MESH_GROUPS.fullmatch(value.strip()) if value is not None else None
+    if m is None:
+        return None
+    names, sizes = [], []
+    for item in m.group(1).split(","):
+        name, _, size = item.rpartition("=")
+        if not size.strip().isdigit():
+            return None
+        names.append(name.strip())
+        sizes.append(int(size))
+    refs: dict[int, list[tuple[int, int, int]]] = {}  # mesh dim -> [(written order, pre, size)]
+    for order, item in enumerate(a.strip() for a in m.group(2).split(",") if a.strip()):
+        sub = _SUB_AXIS.fullmatch(item)
+        name = sub.group(1).strip() if sub else item
+        if name not in names:
+            return None
+        dim = names.index(name)
+        pre, size = (int(sub.group(2)), int(sub.group(3))) if sub else (1, sizes[dim])
+        refs.setdefault(dim, []).append((order, pre, size))
+    dims: list[int] = []  # the mesh reshaped so that every named (sub-)axis is one dimension
+    grouped: list[tuple[int, int]] = []  # (mesh dim, written order) -> dimension index
+    for dim, full in enumerate(sizes):
+        done = 1
+        for order, pre, size in sorted(refs.get(dim, []), key=lambda r: r[1]):
+            if pre % done or pre < done:
+                return None
+            if pre != done:  # the part of the axis before this sub-axis
+                dims.append(pre // done)
+            grouped.append(((dim, order), len(dims)))
+            dims.append(size)
+            done = pre * size
+        if done != full:
+            dims.append(full // done)
+    total = _product(sizes)
+    if not grouped or _product(dims) != total or total > 1 << 20:
+        return None
+    axes = [index for _, index in sorted(grouped)]
+    perm = [d for d in range(len(dims)) if d not in axes] + axes
+    ids = _transpose(list(range(total)), dims, perm)
+    width = _product([dims[a] for a in axes])
+    return [ids[i : i + width] for i in range(0, total, width)]
+
+
+def _product(values: list[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
     return out

@@ -159,19 +159,6 @@ def devices_for(platform: str) -> list[jax.Device]:
     return [d for d in devices if export_platform(d) == platform]
 
 
-def count_entry_instructions(hlo_text: str) -> int:
-    """Instructions in the ENTRY computation of an optimised HLO module text."""
-    count, inside = 0, False
-    for line in hlo_text.splitlines():
-        if line.startswith("ENTRY "):
-            inside = True
-        elif inside and line.startswith("}"):
-            break
-        elif inside and "=" in line:
-            count += 1
-    return count
-
-
 def unique(items: Iterable[str]) -> list[str]:
     return sorted(set(items))
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import jax
 
-from ._hlo import entry_kernels, instructions
+from ..analysis.hlo import parse_hlo
+from ._hlo import entry_kernels
 from ._timing import Timing, _fmt, time_call
 from .passes import Variant, variants_for
 
@@ -185,8 +186,9 @@ def ablate(
             continue
         r.compile_seconds = time.perf_counter() - t0
         text = compiled.as_text()
-        r.kernels = len(entry_kernels(text))
-        r.hlo_ops = len(instructions(text))
+        module = parse_hlo(text)
+        r.kernels = len(entry_kernels(module))
+        r.hlo_ops = module.instruction_count()
         cost = _cost(compiled)
         r.bytes_accessed = _number(cost.get("bytes accessed"))
         r.flops = _number(cost.get("flops"))

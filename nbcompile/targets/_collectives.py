@@ -1,18 +1,24 @@
 """Collectives in an optimised (per-device, SPMD) HLO module, and whether they cross hosts.
 
-Each collective's ``replica_groups`` (both printed syntaxes: explicit ``{{0,1},{2,3}}`` and iota
-``[2,4]<=[4,2]T(1,0)``) or ``source_target_pairs`` name partitions; partition ``i`` runs on the
+Each collective's ``replica_groups`` (every printed syntax: explicit ``{{0,1},{2,3}}``, iota
+``[2,4]<=[4,2]T(1,0)`` and mesh axes ``mesh['axis_0'=4,'axis_1'=2] {'axis_0'}``) or
+``source_target_pairs`` name partitions; partition ``i`` runs on the
 ``i``-th device of the mesh (row-major), so the devices' ``process_index`` tells which groups
 span more than one host.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
-from ._hlo import Instruction, array_shapes, parse_hlo, shape_bytes
+from ..analysis.hlo import (
+    Instruction,
+    array_shapes,
+    parse_hlo,
+    parse_replica_groups,
+    shape_bytes,
+)
 
 __all__ = ["COLLECTIVE_OPS", "collectives", "expand_replica_groups"]
 
@@ -25,44 +31,28 @@ COLLECTIVE_OPS = (
     "collective-permute",
     "collective-broadcast",
 )
-_IOTA = re.compile(r"^\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?$")
 
 
 def expand_replica_groups(text: str | None) -> list[list[int]] | None:
-    """Explicit groups from either ``replica_groups`` syntax; [] means "all in one group"."""
-    if text is None:
-        return None
-    text = text.strip()
-    iota = _IOTA.match(text)
-    if iota:
-        import numpy as np
-
-        group_shape = [int(v) for v in iota.group(1).split(",")]
-        dims = [int(v) for v in iota.group(2).split(",")]
-        ids = np.arange(int(np.prod(dims))).reshape(dims)
-        if iota.group(3):
-            ids = ids.transpose([int(v) for v in iota.group(3).split(",")])
-        return ids.reshape(group_shape).tolist()
-    return [
-        [int(v) for v in group.split(",") if v.strip()]
-        for group in re.findall(r"\{([\d,\s]*)\}", text)
-        if group.strip()
-    ]
+    """Explicit groups from any ``replica_groups`` syntax; [] means "all in one group"; None when
+    absent or not understood (:func:`nbcompile.analysis.hlo.parse_replica_groups`)."""
+    return parse_replica_groups(text)
 
 
-def _operand_bytes(inst: Instruction, shapes: dict[str, str]) -> int:
-    printed = array_shapes(inst.operands)  # older printers show operand shapes inline
-    if printed:
-        return sum(shape_bytes(f"{d}[{','.join(map(str, s))}]") for d, s in printed)
-    return sum(shape_bytes(shapes.get(name, "")) for name in inst.operand_names)
+def _array_bytes(dtype: str, dims: tuple[int, ...]) -> int:
+    return shape_bytes(f"{dtype}[{','.join(map(str, dims))}]")
 
 
 def _result_bytes(opcode: str, shape: str) -> int:
     arrays = array_shapes(shape)
     if opcode.endswith("-start") and len(arrays) > 1:
         # async starts return (operands..., results..., context): the largest buffer is the payload
-        return max(shape_bytes(f"{d}[{','.join(map(str, s))}]") for d, s in arrays)
+        return max(_array_bytes(d, s) for d, s in arrays)
     return shape_bytes(shape)
+
+
+def _operand_bytes(inst: Instruction, shapes: dict[str, str]) -> int:
+    return sum(shape_bytes(shapes.get(name, "")) for name in inst.operands)
 
 
 def _crosses(groups: list[list[int]] | None, hosts: list[int] | None) -> bool | None:
@@ -86,14 +76,14 @@ def collectives(hlo_text: str, devices: Sequence[Any] | None = None) -> list[dic
     """
     hosts = [int(getattr(d, "process_index", 0)) for d in devices] if devices is not None else None
     found: list[dict[str, Any]] = []
-    for computation in parse_hlo(hlo_text):
+    for computation in parse_hlo(hlo_text).computations.values():
         shapes = {inst.name: inst.shape for inst in computation.instructions}
         for inst in computation.instructions:
             op = inst.opcode.removesuffix("-start")
             if op not in COLLECTIVE_OPS or inst.opcode.endswith("-done"):
                 continue
-            raw = inst.attribute("replica_groups")
-            pairs = inst.attribute("source_target_pairs")
+            raw = inst.attrs.get("replica_groups")
+            pairs = inst.attrs.get("source_target_pairs")
             groups = expand_replica_groups(pairs if op == "collective-permute" else raw)
             found.append(
                 {

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ._hlo import Computation, Instruction, parse_hlo
+from ..analysis.hlo import Computation, HloModule, parse_hlo
 
 __all__ = ["Comparison", "compare", "hlo_summary"]
 
@@ -20,29 +20,11 @@ _NOT_KERNELS = {
     "partition-id", "replica-id", "opt-barrier", "add-dependency", "domain",
 }  # fmt: skip
 _CONTROL = {"while", "conditional", "call"}
-_CALLED_KEYS = (
-    "condition",
-    "body",
-    "to_apply",
-    "branch_computations",
-    "true_computation",
-    "false_computation",
-)
 _MEMORY_FIELDS = ("argument", "output", "temp", "alias", "generated_code")
 
 
-def _called(inst: Instruction) -> list[str]:
-    names: list[str] = []
-    for key in _CALLED_KEYS:
-        value = inst.attribute(key)
-        if value:
-            names += [n.strip().lstrip("%") for n in value.strip("{}").split(",") if n.strip()]
-    return names
-
-
-def _kernel_ops(computations: list[Computation]) -> list[str]:
-    by_name = {c.name: c for c in computations}
-    entry = next((c for c in computations if c.is_entry), None)
+def _kernel_ops(module: HloModule) -> list[str]:
+    """Opcodes of the kernels: the entry's, and those of the loop / branch bodies it calls."""
     ops: list[str] = []
     seen: set[str] = set()
 
@@ -52,14 +34,15 @@ def _kernel_ops(computations: list[Computation]) -> list[str]:
         seen.add(comp.name)
         for inst in comp.instructions:
             if inst.opcode in _CONTROL:
-                for name in _called(inst):
-                    if name in by_name:
-                        walk(by_name[name])
+                for name in inst.called:
+                    if name in module.computations:
+                        walk(module.computations[name])
                 continue
             if inst.opcode in _NOT_KERNELS or inst.opcode.endswith("-done"):
                 continue
             ops.append(inst.opcode)
 
+    entry = module.entry_computation
     if entry is not None:
         walk(entry)
     return ops
@@ -80,15 +63,16 @@ def _memory_dict(memory: Any) -> dict[str, int] | None:
 
 def hlo_summary(hlo_text: str) -> dict[str, Any]:
     """Kernels, fusions and the distinct HLO ops of one optimised module."""
-    computations = parse_hlo(hlo_text)
-    kernel_ops = _kernel_ops(computations)
+    module = parse_hlo(hlo_text)
+    kernel_ops = _kernel_ops(module)
+    computations = module.computations.values()
     ops = {inst.opcode for c in computations for inst in c.instructions} - {"parameter"}
     return {
         "kernels": len(kernel_ops),
         "fusions": sum(op == "fusion" for op in kernel_ops),
         "custom_calls": sum(op == "custom-call" for op in kernel_ops),
         "ops": sorted(ops),
-        "instructions": sum(len(c.instructions) for c in computations),
+        "instructions": module.instruction_count(),
     }
 
 

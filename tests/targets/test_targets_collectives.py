@@ -51,6 +51,31 @@ def test_expand_replica_groups_both_syntaxes():
     assert expand_replica_groups(None) is None
 
 
+def test_expand_replica_groups_mesh_axes_syntax():
+    # devices row-major over the mesh; one group per value of the axes not named
+    mesh = "mesh['data'=4,'model'=2]"
+    assert expand_replica_groups(f"{mesh} {{'data'}}") == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert expand_replica_groups(f"{mesh} {{'model'}}") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert expand_replica_groups(f"{mesh} {{'model','data'}}") == [list(range(8))]
+    # sub-axes 'a':(pre-size)size of a size-8 axis
+    assert expand_replica_groups("mesh['a'=8] {'a':(1)2}") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert expand_replica_groups("mesh['a'=8] {'a':(2)4}") == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # not understood (explicit device_ids, unknown axis): None, never a guess
+    assert expand_replica_groups("mesh['a'=2,'b'=2], device_ids=(0,2,1,3) {'a'}") is None
+    assert expand_replica_groups("mesh['a'=4] {'b'}") is None
+
+
+def test_mesh_axes_groups_decide_crosses_hosts():
+    text = HLO.replace(
+        "replica_groups={{0,1},{2,3},{4,5},{6,7}}",
+        "replica_groups=mesh['data'=4,'model'=2] {'model'}",
+    )
+    (ar, *_) = collectives(text, [FakeDevice(i, i // 2) for i in range(8)])
+    assert ar["groups"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert ar["replica_groups"] == "mesh['data'=4,'model'=2] {'model'}"
+    assert ar["crosses_hosts"] is False  # read as "every device" it would cross hosts
+
+
 def test_collectives_ops_groups_bytes_and_source():
     found = collectives(HLO)
     assert [c["op"] for c in found] == ["all-reduce", "all-gather", "collective-permute"]

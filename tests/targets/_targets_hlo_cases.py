@@ -1,0 +1,99 @@
+"""Real optimised modules for the HLO reader tests: small programs compiled for CPU, 8 virtual CPU
+devices, TPU v5e (deviceless) and GPU (deviceless).
+
+``python _targets_hlo_cases.py KIND`` prints ``{name: {"hlo": text, "hosts": [...] | None}}`` as
+JSON; the 8-device CPU cases need ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` set
+before JAX starts, so the tests run them in a child process through this entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from _targets_models import (
+    MLP_SHARDING,
+    branch,
+    collective_args,
+    collective_program,
+    loop,
+    loop_args,
+    mlp,
+    mlp_args,
+    train_step,
+)
+
+W2_SHARDED = {"params.w2": "data,None"}
+#: (name, program, mesh or None, shard specs); ``collectives`` builds its program from the mesh
+PROGRAMS: dict[str, list[tuple[str, str, str | None, dict[str, str] | None]]] = {
+    "cpu": [
+        ("mlp", "mlp", None, None),
+        ("loop", "loop", None, None),
+        ("branch", "branch", None, None),
+        ("train", "train", None, None),
+    ],
+    "cpu8": [
+        ("mlp", "mlp", "4x2", MLP_SHARDING),
+        ("train", "train", "4x2", MLP_SHARDING),
+        ("collectives", "collectives", "8", {"x": "data"}),
+    ],
+    "tpu": [
+        ("mlp", "mlp", None, None),
+        ("loop", "loop", None, None),
+        ("branch", "branch", None, None),
+        ("train", "train", None, None),
+        ("mesh4_mlp", "mlp", "4", W2_SHARDED),
+        ("mesh4_collectives", "collectives", "4", {"x": "data"}),
+    ],
+    # v5e:4x4 is four hosts of four chips: the gradient's all-reduce over the 2-device "data"
+    # axis stays on one host, the one over "model" does not
+    "tpu4x4": [("train", "train", "8x2:model,data", MLP_SHARDING)],
+    "gpu": [
+        ("mlp", "mlp", None, None),
+        ("train", "train", None, None),
+        ("mesh8_collectives", "collectives", "8", {"x": "data"}),
+    ],
+}
+
+
+def _target(kind: str, mesh: str | None, gpu: str) -> Any:
+    from nbcompile.targets import resolve_target
+
+    if kind in ("cpu", "cpu8"):
+        return resolve_target(mesh=mesh)
+    if kind == "tpu":
+        return resolve_target("tpu", topology="v5e:2x2", mesh=mesh)
+    if kind == "tpu4x4":
+        return resolve_target("tpu", topology="v5e:4x4", mesh=mesh)
+    return resolve_target("gpu", target=gpu, topology="1x2x4" if mesh else None, mesh=mesh)
+
+
+def compile_cases(kind: str, gpu: str = "h100") -> dict[str, dict[str, Any]]:
+    """``{name: {"hlo": optimised HLO text, "hosts": process index per mesh device | None}}``."""
+    from nbcompile.targets import compile_for_target
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, program, mesh, specs in PROGRAMS[kind]:
+        target = _target(kind, mesh, gpu)
+        if program == "collectives":
+            fn, args = collective_program(target.mesh), collective_args(target.mesh)
+        else:
+            fn = {"mlp": mlp, "loop": loop, "branch": branch, "train": train_step}[program]
+            args = loop_args() if program in ("loop", "branch") else mlp_args()
+        tc = compile_for_target(fn, args, target, shard_specs=specs)
+        devices = list(target.mesh.devices.flat) if target.mesh is not None else None
+        hosts = [int(d.process_index) for d in devices] if devices is not None else None
+        out[name] = {"hlo": tc.hlo_text, "hosts": hosts}
+    return out
+
+
+if __name__ == "__main__":
+    import jax
+
+    jax.config.update("jax_numpy_rank_promotion", "raise")
+    jax.config.update("jax_numpy_dtype_promotion", "strict")
+    print(json.dumps(compile_cases(sys.argv[1])))
