@@ -344,8 +344,6 @@ def analyse_compiled(module: HloModule, source: LineMap, grad: bool,
                 if comp.is_entry:
                     unit_costs[instr.name] = cost
             if instr.opcode == "fusion":
-                cost = unit_costs.get(instr.name) or _cost(module, instr, shapes, use_xla_cost,
-                                                          structure)
                 node.fusion = instr.name
                 fusions.append(Fusion(
                     name=instr.name, kind=instr.kind or "loop",

@@ -28,7 +28,6 @@ from .traced import Traced, trace_graph
 __all__ = ["Analysis", "analyse"]
 
 
-
 @dataclass
 class Analysis:
     """Everything nbcompile knows about one compile. See docs/report-schema.md for to_json()."""

@@ -48,12 +48,9 @@ _META_ITEM = re.compile(r"(\w+)=(" + _STRING + r"|[^\s}]+)")
 _TABLE_ROW = re.compile(r"(\d+)\s+(" + _STRING + r"|\{[^{}]*\})\s*$")
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
 _NAME_REF = re.compile(r"%([^\s,(){}]+)")
-_CALLS = re.compile(
-    r"\b(?:calls|to_apply|body|condition|branch_computations|true_computation"
-    r"|false_computation)="
-)
 _CALL_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
               "true_computation", "false_computation")  # fmt: skip
+_CALLS = re.compile(r"\b(?:" + "|".join(_CALL_KEYS) + ")=")
 _METADATA = re.compile(r"\bmetadata=\{((?:[^{}\"]|" + _STRING + r")*)\}")
 _META_COMMON = re.compile(r'op_name="([^"\\]*)"(?: stack_frame_id=(\d+))?')
 _SIMPLE_OPERANDS = re.compile(r"[^()\"\[\]{}]*\)")
