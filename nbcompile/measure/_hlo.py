@@ -2,18 +2,19 @@
 :func:`nbcompile.analysis.hlo.parse_hlo` (the one HLO text parser).
 
 A *kernel* is an instruction of the ENTRY computation that does work: fusions, custom calls and
-ops left unfused (dot, reduce, while, ...). Parameters, constants, tuples, get-tuple-element and
-bitcasts are bookkeeping, not kernels. Loops (``while``) and calls count as one kernel each.
-Every function takes the HLO text or an already parsed :class:`~nbcompile.analysis.hlo.HloModule`.
+ops left unfused (dot, reduce, while, ...). Parameters, constants, tuples, get-tuple-element,
+bitcasts, tokens and barriers are bookkeeping, not kernels (``analysis.compiled.FREE_OPS``).
+Loops (``while``) and calls count as one kernel each. Every function takes the HLO text or an already parsed :class:`~nbcompile.analysis.hlo.HloModule`.
 """
 
 from __future__ import annotations
 
+from ..analysis.compiled import FREE_OPS
 from ..analysis.hlo import HloModule, parse_hlo
 
 __all__ = ["NOT_KERNELS", "entry_kernels", "instructions"]
 
-NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+NOT_KERNELS = frozenset(FREE_OPS)  # the analysis's bookkeeping ops: one definition of a kernel
 
 
 def _module(hlo: str | HloModule) -> HloModule:

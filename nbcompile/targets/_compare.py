@@ -11,14 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ..analysis.compiled import FREE_OPS as _NOT_KERNELS  # one definition of bookkeeping ops
 from ..analysis.hlo import Computation, HloModule, parse_hlo
 
 __all__ = ["Comparison", "compare", "hlo_summary"]
 
-_NOT_KERNELS = {
-    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all",
-    "partition-id", "replica-id", "opt-barrier", "add-dependency", "domain",
-}  # fmt: skip
 _CONTROL = {"while", "conditional", "call"}
 _MEMORY_FIELDS = ("argument", "output", "temp", "alias", "generated_code")
 

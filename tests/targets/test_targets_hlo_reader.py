@@ -4,9 +4,11 @@
 ``instructions`` (nbcompile.measure) read HLO through ``nbcompile.analysis.hlo`` now. Each had its
 own reader before; ``EXPECTED`` holds what those readers gave (jax/jaxlib 0.10.2) on the programs of
 ``_targets_hlo_cases.py``, compiled here for CPU, 8 virtual CPU devices, TPU v5e and GPU
-(deviceless). One deliberate difference: the mesh-axes ``replica_groups`` syntax
+(deviceless). Deliberate differences: the mesh-axes ``replica_groups`` syntax
 (``mesh['axis_0'=8,'axis_1'=2] {'axis_1'}``) was read as one group of every device; it is expanded
-now, which makes the v5e:4x4 gradient all-reduce over device pairs stay on one host.
+now, which makes the v5e:4x4 gradient all-reduce over device pairs stay on one host. And one
+definition of a kernel (``analysis.compiled.FREE_OPS``): ``entry_kernels`` no longer lists
+``partition-id`` (bookkeeping, as ``hlo_summary`` already had it).
 """
 
 from __future__ import annotations
@@ -210,7 +212,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "tpu/mesh4_mlp": {
         "counts": (7, 2, 0, 50, 15),
         "ops": "add all-reduce bitcast broadcast constant convert convolution copy-done copy-start dynamic-slice fusion multiply partition-id tanh",
-        "kernels": "copy-start partition-id convert copy-start multiply copy-done fusion copy-done fusion all-reduce",
+        "kernels": "copy-start convert copy-start multiply copy-done fusion copy-done fusion all-reduce",
         "collectives": [
             "all-reduce 2048/2048 crosses=False groups=0,1,2,3 | mesh['axis_0'=4] {'axis_0'} | jit(mlp)/dot_general",
         ],
