@@ -1,0 +1,61 @@
+"""The user's own names for a callable's parameters (for errors, hints, signatures, files).
+
+One definition used everywhere nbcompile names an argument, so a message never says ``arg0`` or
+``values`` where the user wrote ``params``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["param_names", "positional_names"]
+
+
+def _signature(fn: Any) -> inspect.Signature | None:
+    target = fn
+    for _ in range(8):  # unwrap jit objects / partials / functools.wraps chains
+        if isinstance(target, functools.partial):
+            break
+        inner = getattr(target, "__wrapped__", None)
+        if inner is None:
+            break
+        target = inner
+    try:
+        return inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+
+
+def positional_names(fn: Callable[..., Any]) -> list[str]:
+    """Names of ``fn``'s positional parameters, in order (``*args`` and keyword-only excluded)."""
+    sig = _signature(fn)
+    if sig is None:
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in sig.parameters.values() if p.kind in kinds]
+
+
+def param_names(fn: Callable[..., Any], count: int, *, fallback: str = "args[{i}]") -> list[str]:
+    """The names of the first ``count`` positional arguments of a call of ``fn``.
+
+    Positions beyond the named parameters (``*args``) get ``fallback.format(i=i)``, which reads
+    as the user would index them (``args[2]``).
+    """
+    names = positional_names(fn)
+    sig = _signature(fn)
+    star = None
+    if sig is not None:
+        star = next((p.name for p in sig.parameters.values()
+                     if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
+    out = []
+    for i in range(count):
+        if i < len(names):
+            out.append(names[i])
+        elif star is not None:
+            out.append(f"{star}[{i - len(names)}]")
+        else:
+            out.append(fallback.format(i=i))
+    return out
