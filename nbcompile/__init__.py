@@ -38,7 +38,7 @@ _LAZY = {
     "Compilation": ("nbcompile.compilation", "Compilation"),
     "Graph": ("nbcompile.analysis", "Graph"),
     "NbcompileError": ("nbcompile.errors", "NbcompileError"),
-    "last_error": ("nbcompile.errors", "last_error"),
+    "last_error": ("nbcompile.session", "last_error"),
     "last": ("nbcompile.session", "last"),
     "freeze": ("nbcompile.frozen", "freeze"),
     "load": ("nbcompile.frozen", "load"),
@@ -48,9 +48,9 @@ _LAZY = {
 if TYPE_CHECKING:
     from .analysis import Graph
     from .compilation import Compilation, compare, compile
-    from .errors import NbcompileError, last_error
+    from .errors import NbcompileError
     from .frozen import freeze, load, verify
-    from .session import last
+    from .session import last, last_error
 
 
 def __getattr__(name: str) -> Any:

@@ -1,12 +1,17 @@
 """Every reach into jax._src / jaxlib internals that is not analysis-specific, with notes.
 
-Analysis keeps its own internal reaches in ``analysis/_jax.py`` and the model adapters in
+Also the one place that points file descriptor 2 elsewhere (native libraries such as libtpu
+write warnings straight to it from C++). Analysis keeps its own internal reaches in ``analysis/_jax.py`` and the model adapters in
 ``capture/_models_scopes.py``; each names the JAX version it was checked on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
+import os
+import sys
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,3 +63,68 @@ def stablehlo_ops(module: Any) -> tuple[int, list[str]]:
     module.operation.walk(visit)
     return ops, targets
 
+
+
+def extension_session() -> Any | None:
+    """The :class:`~nbcompile.session.Session` of the IPython shell running now, if it loaded
+    ``nbcompile`` (found through IPython's magics registry); None outside IPython."""
+    ipython_module = sys.modules.get("IPython")
+    if ipython_module is None:
+        return None  # IPython not even imported: plain Python
+    shell = ipython_module.get_ipython()
+    if shell is None:
+        return None
+    magics = shell.magics_manager.registry.get("CompileMagics")
+    return getattr(magics, "session", None)
+
+
+def _accelerator_files() -> bool:
+    """A TPU VM exposes /dev/accel* (v2-v4) or /dev/vfio (v5e and later)."""
+    return bool(glob.glob("/dev/accel*")) or os.path.isdir("/dev/vfio")
+
+
+def quiet_backend_start() -> None:
+    """Start JAX's backends now with native stderr captured, where that only hides noise.
+
+    With the ``[tpu]`` extra (libtpu) or the CUDA plugin installed on a machine without that
+    device, JAX's first use prints libtpu's hostname errors and "Source Location Trace" blocks,
+    or a CUDA-plugin traceback, into the first cell that touches JAX. Starting the backends
+    here, at ``%load_ext``, with fd 2 redirected keeps them out of the notebook. Nothing is done
+    when the backends already started, when JAX_PLATFORMS picks them, or when accelerator device
+    files exist (a real TPU/GPU: then the messages matter). Checked with JAX 0.10.2.
+    """
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized() or os.environ.get("JAX_PLATFORMS"):
+        return
+    if _accelerator_files() or glob.glob("/dev/nvidia[0-9]*"):
+        return
+    with captured_stderr():
+        jax.devices()
+
+
+class CapturedStderr:
+    """What was written to fd 2 while the block ran (``text``, filled in on exit)."""
+
+    text: str = ""
+
+
+@contextlib.contextmanager
+def captured_stderr() -> Iterator[CapturedStderr]:
+    """Redirect fd 2 to a temporary file for the block; restore it even on error."""
+    captured = CapturedStderr()
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no fd 2 (embedded interpreters): nothing to hide
+        yield captured
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            captured.text = sink.read().decode("utf-8", errors="replace")

@@ -35,6 +35,9 @@ CODES: dict[str, str] = {
     "NBC204": "a traced value leaked out of the function (stored in a global)",
     "NBC205": "a traced value was converted to a concrete Python/NumPy value",
     "NBC206": "TARGET must return a scalar for --grad",
+    "NBC207": "TARGET returns something that is not an array (a string, a function, a model)",
+    "NBC208": "TARGET is not a plain function (async def, generator)",
+    "NBC209": "tracing or compiling was interrupted",
     "NBC300": "lowering to StableHLO failed",
     "NBC400": "XLA compilation failed",
     "NBC500": "the frozen-model file is malformed",
@@ -45,19 +48,12 @@ CODES: dict[str, str] = {
     "NBC505": "the frozen-model program uses a custom call that is not allowed",
     "NBC506": "freezing failed",
     "NBC507": "the input does not match the frozen model's signature",
+    "NBC508": "the frozen model exceeds a stated limit (memory budget, program size, time)",
+    "NBC509": "the frozen-model file cannot be opened (missing, not a regular file, unreadable)",
     "NBC600": "the requested backend or target is not available",
     "NBC601": "the mesh or sharding specification is invalid",
     "NBC700": "a NaN or Inf appeared while debugging",
 }
-
-
-#: The last error the magic showed (its ``__cause__`` is JAX's full error).
-LAST_ERROR: BaseException | None = None
-
-
-def last_error() -> BaseException | None:
-    """The last nbcompile error shown in this kernel, with JAX's error as ``__cause__``."""
-    return LAST_ERROR
 
 
 class NbcompileError(Exception):

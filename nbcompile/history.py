@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import logging
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ class Entry:
     versions: str
     key: str
     compiled: bool
+    cell: str | None  # the notebook cell id (or None outside a kernel that gives one)
+    defines: bool  # the cell defines the function it compiles
 
 
 def _versions() -> str:
@@ -75,14 +78,20 @@ class History:
         self.warned: set[str] = set()
 
     def record(
-        self, captured: Any, comp: Any, options: Any, key: str, *, compiled: bool
+        self, captured: Any, comp: Any, options: str, key: str, *, compiled: bool,
+        cell_id: str | None = None,
     ) -> tuple[list[str], str | None]:
-        """Add this run; return (what changed since the last run, a repeat warning or None)."""
-        name = captured.target_expr
+        """Add this run; return (what changed since the last run, a repeat warning or None).
+
+        Source lines are compared only with an earlier run of the *same* cell (the kernel's
+        cell id, or — where none is given — a cell that also defines the function): compiling
+        a function from another cell is not an edit of the cell that defined it.
+        """
+        name = captured.fn_expr
         entry = Entry(
             lines=["", *captured.source.lines[1:]], signature=list(comp.signature),
-            options=options.describe()["options"], versions=_versions(), key=key,
-            compiled=compiled,
+            options=options, versions=_versions(), key=key, compiled=compiled,
+            cell=cell_id, defines=name in captured.defined,
         )
         past = self.entries.setdefault(name, [])
         previous = past[-1] if past else None
@@ -90,15 +99,20 @@ class History:
         if previous is None or previous.key == key:
             return [], None
         changes = [f"changed since the last run of `{name}`:"]
-        changes += source_changes(previous.lines, entry.lines)
+        same_cell = (previous.cell == entry.cell if entry.cell is not None
+                     else previous.defines == entry.defines)
+        if same_cell:
+            changes += source_changes(previous.lines, entry.lines)
+        else:
+            changes.append("compiled from a different cell than last time")
         changes += signature_changes(previous.signature, entry.signature)
         if previous.options != entry.options:
             changes.append(f"options: `{previous.options}` → `{entry.options}`")
         if previous.versions != entry.versions:
             changes.append(f"versions: {previous.versions} → {entry.versions}")
         if len(changes) == 1:
-            changes.append("a value the function reads from the notebook (a closed-over global) "
-                           "changed, so it was traced and compiled again")
+            changes.append("something the traced code reads changed (a global or closed-over "
+                           "value, or the model's structure or flags), so it was compiled again")
         return changes, self._repeat_warning(name)
 
     def _repeat_warning(self, name: str) -> str | None:
@@ -119,57 +133,48 @@ class History:
 _MISS = re.compile(r"TRACING CACHE MISS at (?P<at>[^\n]*)\n\s*for (?P<fn>\S+) defined at (?P<def>\S+)")
 
 
-class _QuietCacheLogs(logging.Filter):
-    """Drop the persistent-cache chatter JAX logs while cache-miss explanations are on."""
+class RecompileWatcher(logging.Filter):
+    """Collects JAX's cache-miss explanations for functions nbcompile bound in the notebook.
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage().lower()
-        return not ("persistent" in text and "cache" in text)
-
-
-_QUIET = _QuietCacheLogs()
-_CACHE_LOGGERS = ("jax._src.compiler", "jax._src.compilation_cache")
-
-
-class RecompileWatcher(logging.Handler):
-    """Collects JAX's cache-miss explanations for functions nbcompile bound in the notebook."""
+    Between :meth:`start` and :meth:`stop` (one cell), explanations are switched on with JAX's
+    own context manager (``jax.explain_cache_misses``) and this filter, attached once to JAX's
+    logger, takes the records it asked for, so they never reach the notebook raw. Misses whose
+    call site is inside nbcompile (``freeze`` exporting a function, ``--bench``) are ignored.
+    """
 
     LOGGER = "jax._src.interpreters.partial_eval"
 
     def __init__(self) -> None:
-        super().__init__(level=logging.WARNING)
+        super().__init__()
         self.messages: list[str] = []
-        self._old: tuple[bool, bool] | None = None
+        self._context: Any = None
+        logging.getLogger(self.LOGGER).addFilter(self)
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._context is None:
+            return True  # not ours: the user's own explanations pass through
         msg = record.getMessage()
         if "TRACING CACHE MISS" in msg:
             self.messages.append(msg)
+            return False
+        return not ("persistent" in msg.lower() and "cache" in msg.lower())
 
     def start(self) -> None:
-        logger = logging.getLogger(self.LOGGER)
-        self._old = (jax.config.jax_explain_cache_misses, logger.propagate)
+        if self._context is not None or jax.config.jax_explain_cache_misses:
+            return  # already on (the user's own setting): leave their output alone
         self.messages.clear()
-        jax.config.update("jax_explain_cache_misses", True)
-        logger.addHandler(self)
-        logger.propagate = False
-        for name in _CACHE_LOGGERS:
-            logging.getLogger(name).addFilter(_QUIET)
+        self._context = jax.explain_cache_misses(True)
+        self._context.__enter__()
 
     def stop(self, bound: dict[str, Any]) -> list[str]:
         """Stop watching; explanations for the compiled functions in ``bound`` (name -> fn)."""
-        logger = logging.getLogger(self.LOGGER)
-        logger.removeHandler(self)
-        for name in _CACHE_LOGGERS:
-            logging.getLogger(name).removeFilter(_QUIET)
-        if self._old is not None:
-            jax.config.update("jax_explain_cache_misses", self._old[0])
-            logger.propagate = self._old[1]
-            self._old = None
+        if self._context is not None:
+            self._context.__exit__(None, None, None)
+            self._context = None
         notes = []
         for msg in self.messages:
             m = _MISS.search(msg)
-            if not m:
+            if not m or _inside_nbcompile(m["at"]):
                 continue
             name = next((n for n, fn in bound.items() if _defined_at(fn) == m["def"]), None)
             if name is None:
@@ -180,7 +185,18 @@ class RecompileWatcher(logging.Handler):
                 f"`{name}` was compiled again (called at {at}): " + "; ".join(reasons)
                 + " — each new shape/dtype compiles once; pad or bucket shapes to avoid it"
             )
+        self.messages.clear()
         return notes
+
+    def close(self) -> None:
+        """Detach from JAX's logger (``%unload_ext``)."""
+        self.stop({})
+        logging.getLogger(self.LOGGER).removeFilter(self)
+
+
+def _inside_nbcompile(where: str) -> bool:
+    package = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(package, "") in where
 
 
 def _defined_at(fn: Any) -> str | None:

@@ -2,19 +2,21 @@
 
 Deliberately thin: everything it does is :class:`nbcompile.session.Session` behaviour, which is
 tested without a kernel. Misuse raises IPython's one-line ``UsageError``; every other failure is
-one raised :class:`~nbcompile.errors.NbcompileError` naming the visible cell line.
+one raised :class:`~nbcompile.errors.NbcompileError` naming the visible cell line. Each shell
+has its own :class:`CompileMagics` (and so its own Session), found through IPython's magics
+registry, never through module globals.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.utils.process import arg_split
 
 from .errors import NbcompileError
 from .history import RecompileWatcher
@@ -46,6 +48,14 @@ def _shards(specs: list[str] | None) -> dict[str, str]:
     return out
 
 
+def _calls(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"--profile takes a number of calls like 20, not {text!r}")
+    return int(text)
+
+
 class _Progress:
     """Shows the stage and elapsed time once a compile takes longer than half a second."""
 
@@ -69,10 +79,11 @@ class _Progress:
         else:
             self.handle.update(bundle, raw=True)
 
-    def done(self) -> None:
+    def done(self, what: str = "done") -> None:
         if self.handle is not None:
             elapsed = time.perf_counter() - self.start
-            self.handle.update({"text/plain": f"✓ {self.name}: done in {elapsed:.1f} s"}, raw=True)
+            self.handle.update({"text/plain": f"✓ {self.name}: {what} in {elapsed:.1f} s"},
+                               raw=True)
 
 
 @magics_class
@@ -82,9 +93,11 @@ class CompileMagics(Magics):
         self.session = Session()
         self.bound: dict[str, Any] = {}
         self.watcher = RecompileWatcher()
+        self.cell_id: str | None = None
 
     # IPython events: explain recompiles of functions this magic bound.
-    def pre_run_cell(self, *_: Any) -> None:
+    def pre_run_cell(self, info: Any = None) -> None:
+        self.cell_id = getattr(info, "cell_id", None)
         self.watcher.start()
 
     def post_run_cell(self, *_: Any) -> None:
@@ -112,12 +125,16 @@ class CompileMagics(Magics):
               help="recompile with fusion / constant folding off and measure what each bought")
     @argument("--debug", action="store_true",
               help="run op by op keeping every intermediate; stop at the first NaN/Inf")
+    @argument("--profile", nargs="?", const="20", default=None, metavar="N",
+              help="measure N calls (default 20): time per kernel, per cell line, per module")
+    @argument("--memory", action="store_true",
+              help="map memory: what is live at the peak, line by line, and whether it fits")
     @argument("--mesh", metavar="SHAPE", default=None,
               help="compile for a device mesh, e.g. 4x2 or 4x2:data,model")
     @argument("--shard", nargs="+", metavar="ARG=SPEC", default=None,
               help="shard an argument over mesh axes, e.g. x=data,None")
     @argument("--topology", default=None, help="TPU topology for deviceless compiles, e.g. v5e:2x2")
-    @argument("--target", dest="gpu_target", default=None,
+    @argument("--target", dest="gpu", default=None,
               help="GPU model for deviceless compiles, e.g. h100")
     @argument("--static", metavar="ARGNAMES", default=None,
               help="comma-separated argument names passed to jax.jit as static_argnames")
@@ -135,63 +152,93 @@ class CompileMagics(Magics):
         ``predict(params, x)``: that callable is traced with those arguments, lowered to
         StableHLO and compiled by XLA. A function defined in the cell is rebound to its compiled
         ``jax.jit`` version (with ``.compilation``); the cell's value is the ``Compilation``.
-        Re-running an unchanged cell does not compile again (``-f`` forces it).
+        Re-running an unchanged cell does not compile again (``-f`` forces it). Options are
+        read as a shell would (quotes group words: ``--freeze 'my dir/m.nbc'``).
         """
         __tracebackhide__ = True
-        args = parse_argstring(self.compile, line)
+        # parse_argstring would keep quotes; a shell would not (--freeze '/p/m.nbc').
+        args = self.compile.parser.parse_args(arg_split(line, posix=True))
         options = CellOptions(
-            target=args.TARGET, backend=args.backend, grad=_argnums(args.grad),
+            fn=args.TARGET, backend=args.backend, grad=_argnums(args.grad),
             freeze=args.freeze, freeze_constants=args.freeze_constants, bench=args.bench,
-            ablate=args.ablate, debug=args.debug, mesh=args.mesh, shard=_shards(args.shard),
-            topology=args.topology, gpu_target=args.gpu_target, static=_names(args.static),
+            ablate=args.ablate, debug=args.debug, profile=_calls(args.profile),
+            memory=args.memory, mesh=args.mesh, shard=_shards(args.shard),
+            topology=args.topology, gpu=args.gpu, static=_names(args.static),
             donate=_names(args.donate), args_expr=args.args_expr, force=args.force,
             quiet=args.quiet, line=line,
         )
         filename = self.shell.compile.cache("\n" + cell, self.shell.execution_count)
-        progress = _Progress(options.target or "%%compile")
+        progress = _Progress(options.fn or "%%compile")
         try:
             result = self.session.run_cell(cell, options, self.shell.user_ns, filename,
-                                           progress=progress)
+                                           progress=progress, cell_id=self.cell_id)
         except NbcompileError as err:
+            progress.done("failed")
             if err.code in _USAGE_CODES:
                 raise UsageError(str(err)) from None
             raise err.with_traceback(None) from err.__cause__  # shown by short_traceback
-        finally:
-            progress.done()
         for name in result.bound:
             self.bound[name] = self.shell.user_ns[name]
+        quiet = options.quiet or result.captured.quiet
+        if not quiet:
+            # the view needs the analysis: do it under the progress line, so "done" is true
+            progress("analysing")
+            result.compilation.report()
+        progress.done(("cache hit" if result.cache_hit else "compiled")
+                      + ("" if quiet else " and analysed"))
         for warning in result.warnings:
             print(f"nbcompile: {warning}", file=sys.stderr)
-        if options.quiet or result.captured.quiet:
-            return None
-        return result.compilation
+        return None if quiet else result.compilation
 
 
 def short_traceback(value: BaseException) -> list[str]:
-    """The error as the user sees it: JAX's cause in one or two lines, then ours."""
+    """The error as the user sees it: the cause in one or two lines, then ours."""
     lines = []
     cause = value.__cause__
     if cause is not None and not isinstance(cause, NbcompileError):
         text = [ln for ln in str(cause).strip().splitlines() if ln.strip()][:2]
-        lines.append(f"{type(cause).__name__} (raised by JAX/XLA): " + " ".join(text)[:400])
-        lines.append("  (the full JAX error is at `nbcompile.last_error().__cause__`)")
+        origin = _origin(cause)
+        lines.append(f"{type(cause).__name__} ({origin}): " + " ".join(text)[:400])
+        lines.append("  (the full error is at `nbcompile.last_error().__cause__`)")
     lines.append(f"{type(value).__name__}: {value}")
     return ["\n".join(lines)]
 
 
+def _origin(cause: BaseException) -> str:
+    """Who raised the cause: the user's own code (a cell, their files) or JAX/XLA."""
+    from .capture.userfiles import is_user_file
+
+    tb = cause.__traceback__
+    last = None
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return "raised by your code" if last is not None and is_user_file(last) else \
+        "raised by JAX/XLA"
+
+
+def magics_of(shell: Any) -> CompileMagics | None:
+    """The shell's CompileMagics instance, if the extension is loaded there."""
+    return shell.magics_manager.registry.get(CompileMagics.__name__)
+
+
 def _show_nbcompile_error(shell: Any, etype: type, value: BaseException, tb: Any,
                           tb_offset: int | None = None) -> list[str]:
-    from . import errors
-
-    errors.LAST_ERROR = value
+    magics = magics_of(shell)
+    if magics is not None:
+        magics.session.last_error = value
     stb = short_traceback(value)
     shell._showtraceback(etype, value, stb)
     return stb
 
 
 def load_ipython_extension(ipython: Any) -> None:
+    from ._compat import quiet_backend_start
     from .cache import enable_persistent_cache
 
+    if magics_of(ipython) is not None:
+        return  # loaded already in this shell
+    quiet_backend_start()
     enable_persistent_cache()
     if not ipython.custom_exceptions:  # never replace a handler the user installed
         ipython.set_custom_exc((NbcompileError,), _show_nbcompile_error)
@@ -199,18 +246,18 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(magics)
     ipython.events.register("pre_run_cell", magics.pre_run_cell)
     ipython.events.register("post_run_cell", magics.post_run_cell)
-    ipython._nbcompile_magics = magics
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    magics = getattr(ipython, "_nbcompile_magics", None)
+    magics = magics_of(ipython)
     if magics is None:
         return
     for event, fn in (("pre_run_cell", magics.pre_run_cell),
                       ("post_run_cell", magics.post_run_cell)):
-        with contextlib.suppress(ValueError):
+        if fn in ipython.events.callbacks[event]:
             ipython.events.unregister(event, fn)
-    magics.watcher.stop({})
+    magics.watcher.close()
     if ipython.custom_exceptions == (NbcompileError,):
         ipython.set_custom_exc((), None)
-    del ipython._nbcompile_magics
+    ipython.magics_manager.registry.pop(CompileMagics.__name__, None)
+    ipython.magics_manager.magics["cell"].pop("compile", None)

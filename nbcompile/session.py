@@ -1,40 +1,43 @@
-"""Run one ``%%compile`` cell: capture, compile (or reuse), bind, record history.
+"""Run one ``%%compile`` cell: capture, compile (or reuse), measure, freeze, bind, record.
 
 This is the whole behaviour of the magic without IPython: the magic parses options, hands the
 cell, the user namespace and the cell's file name to :meth:`Session.run_cell`, and displays what
 comes back. Names are committed to the namespace only when everything succeeded.
+
+All per-kernel state lives on the :class:`Session` (one per IPython shell): the compile cache,
+the recompile history, the display state, the last compilation and the last error. Plain Python
+use (no shell) gets one process-wide session.
 """
 
 from __future__ import annotations
 
-import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import jax
 
-from .cache import CompilationCache, cell_key
+from .cache import CompilationCache, make_key
 from .capture.cell import Captured, capture, defined_in, evaluate_call, restore, run_body, snapshot
-from .compilation import Compilation, compile
+from .capture.models import adapt
+from .compilation import Compilation, _as_argnums
 from .errors import TraceError
 from .history import History
+from .pipeline import CompileRequest, build_program
+from .widgets import DisplayState
 
-__all__ = ["CellOptions", "CellResult", "Session", "last"]
+__all__ = ["CellOptions", "CellResult", "Session", "current_session", "last", "last_error"]
 
-_LAST: Compilation | None = None
-
-
-def last() -> Compilation | None:
-    """The Compilation of the last successful ``%%compile`` cell (also with ``-q`` or ``;``)."""
-    return _LAST
+Progress = Callable[[str], None]
 
 
 @dataclass
 class CellOptions:
-    """The parsed ``%%compile`` options (see ``%%compile?``)."""
+    """The parsed ``%%compile`` options (see ``%%compile?``). ``fn`` is the TARGET callable's
+    expression; ``gpu`` the GPU model of ``--target``."""
 
-    target: str | None = None
+    fn: str | None = None
     backend: str | None = None
     grad: tuple[int, ...] | None = None
     freeze: str | None = None
@@ -42,10 +45,12 @@ class CellOptions:
     bench: bool = False
     ablate: bool = False
     debug: bool = False
+    profile: int | None = None
+    memory: bool = False
     mesh: str | None = None
     shard: dict[str, str] = field(default_factory=dict)
     topology: str | None = None
-    gpu_target: str | None = None
+    gpu: str | None = None
     static: list[str] = field(default_factory=list)
     donate: list[str] = field(default_factory=list)
     args_expr: str | None = None
@@ -53,25 +58,37 @@ class CellOptions:
     quiet: bool = False
     line: str = ""
 
-    def jit_kwargs(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def request(self) -> CompileRequest:
+        """The compile options (what shapes the program), for the pipeline and the cache."""
+        jit: dict[str, Any] = {}
         if self.static:
-            out["static_argnames"] = tuple(self.static)
+            jit["static_argnames"] = tuple(self.static)
         if self.donate:
-            out["donate_argnames"] = tuple(self.donate)
-        return out
+            jit["donate_argnames"] = tuple(self.donate)
+        return CompileRequest(
+            backend=self.backend, grad=_as_argnums(self.grad), topology=self.topology,
+            gpu=self.gpu, mesh=self.mesh, shard=dict(self.shard), jit_kwargs=jit,
+        )
 
     def compile_key(self) -> str:
         """The options that change the compiled program (not display or measurement ones)."""
-        parts = [self.target, self.backend, self.grad, self.mesh, sorted(self.shard.items()),
-                 self.topology, self.gpu_target, self.static, self.donate, self.args_expr]
+        parts = [self.fn, self.backend, self.grad, self.mesh, sorted(self.shard.items()),
+                 self.topology, self.gpu, self.static, self.donate, self.args_expr]
         return repr(parts)
 
-    def describe(self) -> dict[str, str]:
-        """Option -> value for the 'what changed' card."""
-        tokens = shlex.split(self.line) if self.line else []
-        flags = [t for t in tokens if t.startswith("-") and t not in ("-f", "--force")]
-        return {"options": " ".join(flags)}
+    def describe(self) -> str:
+        """The program-changing options as the user wrote them, for the 'what changed' card."""
+        parts = []
+        for flag, value in (("--backend", self.backend), ("--topology", self.topology),
+                            ("--target", self.gpu), ("--mesh", self.mesh),
+                            ("--static", ",".join(self.static)),
+                            ("--donate", ",".join(self.donate)), ("--args", self.args_expr)):
+            if value:
+                parts.append(f"{flag} {value}")
+        if self.grad is not None:
+            parts.append("--grad " + ",".join(map(str, self.grad)))
+        parts += [f"--shard {k}={v}" for k, v in sorted(self.shard.items())]
+        return " ".join(parts)
 
 
 @dataclass
@@ -101,12 +118,28 @@ def _leaked_tracers(namespace: dict[str, Any]) -> list[str]:
     return found
 
 
+class _Clock:
+    """Seconds per step of one cell, handed to the Compilation at the end."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.steps[step] = self.steps.get(step, 0.0) + now - self._t
+        self._t = now
+
+
 class Session:
-    """State kept across cells of one kernel: the compile cache and the recompile history."""
+    """State kept across cells of one kernel (see the module docstring)."""
 
     def __init__(self) -> None:
         self.cache = CompilationCache()
         self.history = History()
+        self.display = DisplayState()
+        self.last: Compilation | None = None
+        self.last_error: BaseException | None = None
 
     def run_cell(
         self,
@@ -114,110 +147,156 @@ class Session:
         options: CellOptions,
         namespace: dict[str, Any],
         filename: str,
-        progress: Callable[[str], None] | None = None,
+        progress: Progress | None = None,
+        cell_id: str | None = None,
     ) -> CellResult:
         __tracebackhide__ = True
-        captured = capture(cell, filename, magic_line=options.line, target=options.target,
+        clock = _Clock()
+        captured = capture(cell, filename, magic_line=options.line, fn=options.fn,
                            args_expr=options.args_expr)
         if progress is not None and hasattr(progress, "name"):
-            progress.name = captured.target_expr  # the progress line names what compiles
+            progress.name = captured.fn_expr  # the progress line names what compiles
         before = snapshot(namespace)
+        clock.lap("capture")
         try:
-            return self._run(captured, options, namespace, progress)
+            return self._run(captured, options, namespace, progress, clock, cell_id)
+        except KeyboardInterrupt as exc:
+            restore(namespace, before)
+            raise TraceError(
+                "interrupted while tracing or compiling: nothing was bound or changed",
+                code="NBC209", line=captured.call_line,
+                hint="run the cell again; XLA finishes a compile it had started in the "
+                "background before it can take new work",
+            ) from exc
         except BaseException:
             restore(namespace, before)
             raise
 
     def _run(
         self, captured: Captured, options: CellOptions, namespace: dict[str, Any],
-        progress: Callable[[str], None] | None,
+        progress: Progress | None, clock: _Clock, cell_id: str | None,
     ) -> CellResult:
         __tracebackhide__ = True
         run_body(captured, namespace)
-        target, args, kwargs = evaluate_call(captured, namespace)
+        fn, args, kwargs = evaluate_call(captured, namespace)
+        adapted = adapt(fn, args, kwargs)
+        clock.lap("run")
         body = "\n".join(captured.source.lines[1:])  # the %%compile line is in compile_key()
-        key = cell_key(source=body, options=options.compile_key(),
-                       target=target, args=args, kwargs=kwargs,
-                       backend=options.backend or jax.default_backend())
-        cached = None if options.force else self.cache.get(key)
+        backend = options.backend or jax.default_backend()
+        key = make_key(source=body, options=options.compile_key(), target=fn, adapted=adapted,
+                       backend=backend)
+        program = None if options.force else self.cache.get(key)
+        clock.lap("cache_lookup")
         warnings: list[str] = []
-        if cached is not None:
-            comp = cached
+        if program is None:
+            program = build_program(adapted, options.request(), source=captured.source,
+                                    name=captured.fn_expr, progress=progress)
+            comp = Compilation(program, adapted, display=self.display)
+            self._check_trace_side_effects(comp, captured, namespace, warnings)
+            self.cache.put(key, program)
         else:
-            comp = compile(
-                target, *args, example_kwargs=kwargs, backend=options.backend,
-                grad=options.grad, source=captured.source, progress=progress,
-                name=captured.target_expr, topology=options.topology, target=options.gpu_target,
-                mesh=options.mesh, shard=options.shard or None, **options.jit_kwargs(),
-            )
-            leaked = _leaked_tracers(namespace)
-            if leaked:
-                raise TraceError(
-                    f"a traced value was stored in the global `{leaked[0]}` while tracing",
-                    code="NBC204", line=captured.target_line,
-                    hint="return it from the function instead of assigning a global",
-                )
-            printed = comp.stages.printed_at_trace
-            if printed:
-                print(printed, end="" if printed.endswith("\n") else "\n")
-                warnings.append(
-                    "print() ran once, at trace time, and printed tracers, not values: "
-                    "use jax.debug.print(...) to print values on every call"
-                )
-            self.cache.put(key, comp)
-        # measurements are not part of the cache key: a cache hit still runs the ones asked for
+            comp = Compilation(program, adapted, cache_hit=True, display=self.display)
+        clock.lap("compile")
         self._measure(comp, options, progress)
-        debug = getattr(comp, "debug", None)
-        if options.debug and debug is not None and debug.stopped:
-            warnings.append(str(debug.error()))
+        if options.debug and comp.debug is not None and comp.debug.stopped:
+            warnings.append(str(comp.debug.error()))
+        clock.lap("measure")
         if options.freeze:
-            self._freeze(comp, options, progress)
-        changes, repeat_warning = self.history.record(captured, comp, options, key,
-                                                      compiled=cached is None)
-        if repeat_warning:
-            warnings.append(repeat_warning)
-        if changes:
-            comp.extras["changes"] = {"text": "\n".join(changes), "items": changes}
-        else:
-            comp.extras.pop("changes", None)
-        comp.notes.extend(w for w in warnings if w not in comp.notes)
-        bound = self._bind(captured, comp, target, namespace)
-        global _LAST
-        _LAST = comp
-        return CellResult(comp, captured, bound, cached is not None, changes, warnings)
-
-    def _measure(self, comp: Compilation, options: CellOptions,
-                 progress: Callable[[str], None] | None) -> None:
-        if not (options.bench or options.ablate or options.debug):
-            return
-        from . import measure_hooks
-
-        measure_hooks.run(comp, options, progress)
-
-    def _freeze(self, comp: Compilation, options: CellOptions,
-                progress: Callable[[str], None] | None) -> None:
-        from . import measure_hooks
-
-        measure_hooks.freeze(comp, options, progress)
+            comp.freeze(options.freeze, constants=options.freeze_constants, progress=progress)
+            clock.lap("freeze")
+        changes, repeat = self.history.record(
+            captured, comp, options.describe(), key.digest, compiled=not comp.cache_hit,
+            cell_id=cell_id,
+        )
+        if repeat:
+            warnings.append(repeat)
+        comp.record_changes(changes)
+        for warning in warnings:
+            comp.add_note(warning)
+        bound = self._bind(captured, comp, fn, namespace)
+        clock.lap("bind")
+        for step, seconds in clock.steps.items():
+            comp.record_timing(step if step != "compile" or comp.cache_hit else "cell_compile",
+                               seconds)
+        self.last = comp
+        return CellResult(comp, captured, bound, comp.cache_hit, changes, warnings)
 
     @staticmethod
-    def _bind(captured: Captured, comp: Compilation, target: Any,
+    def _check_trace_side_effects(comp: Compilation, captured: Captured,
+                                  namespace: dict[str, Any], warnings: list[str]) -> None:
+        leaked = _leaked_tracers(namespace)
+        if leaked:
+            raise TraceError(
+                f"a traced value was stored in the global `{leaked[0]}` while tracing",
+                code="NBC204", line=captured.call_line,
+                hint="return it from the function instead of assigning a global",
+            )
+        printed = comp.stages.printed_at_trace
+        if printed:
+            print(printed, end="" if printed.endswith("\n") else "\n")
+            warnings.append(
+                "print() ran once, at trace time, and printed tracers, not values: "
+                "use jax.debug.print(...) to print values on every call"
+            )
+
+    @staticmethod
+    def _measure(comp: Compilation, options: CellOptions, progress: Progress | None) -> None:
+        """Measurements are not part of the cache key: a cache hit still runs those asked for,
+        on the live arguments."""
+        if options.bench:
+            comp.run_bench(progress)
+        if options.ablate:
+            comp.run_ablation(progress)
+        if options.debug:
+            comp.run_debug(progress)
+        if options.profile:
+            if progress:
+                progress(f"profiling ({options.profile} calls)")
+            comp.run_profile(calls=options.profile)
+        if options.memory:
+            if progress:
+                progress("mapping memory")
+            comp.memory_map  # noqa: B018 - computed now, shown in the view
+
+    @staticmethod
+    def _bind(captured: Captured, comp: Compilation, fn: Any,
               namespace: dict[str, Any]) -> list[str]:
-        """Rebind a cell-defined function to its compiled jit object (models stay as they are)."""
-        name = captured.target_name
-        adapted = comp.adapted
-        if name is None or namespace.get(name) is not target:
+        """Rebind a cell-defined function to its compiled jit object (models stay as they are;
+        programs for a device that is not here, or compile-only ones, keep the function)."""
+        name = captured.fn_name
+        if name is None or namespace.get(name) is not fn:
             return []
-        if adapted is not None and not adapted.rebindable:
+        if not comp.adapted.rebindable or not comp.runnable:
             return []
-        if getattr(comp, "target", None) is not None and not comp.target.present:
-            return []  # compiled for a device that is not here: keep the Python function
-        if not defined_in(target, captured.source.filename):
+        if not defined_in(fn, captured.source.filename):
             return []
-        fn = comp.fn
+        jitted = comp.fn
         try:
-            fn.compilation = comp
+            jitted.compilation = comp
         except AttributeError:
             return []
-        namespace[name] = fn
+        namespace[name] = jitted
         return [name]
+
+
+_PROCESS_SESSION = Session()
+
+
+def current_session() -> Session:
+    """The session of the IPython shell running now (``%load_ext nbcompile``), else the
+    process-wide one used by plain Python."""
+    from . import _compat
+
+    session = _compat.extension_session()
+    return session if session is not None else _PROCESS_SESSION
+
+
+def last() -> Compilation | None:
+    """The Compilation of the last successful ``%%compile`` cell (also with ``-q`` or ``;``)."""
+    return current_session().last
+
+
+def last_error() -> BaseException | None:
+    """The last nbcompile error shown in this kernel, with JAX's error as ``__cause__``."""
+    return current_session().last_error
+

@@ -89,7 +89,8 @@ def test_rerun_of_unchanged_cell_does_not_compile(ip):
     before = COUNTER.count
     assert run(ip, text).success
     assert COUNTER.count == before, "an unchanged cell compiled again"
-    assert ip.user_ns["predict"].compilation is first
+    again = ip.user_ns["predict"].compilation
+    assert again.program is first.program and again.cache_hit and again is not first
     assert run(ip, PREDICT.format(opts=" -q -f", end="")).success
     assert COUNTER.count > before, "-f must recompile"
 
@@ -275,7 +276,11 @@ def test_progress_names_the_target_and_shows_stages(ip, monkeypatch):
     assert run(ip, PREDICT.format(opts=" -q -f", end="")).success
     assert shown and all("predict" in text for text in shown)
     assert any("tracing" in text for text in shown) and any("compiling" in text for text in shown)
-    assert shown[-1].startswith("✓ predict: done")
+    assert shown[-1].startswith("✓ predict: compiled in")
+    shown.clear()
+    assert run(ip, PREDICT.format(opts=" -f", end="")).success  # displayed: analysed first
+    assert any("analysing" in text for text in shown)
+    assert shown[-1].startswith("✓ predict: compiled and analysed in")
 
 
 class _Handle:

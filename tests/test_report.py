@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import nbcompile
-from nbcompile import report as report_mod
 
 
 def mlp(params, x):
@@ -54,10 +53,18 @@ def test_dot_export_has_a_node_per_graph_node(comp):
         comp.to_dot("nothing")
 
 
-def test_display_bundle_sends_the_renderer_once(comp, monkeypatch):
-    monkeypatch.setattr(report_mod, "_SCRIPT_SENT", False)
-    first = comp._repr_mimebundle_()
-    second = comp._repr_mimebundle_()
+def test_display_bundle_sends_the_renderer_once(comp):
+    from nbcompile.compilation import Compilation
+    from nbcompile.widgets import DisplayState
+
+    state = DisplayState()  # one kernel's: the renderer goes out with its first output only
+    shown = Compilation(comp.program, comp.adapted, display=state)
+    first = shown._repr_mimebundle_()
+    second = shown._repr_mimebundle_()
+    other = Compilation(comp.program, comp.adapted, display=state)._repr_mimebundle_()
+    assert len(other["text/html"]) < len(first["text/html"]) - 20_000
+    fresh = Compilation(comp.program, comp.adapted, display=DisplayState())
+    assert len(fresh._repr_mimebundle_()["text/html"]) > len(other["text/html"]) + 20_000
     assert "application/vnd.jupyter.widget-view+json" in first
     assert first["text/plain"] == second["text/plain"]
     assert "data:image/svg+xml;base64," in first["text/html"]
@@ -66,11 +73,12 @@ def test_display_bundle_sends_the_renderer_once(comp, monkeypatch):
 
 
 def test_report_is_cached_until_the_compilation_changes(comp):
-    first = comp.report()
-    assert comp.report() is first
-    comp.extras["probe"] = {"text": "probe"}
-    try:
-        second = comp.report()
-        assert second is not first and "probe" in second["extras"]
-    finally:
-        comp.extras.pop("probe")
+    from nbcompile.compilation import Compilation
+
+    run = Compilation(comp.program, comp.adapted)  # a run of its own, not the shared fixture
+    first = run.report()
+    assert run.report() is first
+    run.add_note("probe")
+    second = run.report()
+    assert second is not first and "probe" in second["notes"]
+    assert run.report() is second

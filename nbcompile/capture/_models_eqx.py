@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import equinox as eqx
+import jax
 
 from ._models_keys import keys_as_data, keys_from_data
 from ._models_scopes import format_path, module_scopes
@@ -64,6 +65,8 @@ class EqxSplit:
         with module_scopes(_submodules(module)):
             yield module
 
-    def update(self, params: Any) -> Any:
-        """Equinox modules are immutable: return a new module holding ``params``."""
-        return eqx.combine(params, keys_from_data(self.state, self._key_impls), self.static)
+    def structure(self) -> Any:
+        """The static partition: tree structure plus every non-array leaf (``inference`` flags,
+        activation functions, sizes) by value."""
+        leaves, treedef = jax.tree.flatten(self.static)
+        return ("equinox", treedef, tuple(leaves), self._key_impls)

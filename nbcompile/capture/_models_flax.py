@@ -7,7 +7,7 @@ nbcompile never imports Flax.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import flax.linen as nn
@@ -17,7 +17,7 @@ from ..errors import CaptureError
 from ._models_keys import keys_as_data, keys_from_data
 from ._models_scopes import format_path, module_scopes
 
-__all__ = ["NnxSplit", "linen_call"]
+__all__ = ["LinenSplit", "NnxSplit"]
 
 
 class NnxSplit:
@@ -39,14 +39,17 @@ class NnxSplit:
     def bound(self, params: Any, state: Any) -> Iterator[Any]:
         """A fresh module holding ``params``/``state``, with module name scopes while in use."""
         module = nnx.merge(self.graphdef, params, keys_from_data(state, self._key_impls))
+        if not isinstance(module, nnx.Module):  # nnx.Rngs and other graph nodes: no scopes
+            yield module
+            return
         named = [((self.name, *format_path(path)), sub) for path, sub in nnx.iter_modules(module)]
         with module_scopes(named):
             yield module
 
-    def update(self, params: Any) -> Any:
-        """Write ``params`` into the original module, in place."""
-        nnx.update(self.model, params)
-        return self.model
+    def structure(self) -> Any:
+        """Everything but array values: the graph definition holds the module tree and every
+        non-Variable attribute (``deterministic``, ``use_running_average``, sizes...)."""
+        return ("nnx", self.graphdef, self._key_impls)
 
 
 def _split_variables(variables: Any) -> tuple[Any, dict[str, Any]]:
@@ -60,43 +63,51 @@ def _split_variables(variables: Any) -> tuple[Any, dict[str, Any]]:
     return variables.get("params", {}), rest
 
 
-def linen_call(target: Any, args: tuple, kwargs: dict) -> tuple[Any, Callable, tuple, tuple, str]:
-    """(module, call(params, state, *args, **kwargs), params, state, display name) for Linen.
+class LinenSplit:
+    """A Linen call as ``call(params, state, *args, **kwargs)`` with explicit variables.
 
     ``target`` is ``module.apply``, a bound module (``module.bind(variables)``) or a method of a
     bound module. Linen names submodule calls itself (``named_call``); it is switched on while
     tracing so the name stack holds ``Model/attn/q_proj`` whatever the global setting.
     """
-    method_name: str | None = None
-    if isinstance(target, nn.Module):
-        module, method_name = target, "__call__"
-    else:
-        module, method_name = target.__self__, target.__name__
-    if method_name == "apply":
-        if not args:
+
+    kind = "flax-linen"
+
+    def __init__(self, target: Any, args: tuple) -> None:
+        method_name: str | None
+        if isinstance(target, nn.Module):
+            module, method_name = target, "__call__"
+        else:
+            module, method_name = target.__self__, target.__name__
+        if method_name == "apply":
+            if not args:
+                raise CaptureError(
+                    "model.apply was called without variables",
+                    code="NBC113",
+                    hint="call it as model.apply(variables, x)",
+                )
+            variables, unbound, method = args[0], module, None
+        elif module.scope is None:
             raise CaptureError(
-                "model.apply was called without variables",
-                code="NBC113",
-                hint="call it as model.apply(variables, x)",
+                f"{type(module).__name__} is a Flax Linen module with no variables bound",
+                code="NBC112",
+                hint="call model.apply(variables, x), or bind it first: model.bind(variables)(x)",
             )
-        variables, args = args[0], tuple(args[1:])
-        unbound, method = module, None
-    elif module.scope is None:
-        raise CaptureError(
-            f"{type(module).__name__} is a Flax Linen module with no variables bound",
-            code="NBC112",
-            hint="call model.apply(variables, x), or bind it first: model.bind(variables)(x)",
-        )
-    else:
-        unbound, variables = module.unbind()
-        method = None if method_name == "__call__" else method_name
-    params, state = _split_variables(variables)
-    has_params = "params" in variables
+        else:
+            unbound, variables = module.unbind()
+            method = None if method_name == "__call__" else method_name
+        self.model = unbound
+        self.name = type(unbound).__name__
+        self.params, self.state = _split_variables(variables)
+        self._has_params = "params" in variables
+        self._method = method
 
-    def call(p: Any, s: Any, *a: Any, **kw: Any) -> Any:
-        extra = {} if method is None else {"method": method}
-        merged = {"params": p, **s} if has_params else dict(s)
+    def call(self, p: Any, s: Any, *a: Any, **kw: Any) -> Any:
+        extra = {} if self._method is None else {"method": self._method}
+        merged = {"params": p, **s} if self._has_params else dict(s)
         with nn.override_named_call(True):
-            return unbound.apply(merged, *a, **extra, **kw)
+            return self.model.apply(merged, *a, **extra, **kw)
 
-    return unbound, call, params, state, type(unbound).__name__
+    def structure(self) -> Any:
+        """A Linen module is a frozen dataclass of its hyperparameters (hashable, comparable)."""
+        return ("linen", self.model, self._method, self._has_params)

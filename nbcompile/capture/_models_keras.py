@@ -80,8 +80,16 @@ class KerasSplit:
         with keras.StatelessScope(state_mapping=mapping):
             yield self.model
 
-    def update(self, params: Any) -> Any:
-        """Assign ``params`` to the model's trainable variables, in place."""
-        for variable, value in zip(self.trainable, _ordered(self.trainable, params), strict=True):
-            variable.assign(value)
-        return self.model
+    def structure(self) -> Any:
+        """Layer classes, names, trainable flags and configs, and the variables' paths, shapes
+        and dtypes: what changes the traced program. Values are inputs, never part of it."""
+        layers = []
+        for layer in self.model._flatten_layers(include_self=True):  # private in Keras 3 (checked 3.15)
+            try:
+                config = repr(sorted(layer.get_config().items()))
+            except NotImplementedError:  # subclassed layers without get_config
+                config = None
+            layers.append((type(layer).__qualname__, layer.name, layer.trainable, config))
+        variables = [(v.path, tuple(v.shape), str(v.dtype), v.trainable)
+                     for v in self.trainable + self.non_trainable]
+        return ("keras", tuple(layers), tuple(variables))

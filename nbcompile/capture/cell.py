@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import linecache
+import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +18,16 @@ from typing import Any
 from ..errors import CaptureError
 from .source import SourceInfo
 
-__all__ = ["Captured", "capture", "evaluate_call", "restore", "run_body", "snapshot"]
+__all__ = [
+    "Captured",
+    "capture",
+    "cell_line_of",
+    "defined_in",
+    "evaluate_call",
+    "restore",
+    "run_body",
+    "snapshot",
+]
 
 
 @dataclass
@@ -26,16 +36,28 @@ class Captured:
 
     source: SourceInfo
     body: list[ast.stmt]            # statements run like a normal cell
-    target_expr: str                # source of the callable, e.g. "predict" or "model.apply"
+    fn_expr: str                # source of the callable, e.g. "predict" or "model.apply"
     call: ast.Call | None           # the example call on the last line, if any
     args_expr: str | None = None    # --args EXPR
     quiet: bool = False             # trailing ';'
-    target_line: int | None = None  # visible line of the example call
+    call_line: int | None = None  # visible line of the example call
     defined: list[str] = field(default_factory=list)  # top-level functions/classes the cell defines
 
     @property
-    def target_name(self) -> str | None:
-        return self.target_expr if self.target_expr.isidentifier() else None
+    def fn_name(self) -> str | None:
+        return self.fn_expr if self.fn_expr.isidentifier() else None
+
+
+def cell_line_of(exc: BaseException, source: SourceInfo) -> int | None:
+    """The deepest traceback line of ``exc`` that lies in the cell (visible numbering)."""
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        visible = source.visible_line(frame.filename, frame.lineno)
+        if visible is not None:
+            line = visible
+    if line is None and isinstance(exc, SyntaxError):
+        line = source.visible_line(exc.filename, exc.lineno)
+    return line
 
 
 def _syntax_error(exc: SyntaxError, source: SourceInfo) -> CaptureError:
@@ -72,7 +94,7 @@ def capture(
     filename: str,
     *,
     magic_line: str = "",
-    target: str | None = None,
+    fn: str | None = None,
     args_expr: str | None = None,
 ) -> Captured:
     """Parse ``cell`` and decide the target and its example call (no code is run)."""
@@ -93,24 +115,24 @@ def capture(
     last_expr = last.value if isinstance(last, ast.Expr) else None
     call: ast.Call | None = None
 
-    if target is not None:
+    if fn is not None:
         try:
-            ast.parse(target, mode="eval")
+            ast.parse(fn, mode="eval")
         except SyntaxError as exc:
             raise CaptureError(
-                f"TARGET `{target}` is not a Python expression", code="NBC114",
+                f"TARGET `{fn}` is not a Python expression", code="NBC114",
                 hint="name the function, e.g. %%compile predict",
             ) from exc
         if last_expr is not None:
-            matching = [c for c in _calls_in(last_expr) if ast.unparse(c.func) == target]
+            matching = [c for c in _calls_in(last_expr) if ast.unparse(c.func) == fn]
             call = matching[0] if matching else None
         if call is None and args_expr is None:
             raise CaptureError(
-                f"the last line does not call `{target}`, so there are no example arguments",
+                f"the last line does not call `{fn}`, so there are no example arguments",
                 code="NBC110", line=last.lineno if last else None,
-                hint=f'end the cell with a call such as `{target}(x)`, or pass --args "(x,)"',
+                hint=f'end the cell with a call such as `{fn}(x)`, or pass --args "(x,)"',
             )
-        target_expr = target
+        fn_expr = fn
     elif last_expr is not None and _outer_calls(last_expr):
         outer = _outer_calls(last_expr)
         if len(outer) > 1:
@@ -121,9 +143,9 @@ def capture(
                 hint=f"name it: %%compile {ast.unparse(outer[0].func)}",
             )
         call = outer[0]
-        target_expr = ast.unparse(call.func)
+        fn_expr = ast.unparse(call.func)
     elif args_expr is not None and len([s for s in body if isinstance(s, ast.FunctionDef)]) == 1:
-        target_expr = next(s.name for s in body if isinstance(s, ast.FunctionDef))
+        fn_expr = next(s.name for s in body if isinstance(s, ast.FunctionDef))
     else:
         raise CaptureError(
             "no callable to compile: the last line is not a call",
@@ -135,8 +157,8 @@ def capture(
     if call is not None and last_expr is not None:
         body = body[:-1]  # the example call is compiled, not run eagerly
     return Captured(
-        source=source, body=body, target_expr=target_expr, call=call, args_expr=args_expr,
-        quiet=quiet, target_line=last.lineno if call is not None and last else None,
+        source=source, body=body, fn_expr=fn_expr, call=call, args_expr=args_expr,
+        quiet=quiet, call_line=last.lineno if call is not None and last else None,
         defined=defined,
     )
 
@@ -151,8 +173,6 @@ def run_body(captured: Captured, namespace: dict[str, Any]) -> None:
     try:
         exec(code, namespace)
     except Exception as exc:
-        from ..stages.errors import cell_line_of
-
         line = cell_line_of(exc, captured.source)
         if isinstance(exc, NameError):
             raise CaptureError(
@@ -176,18 +196,18 @@ def evaluate_call(
     """Evaluate the target and its example arguments in ``namespace``."""
     __tracebackhide__ = True
     filename = captured.source.filename or "<cell>"
-    line = captured.target_line
+    line = captured.call_line
     try:
-        target = _eval(captured.call.func if captured.call else captured.target_expr,
+        target = _eval(captured.call.func if captured.call else captured.fn_expr,
                        namespace, filename)
     except NameError as exc:
         raise CaptureError(
-            f"`{captured.target_expr}` is not defined ({exc})", code="NBC112", line=line,
+            f"`{captured.fn_expr}` is not defined ({exc})", code="NBC112", line=line,
             hint="define it in this cell or in an earlier cell",
         ) from exc
     if not callable(target):
         raise CaptureError(
-            f"`{captured.target_expr}` is a {type(target).__name__}, not a callable",
+            f"`{captured.fn_expr}` is a {type(target).__name__}, not a callable",
             code="NBC112", line=line, hint="compile a function or model",
         )
     try:

@@ -27,9 +27,11 @@ an object of a library that cannot be imported raises :class:`MissingLibraryErro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import inspect
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +41,7 @@ import numpy as np
 
 from ..errors import CaptureError
 from ._models_scopes import module_paths, scope_path
+from .names import call_arg_names
 
 __all__ = ["Adapted", "MissingLibraryError", "adapt", "model_kind", "module_paths", "scope_path"]
 
@@ -95,6 +98,9 @@ def model_kind(obj: Any) -> str | None:
     base = getattr(library, _LIBRARIES[kind][2], None)
     if base is None and kind == "keras":
         base = library.layers.Layer
+    if kind == "flax-nnx" and not isinstance(obj, base):
+        # other NNX graph nodes (``nnx.Rngs``, ``nnx.Optimizer``) split the same way
+        return kind if library.graph.is_graph_node(obj) else None
     if base is None or not isinstance(obj, base):
         return None
     if kind == "equinox" and not _holds_arrays(obj):
@@ -114,10 +120,14 @@ def _holds_arrays(value: Any) -> bool:
 class Adapted:
     """A pure, jit-safe function over the example arguments, parameters explicit.
 
-    Call it as ``fn(*args, **kwargs)``; ``kwargs`` is empty except for plain functions, whose
-    keyword arguments are passed through. ``params_argnums`` are the parameter arguments (for
-    gradients), ``state_argnums`` the other model state (BatchNorm statistics, RNG state): weights
-    to freeze are ``params_argnums + state_argnums``.
+    Call it as ``fn(*args, **kwargs)``; ``kwargs`` holds the call's keyword arguments (plain
+    functions) or is empty. ``params_argnums`` are the parameter arguments (for gradients),
+    ``state_argnums`` the other model state (BatchNorm statistics, RNG state): weights to freeze
+    are ``params_argnums + state_argnums``. ``arg_names`` are the user's names of ``args``.
+    ``models`` are the library objects whose arrays became inputs (the target itself for a model
+    target); ``structure`` is everything about them that is *not* an array value (module graph,
+    flags such as ``deterministic``/``inference``, static fields), for the cell cache key.
+    ``rebindable``: ``fn`` is the callable the cell named, so its ``jax.jit`` may replace it.
     """
 
     fn: Callable[..., Any]
@@ -128,31 +138,14 @@ class Adapted:
     state_argnums: tuple[int, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     arg_names: tuple[str, ...] = ()
-    _rebind: Callable[[Any], Any] | None = field(default=None, repr=False)
-    _update: Callable[..., Any] | None = field(default=None, repr=False)
+    models: tuple[Any, ...] = ()
+    structure: tuple[Any, ...] = ()
+    rebindable: bool = False
 
     @property
     def weights_argnums(self) -> tuple[int, ...]:
         """Arguments holding trained values (parameters and state): what a frozen model stores."""
         return tuple(sorted(self.params_argnums + self.state_argnums))
-
-    def rebind(self, compiled_fn: Any) -> Any:
-        """What the cell's name should be bound to after compiling: None for models (left alone).
-
-        For a plain function: ``compiled_fn`` itself. For a function whose arguments include
-        models: a function with the original signature that splits the models and calls
-        ``compiled_fn`` (which must be ``jax.jit(self.fn)``-like).
-        """
-        return None if self._rebind is None else self._rebind(compiled_fn)
-
-    def update_from(self, *params: Any) -> Any:
-        """Write new values of the ``params_argnums`` arguments back into the model(s).
-
-        NNX and Keras models are updated in place and returned; Equinox modules are immutable,
-        so a new module is returned; for Linen the new variables dict is returned. Returns None
-        when there is no model (plain functions).
-        """
-        return None if self._update is None else self._update(*params)
 
 
 def _splitter(kind: str, model: Any) -> Any:
@@ -180,20 +173,6 @@ def _display_name(target: Any) -> str:
     return getattr(inner, "__name__", None) or type(inner).__name__
 
 
-def _arg_names(call: Callable[..., Any], args: tuple, kwargs: dict) -> list[str]:
-    try:
-        bound = inspect.signature(call).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return [f"arg{i}" for i in range(len(args))]
-    names: list[str] = []
-    for name, value in bound.arguments.items():
-        if isinstance(value, tuple) and name not in kwargs and len(names) < len(args):
-            names += [f"{name}{i}" for i in range(len(value))]
-        elif len(names) < len(args):
-            names.append(name)
-    return (names + [f"arg{i}" for i in range(len(names), len(args))])[: len(args)]
-
-
 def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     fn.__name__ = fn.__qualname__ = name.replace(" ", "_") or "model"
     return fn
@@ -203,11 +182,9 @@ def _model_adapted(
     kind: str,
     name: str,
     call: Callable[..., Any],
-    params: Any,
-    state: Any,
+    split: Any,
     args: tuple,
     kwargs: dict,
-    update: Callable[..., Any] | None,
     signature_of: Callable[..., Any] | None,
 ) -> Adapted:
     """fn(params, state, *array args[, array kwargs]) around ``call(params, state, *a, **kw)``."""
@@ -223,19 +200,24 @@ def _model_adapted(
             call_kwargs.update(values[len(dynamic)])
         return call(params, state, *call_args, **call_kwargs)
 
-    names = _arg_names(signature_of, args, kwargs) if signature_of else []
-    names += [f"arg{i}" for i in range(len(names), len(args))]
+    names = call_arg_names(signature_of, args, kwargs) if signature_of else []
+    names += [f"args[{i}]" for i in range(len(names), len(args))]
     arg_names = ("params", "state", *(names[i] for i in dynamic))
     extra = (dyn_kwargs,) if dyn_kwargs else ()
     return Adapted(
         fn=_named(fn, name),
-        args=(params, state, *(args[i] for i in dynamic), *extra),
+        args=(split.params, split.state, *(args[i] for i in dynamic), *extra),
         params_argnums=(0,),
         state_argnums=(1,),
         kind=kind,
         name=name,
         arg_names=arg_names + (("kwargs",) if dyn_kwargs else ()),
-        _update=update,
+        models=(split.model,),
+        structure=(
+            split.structure(),
+            tuple(a for i, a in enumerate(args) if i not in dynamic),
+            tuple(sorted((k, v) for k, v in kwargs.items() if k not in dyn_kwargs)),
+        ),
     )
 
 
@@ -245,16 +227,12 @@ def _adapt_model(kind: str, target: Any, args: tuple, kwargs: dict) -> Adapted:
     else:
         model, method = target, "__call__"
     if kind == "flax-linen":
-        from ._models_flax import linen_call
+        from ._models_flax import LinenSplit
 
-        _module, call, params, state, name = linen_call(target, args, kwargs)
+        split = LinenSplit(target, args)
         if method == "apply":
             args = tuple(args[1:])
-
-        def update(new_params: Any) -> Any:
-            return {"params": new_params, **state}
-
-        return _model_adapted(kind, name, call, params, state, args, kwargs, update, None)
+        return _model_adapted(kind, split.name, split.call, split, args, kwargs, None)
     split = _splitter(kind, model)
     if kind == "keras":
 
@@ -269,12 +247,10 @@ def _adapt_model(kind: str, target: Any, args: tuple, kwargs: dict) -> Adapted:
                 return getattr(module, method)(*a, **kw)
 
     sig = getattr(model, "call", None) if kind == "keras" else getattr(model, method, None)
-    return _model_adapted(
-        kind, split.name, call, split.params, split.state, args, kwargs, split.update, sig
-    )
+    return _model_adapted(kind, split.name, call, split, args, kwargs, sig)
 
 
-def _adapt_function(target: Any, args: tuple, kwargs: dict) -> Adapted:
+def _adapt_function(target: Any, args: tuple, kwargs: dict, *, rebindable: bool) -> Adapted:
     name = _display_name(target)
     models = [(i, kind) for i, a in enumerate(args) if (kind := model_kind(a))]
     if any(model_kind(v) for v in kwargs.values()):
@@ -283,16 +259,11 @@ def _adapt_function(target: Any, args: tuple, kwargs: dict) -> Adapted:
             code="NBC113",
             hint="pass the model positionally, e.g. loss(model, x, y)",
         )
+    names = call_arg_names(target, tuple(args), kwargs)
     if not models:
         return Adapted(
-            fn=target,
-            args=tuple(args),
-            params_argnums=(),
-            kind="function",
-            name=name,
-            kwargs=dict(kwargs),
-            arg_names=tuple(_arg_names(target, tuple(args), kwargs)),
-            _rebind=lambda compiled: compiled,
+            fn=target, args=tuple(args), params_argnums=(), kind="function", name=name,
+            kwargs=dict(kwargs), arg_names=tuple(names), rebindable=rebindable,
         )
     splits = {i: _splitter(kind, args[i]) for i, kind in models}
     n_args = len(args)
@@ -304,36 +275,103 @@ def _adapt_function(target: Any, args: tuple, kwargs: dict) -> Adapted:
                 call_args[i] = stack.enter_context(split.bound(values[i], values[n_args + j]))
             return target(*call_args, **kw)
 
-    def layout(call_args: tuple) -> tuple:
-        fresh = {i: _splitter(splits[i].kind, call_args[i]) for i in splits}
-        values = [fresh[i].params if i in fresh else a for i, a in enumerate(call_args)]
-        return (*values, *(fresh[i].state for i in fresh))
-
-    def rebind(compiled: Any) -> Any:
-        @functools.wraps(target)
-        def with_models(*call_args: Any, **kw: Any) -> Any:
-            return compiled(*layout(call_args), **kw)
-
-        return with_models
-
-    def update(*new_params: Any) -> Any:
-        updated = [split.update(p) for split, p in zip(splits.values(), new_params, strict=True)]
-        return updated[0] if len(updated) == 1 else tuple(updated)
-
-    names = _arg_names(target, tuple(args), kwargs)
-    state_names = [f"{names[i]}_state" for i in splits]
+    values = [splits[i].params if i in splits else a for i, a in enumerate(args)]
     return Adapted(
         fn=_named(fn, name),
-        args=layout(tuple(args)),
+        args=(*values, *(split.state for split in splits.values())),
         params_argnums=tuple(splits),
         state_argnums=tuple(range(n_args, n_args + len(splits))),
         kind="function",
         name=name,
         kwargs=dict(kwargs),
-        arg_names=(*names, *state_names),
-        _rebind=rebind,
-        _update=update,
+        arg_names=(*names, *(f"{names[i]}_state" for i in splits)),
+        models=tuple(split.model for split in splits.values()),
+        structure=tuple((i, split.structure()) for i, split in splits.items()),
     )
+
+
+def _closure_models(fn: Any, depth: int = 4) -> bool:
+    """Whether a model object sits in ``fn``'s closure (or a partial's arguments), e.g.
+    ``jax.vmap(model)``: its weights would otherwise be baked into the program as constants."""
+    if depth < 0:
+        return False
+    if isinstance(fn, functools.partial):
+        parts = [fn.func, *fn.args, *fn.keywords.values()]
+    else:
+        cells = getattr(fn, "__closure__", None) or ()
+        parts = []
+        for cell in cells:
+            with contextlib.suppress(ValueError):  # an empty cell
+                parts.append(cell.cell_contents)
+    return any(
+        model_kind(p) is not None or (callable(p) and _closure_models(p, depth - 1))
+        for p in parts
+    )
+
+
+def _lift_closure_models(target: Any) -> tuple[Callable[..., Any], list[Any]]:
+    """``target`` as a function of the models its closure holds: ``(call, models)`` with
+    ``call(*models)(*args)`` equal to ``target(*args)`` — so the models can be split into
+    inputs like any model argument. Closure cells are swapped in a copy, never in place."""
+    models: list[Any] = []
+
+    def lift(fn: Any, depth: int) -> Callable[[list[Any]], Any]:
+        if depth < 0:
+            return lambda _values: fn
+        if model_kind(fn) is not None:
+            index = len(models)
+            models.append(fn)
+            return lambda values: values[index]
+        if isinstance(fn, functools.partial):
+            parts = [lift(p, depth - 1) for p in (fn.func, *fn.args)]
+            kw = {k: lift(v, depth - 1) for k, v in fn.keywords.items()}
+            return lambda values: functools.partial(
+                parts[0](values), *(p(values) for p in parts[1:]),
+                **{k: v(values) for k, v in kw.items()},
+            )
+        cells = getattr(fn, "__closure__", None)
+        if not cells or not _closure_models(fn, depth):
+            return lambda _values: fn
+        contents = []
+        for cell in cells:
+            try:
+                contents.append(lift(cell.cell_contents, depth - 1))
+            except ValueError:  # an empty cell stays empty
+                contents.append(None)
+
+        def rebuild(values: list[Any]) -> Any:
+            closure = tuple(
+                types.CellType() if c is None else types.CellType(c(values)) for c in contents
+            )
+            new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
+                                     fn.__defaults__, closure)
+            new.__kwdefaults__ = fn.__kwdefaults__
+            new.__dict__.update(fn.__dict__)
+            return new
+
+        return rebuild
+
+    build = lift(target, 4)
+    return (lambda *ms: build(list(ms))), models
+
+
+def _adapt_closure(target: Any, args: tuple, kwargs: dict) -> Adapted:
+    """A callable holding models in its closure (``jax.vmap(model)``): models become inputs."""
+    build, models = _lift_closure_models(target)
+    name = _display_name(target)
+    n_models = len(models)
+
+    def with_models(*values: Any, **kw: Any) -> Any:
+        return build(*values[:n_models])(*values[n_models:], **kw)
+
+    inner = _adapt_function(_named(with_models, name), (*models, *args), kwargs,
+                            rebindable=False)
+    names = ["model" if n_models == 1 else f"model{i}" for i in range(n_models)]
+    arg_names = list(inner.arg_names)
+    arg_names[:n_models] = names
+    n_all = n_models + len(args)
+    arg_names[n_all:] = [f"{n}_state" for n in names]
+    return dataclasses.replace(inner, arg_names=tuple(arg_names))
 
 
 def adapt(target: Any, args: tuple = (), kwargs: dict | None = None) -> Adapted:
@@ -343,4 +381,6 @@ def adapt(target: Any, args: tuple = (), kwargs: dict | None = None) -> Adapted:
     kind = model_kind(owner)
     if kind is not None:
         return _adapt_model(kind, target, tuple(args), kwargs)
-    return _adapt_function(target, tuple(args), kwargs)
+    if not hasattr(target, "lower") and _closure_models(target):
+        return _adapt_closure(target, tuple(args), kwargs)
+    return _adapt_function(target, tuple(args), kwargs, rebindable=True)

@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["param_names", "positional_names"]
+__all__ = ["call_arg_names", "param_names", "positional_names"]
 
 
 def _signature(fn: Any) -> inspect.Signature | None:
@@ -59,3 +59,28 @@ def param_names(fn: Callable[..., Any], count: int, *, fallback: str = "args[{i}
         else:
             out.append(fallback.format(i=i))
     return out
+
+
+def call_arg_names(call: Callable[..., Any] | None, args: tuple, kwargs: dict) -> list[str]:
+    """The user's name of each positional argument of ``call(*args, **kwargs)``.
+
+    Arguments gathered by ``*rest`` read ``rest[0]``, ``rest[1]``...; where the signature is
+    unknown or does not bind, positions read ``args[i]``.
+    """
+    sig = _signature(call) if call is not None else None
+    if sig is None:
+        return [f"args[{i}]" for i in range(len(args))]
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError:
+        return [f"args[{i}]" for i in range(len(args))]
+    names: list[str] = []
+    for name, value in bound.arguments.items():
+        if len(names) >= len(args):
+            break
+        param = sig.parameters[name]
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            names += [f"{name}[{i}]" for i in range(len(value))]
+        elif name not in kwargs:
+            names.append(name)
+    return (names + [f"args[{i}]" for i in range(len(names), len(args))])[: len(args)]

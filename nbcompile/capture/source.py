@@ -1,19 +1,32 @@
-"""Where the compiled code came from: the visible cell and its line numbering.
+"""Where the compiled code came from: the cells of the kernel, user files, and their lines.
 
 Cell bodies are compiled so that line numbers in code objects *are* the visible cell lines
-(the ``%%compile`` line is line 1), so mapping a (file, line) pair back to the cell is a
-file-name comparison. Code from other files keeps its own file and line.
+(the ``%%compile`` line is line 1), so mapping a (file, line) pair back to a cell is a file-name
+lookup. :class:`Location` is the one form every per-line result uses (fusions, kernels, profile,
+memory): a notebook cell's execution count and line (``In [3] line 7``), or a user file and line
+(``model.py:12``). Cells are known through a plain ``{cell file name: execution count}`` mapping
+that the IPython layer passes in (nothing here imports IPython).
 """
 
 from __future__ import annotations
 
+import functools
+import linecache
+import os
 import re
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CellFiles", "Location", "SourceInfo", "cell_identity", "is_cell_file",
+           "short_path", "source_of_function"]  # fmt: skip
 
 # Cell files are named from a hash of the cell's code (plus a PID or execution count that
 # changes between kernels): ipykernel "/tmp/ipykernel_<pid>/<hash>.py", IPython
 # "<ipython-input-<n>-<hash>>". Same hash, same code, same line numbers.
 _CELL_FILE = re.compile(r"(?:ipykernel_\d+[/\\](\w+\.py)|<ipython-input-\d+-(\w+)>)$")
+_INPUT_NUMBER = re.compile(r"^<ipython-input-(\d+)-\w+>$")
 
 
 def cell_identity(file: str) -> str:
@@ -22,18 +35,113 @@ def cell_identity(file: str) -> str:
     return (match.group(1) or match.group(2)) if match else file
 
 
+def is_cell_file(file: str | None) -> bool:
+    """Whether ``file`` is the file name IPython or ipykernel gave a cell's code."""
+    return bool(file) and _CELL_FILE.search(file) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def short_path(file: str) -> str:
+    """A file as a reader knows it: relative to the import root or working folder that holds
+    it (``flax/nnx/nn/linear.py``, ``model.py``), else its base name."""
+    if file.startswith("<"):
+        return file
+    path = os.path.abspath(file)
+    roots = [os.path.abspath(p or os.curdir) for p in sys.path] + [os.getcwd()]
+    best = ""
+    for root in roots:
+        root = os.path.join(root, "")
+        if path.startswith(root) and len(root) > len(best):
+            best = root
+    return path[len(best):] if best else os.path.basename(path)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where an op came from: the nearest frame in the user's own code.
+
+    ``cell`` is the execution count of the notebook cell (``None`` for a file, or for a cell the
+    kernel no longer knows), ``file`` the file name as compiled, ``line`` the line in it (for a
+    cell: the visible cell line). ``detail`` is the innermost library frame below it, e.g.
+    ``flax/nnx/nn/linear.py:889`` (not part of equality: one user line is one location).
+    """
+
+    cell: int | None
+    file: str
+    line: int
+    detail: str | None = field(default=None, compare=False)
+
+    @property
+    def label(self) -> str:
+        """``In [3] line 7`` for a cell, ``model.py:12`` for a file."""
+        if self.cell is not None:
+            return f"In [{self.cell}] line {self.line}"
+        if is_cell_file(self.file):
+            return f"In [?] line {self.line}"
+        return f"{short_path(self.file)}:{self.line}"
+
+    @property
+    def source_label(self) -> str:
+        """The cell or file alone: ``In [3]`` / ``model.py``."""
+        return self.label.rsplit(" line ", 1)[0] if self.is_cell else short_path(self.file)
+
+    @property
+    def is_cell(self) -> bool:
+        return self.cell is not None or is_cell_file(self.file)
+
+    def sort_key(self) -> tuple[Any, ...]:
+        return (self.cell is None, self.cell or 0, self.file, self.line)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cell": self.cell, "file": self.file, "line": self.line, "label": self.label,
+                "detail": self.detail}  # fmt: skip
+
+
+class CellFiles:
+    """The kernel's cells: cell file name -> execution count, as IPython's compiler registered
+    them (``_compat.cell_files(shell)``); cell text comes from ``linecache``, where IPython puts
+    it. Files from an earlier kernel (executables restored from JAX's persistent cache keep the
+    file names of the process that compiled them) are matched by content hash."""
+
+    def __init__(self, files: Mapping[str, int] | None = None) -> None:
+        self.files = files if files is not None else {}
+        self._by_identity: dict[str, str] | None = None
+
+    def _current(self, file: str) -> str | None:
+        if file in self.files:
+            return file
+        if self._by_identity is None or len(self._by_identity) < len(self.files):
+            self._by_identity = {cell_identity(f): f for f in list(self.files)}
+        return self._by_identity.get(cell_identity(file))
+
+    def count(self, file: str) -> int | None:
+        """The execution count of the cell compiled as ``file`` (None when unknown)."""
+        current = self._current(file)
+        if current is not None:
+            return int(self.files[current])
+        number = _INPUT_NUMBER.match(file)
+        return int(number.group(1)) if number else None
+
+    def lines(self, file: str) -> list[str]:
+        """The text of the cell (or user file) ``file``, one string per line."""
+        current = self._current(file) or file
+        return [line.rstrip("\n") for line in linecache.getlines(current)]
+
+
 @dataclass(frozen=True)
 class SourceInfo:
     """The source of a compiled target.
 
     ``filename`` is the ``co_filename`` of code defined in the cell (``None`` when the target was
     not defined in a cell); ``text`` the visible cell text, ``%%compile`` line included, so
-    ``lines[i - 1]`` is visible line ``i``.
+    ``lines[i - 1]`` is visible line ``i``. ``cells`` (optional) maps the kernel's cell file
+    names to execution counts, so that code from *other* cells is shown as ``In [n] line k``.
     """
 
     filename: str | None = None
     text: str = ""
     other_files: tuple[str, ...] = field(default_factory=tuple)
+    cells: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def lines(self) -> list[str]:
@@ -63,13 +171,13 @@ class SourceInfo:
         return {"filename": self.filename, "lines": self.lines}
 
 
-def source_of_function(fn: object) -> SourceInfo:
-    """SourceInfo for a function defined in a file (not a cell): its whole file, if readable."""
+def source_of_function(fn: object, cells: Mapping[str, int] | None = None) -> SourceInfo:
+    """SourceInfo for a function defined in a file or an earlier cell: its whole file, if
+    readable (``cells`` as for :class:`SourceInfo`)."""
     import inspect
-    import linecache
 
     code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
     if code is None:
-        return SourceInfo()
+        return SourceInfo(cells=cells)
     text = "".join(linecache.getlines(code.co_filename))
-    return SourceInfo(filename=code.co_filename, text=text)
+    return SourceInfo(filename=code.co_filename, text=text, cells=cells)

@@ -164,11 +164,11 @@ class BenchResult:
         return "\n".join(lines)
 
 
-def _compiled_hlo(compiled: Any, args: Sequence[Any]) -> str | None:
+def _compiled_hlo(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
     if hasattr(compiled, "as_text"):
         return compiled.as_text()
     if hasattr(compiled, "lower"):
-        return compiled.lower(*args).compile().as_text()
+        return compiled.lower(*args, **kwargs).compile().as_text()
     return None
 
 
@@ -176,6 +176,7 @@ def bench(
     fn: Callable[..., Any],
     args: Sequence[Any],
     *,
+    kwargs: dict[str, Any] | None = None,
     compiled: Callable[..., Any] | None = None,
     compile_seconds: float | None = None,
     max_seconds: float = 10.0,
@@ -193,12 +194,13 @@ def bench(
     say = progress or (lambda _msg: None)
     start = time.perf_counter()
     args = tuple(args)
+    kwargs = dict(kwargs or {})
     notes: list[str] = []
     measured = False
     if compiled is None:
         say("bench: compiling")
         t0 = time.perf_counter()
-        compiled = jax.jit(fn).trace(*args).lower().compile()
+        compiled = jax.jit(fn).trace(*args, **kwargs).lower().compile()
         if compile_seconds is None:
             compile_seconds, measured = time.perf_counter() - t0, True
     elif compile_seconds is None:
@@ -207,14 +209,15 @@ def bench(
     say("bench: counting eager ops")
     work = _Work()
     try:
-        closed = jax.make_jaxpr(fn)(*args)
-        Interpreter(work).run(closed, [jnp.asarray(a) for a in jax.tree.leaves(args)])
+        closed = jax.make_jaxpr(fn)(*args, **kwargs)
+        leaves = jax.tree.leaves((args, kwargs))
+        Interpreter(work).run(closed, [jnp.asarray(a) for a in leaves])
         eager_kernels: int | None = work.kernels
     except Exception as exc:  # a replay failure must not lose the timings
         eager_kernels = None
         notes.append(f"eager op count unavailable: {type(exc).__name__}")
     try:
-        text = _compiled_hlo(compiled, args)
+        text = _compiled_hlo(compiled, args, kwargs)
         compiled_kernels = len(entry_kernels(text)) if text else None
     except Exception as exc:
         compiled_kernels = None
@@ -222,10 +225,10 @@ def bench(
 
     def run_eager() -> None:
         with jax.disable_jit():
-            jax.block_until_ready(fn(*args))
+            jax.block_until_ready(fn(*args, **kwargs))
 
     def run_compiled() -> None:
-        jax.block_until_ready(compiled(*args))
+        jax.block_until_ready(compiled(*args, **kwargs))
 
     left = max(max_seconds - (time.perf_counter() - start), 0.05)
     say("bench: timing eager (op by op)")

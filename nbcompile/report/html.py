@@ -4,10 +4,11 @@
 ``<script>`` and ``<svg>`` from untrusted (downloaded) notebooks but keeps an
 ``<img src="data:image/svg+xml;base64,...">``, so the fallback carries the graph as such an image
 (laid out in Python by :mod:`nbcompile.report.svg`) and a few lines of text; for trusted outputs
-and exported pages an inline script replaces it with the interactive view (the same bundle as the
-widget, ``nbcompile/widgets/static/nbcompile-view.js``), reading the report from a gzip+base64
-string. Nothing is fetched from the network. ``include_script=False`` leaves the renderer out, for
+and exported pages an inline script replaces it with the interactive view, reading the report
+from a gzip+base64 string. The renderer is the same front-end bundle as the widget; the caller
+passes its source in (``renderer``; :func:`nbcompile.widgets.renderer_script`), or None for
 outputs after the first in one page, which then use ``window.nbcompileView`` defined by it.
+Nothing is fetched from the network.
 """
 
 from __future__ import annotations
@@ -17,15 +18,13 @@ import gzip
 import html
 import json
 import uuid
-from functools import cache
-from pathlib import Path
 from typing import Any
 
+from ..units import format_count
 from .svg import graph_svg
 
 __all__ = [
     "PACK_FORMAT",
-    "bundle_path",
     "pack_report",
     "render_html",
     "render_static_html",
@@ -34,17 +33,6 @@ __all__ = [
 
 PACK_FORMAT = "nbcols1.gz.b64"
 _MIN_ROWS = 8
-
-
-def bundle_path() -> Path:
-    """Where the built front end (IIFE defining ``window.nbcompileView``) lives."""
-    return Path(__file__).resolve().parent.parent / "widgets" / "static" / "nbcompile-view.js"
-
-
-@cache
-def _bundle(mtime: float) -> str:
-    text = bundle_path().read_text(encoding="utf-8")
-    return text.replace("</script", "<\\/script").replace("<!--", "<\\!--")
 
 
 def pack_report(report: dict[str, Any]) -> dict[str, str]:
@@ -180,14 +168,7 @@ def _img(svg: str, alt: str) -> str:
 
 
 def _fmt(x: Any) -> str:
-    if x is None:
-        return "–"
-    if isinstance(x, float):
-        for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-            if abs(x) >= scale:
-                return f"{x / scale:.3g}{unit}"
-        return f"{x:.3g}"
-    return str(x)
+    return "–" if x is None else format_count(x) if isinstance(x, int | float) else str(x)
 
 
 def _fallback(report: dict[str, Any], max_nodes: int) -> str:
@@ -236,11 +217,15 @@ def _source_table(report: dict[str, Any]) -> str:
     )
 
 
+def _script_safe(js: str) -> str:
+    return js.replace("</script", "<\\/script").replace("<!--", "<\\!--")
+
+
 def _render(
     report: dict[str, Any],
     *,
     interactive: bool,
-    include_script: bool,
+    renderer: str | None,
     standalone: bool,
     max_nodes: int,
 ) -> str:
@@ -249,11 +234,10 @@ def _render(
         " data-nbc-standalone" if standalone else ""
     )
     out = [f"<div {attrs}>", f"<div data-nbc-fallback>{_fallback(report, max_nodes)}</div>"]
-    if interactive and (not include_script or bundle_path().exists()):
+    if interactive:
         out.append("<div data-nbc-mount></div>")
-        if include_script:
-            path = bundle_path()
-            out.append(f"<script>{_bundle(path.stat().st_mtime)}</script>")
+        if renderer:
+            out.append(f"<script>{_script_safe(renderer)}</script>")
         data = json.dumps(pack_report(report))
         # The renderer may come from an earlier output of the page: wait for it a little.
         out.append(
@@ -268,29 +252,28 @@ def _render(
 def render_html(
     report: dict[str, Any],
     *,
+    renderer: str | None = None,
     interactive: bool = True,
-    include_script: bool = True,
     max_nodes: int = 60,
 ) -> str:
     """Self-contained HTML (no network) for the ``text/html`` output of a compilation.
 
     Always holds the static picture (``<img>`` data URIs of the traced and compiled graphs, at most
-    ``max_nodes`` boxes each) and a source table; with ``interactive`` also the live view, whose
-    renderer script is included unless ``include_script`` is False.
+    ``max_nodes`` boxes each) and a source table; with ``interactive`` also the live view, drawn
+    by ``renderer`` (the front end's source) or by one an earlier output put on the page.
     """
-    return _render(
-        report,
-        interactive=interactive,
-        include_script=include_script,
-        standalone=False,
-        max_nodes=max_nodes,
-    )
+    return _render(report, interactive=interactive, renderer=renderer, standalone=False,
+                   max_nodes=max_nodes)
 
 
-def render_static_html(report: dict[str, Any], *, title: str | None = None) -> str:
-    """A complete standalone HTML page (``make demo``, ``nbcompile render``), offline."""
+def render_static_html(
+    report: dict[str, Any], *, renderer: str | None, title: str | None = None
+) -> str:
+    """A complete standalone HTML page (``make demo``, ``nbcompile render``, ``save_html``),
+    offline; without a ``renderer`` it holds the static picture only."""
     title = html.escape(title or f"nbcompile · {report.get('name')}")
-    body = _render(report, interactive=True, include_script=True, standalone=True, max_nodes=60)
+    body = _render(report, interactive=renderer is not None, renderer=renderer,
+                   standalone=True, max_nodes=60)
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{title}</title>'

@@ -1,7 +1,15 @@
-"""Traced -> Lowered -> Compiled: JAX's AOT stages, timed, with errors translated.
+"""Traced -> Lowered -> Compiled: the one compile path, for every target.
 
-Each stage keeps the JAX object it wraps (``jax.stages.Traced`` / ``Lowered`` / ``Compiled``) so
-nothing is lost; introspection that a backend may not give is ``None``, never a crash.
+``run_stages`` takes a ``jax.jit`` object, arguments already placed on a resolved
+:class:`~nbcompile.targets.Target` (see :func:`nbcompile.targets.place_args`) and runs JAX's AOT
+stages: trace (Python ``print`` captured), lower (for the target's platform), compile (skipped
+for lowered-only targets; without JAX's persistent cache for deviceless ones). Errors are
+translated to :class:`~nbcompile.errors.NbcompileError`\\ s naming the visible cell line and the
+user's own argument names. The plain function, ``--grad``'s ``value_and_grad``, a mesh, a TPU
+topology and the StableHLO-only fallback all go through here, so they cannot behave apart.
+
+Each stage keeps the JAX object it wraps (``jax.stages.Traced`` / ``Lowered`` / ``Compiled``);
+introspection a backend cannot give is ``None``, documented, never a crash.
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -16,24 +25,55 @@ from typing import Any
 
 import jax
 
+from .._compat import captured_stderr, persistent_cache_disabled
 from ..capture.source import SourceInfo
+from ..targets import Placement, Target, output_shardings
 from .errors import translate
 
-__all__ = ["Stages", "make_jitted", "run_stages"]
+__all__ = ["Progress", "Stages", "make_jitted", "recompile_with_metadata", "run_stages"]
 
 Progress = Callable[[str], None]
 
 
+class _BackendCompiles(threading.local):
+    """Seconds XLA spent in real backend compiles on this thread (cache hits add nothing)."""
+
+    seconds: float = 0.0
+    count: int = 0
+
+
+_COMPILES = _BackendCompiles()
+
+
+def _on_duration(event: str, duration: float, **_: Any) -> None:
+    if event == "/jax/core/compile/backend_compile_duration":
+        _COMPILES.seconds += duration
+        _COMPILES.count += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+
 @dataclass
 class Stages:
-    """The JAX stage objects of one compile and how long each took (seconds)."""
+    """The JAX stage objects of one compile, where it went, and how long each stage took.
+
+    ``compiled`` is None for a lowered-only target (no compiler for that platform here).
+    ``xla_compiles`` counts the real XLA compiles the compile stage ran (0 when JAX served the
+    executable from its in-memory or persistent cache); ``xla_seconds`` is their duration.
+    """
 
     jitted: Any
     traced: Any
     lowered: Any
     compiled: Any | None
+    target: Target
+    placement: Placement
     timings: dict[str, float] = field(default_factory=dict)
     printed_at_trace: str = ""
+    output_shardings: dict[str, str] = field(default_factory=dict)
+    xla_compiles: int = 0
+    xla_seconds: float = 0.0
     _text: tuple[Any, str | None] | None = field(default=None, repr=False)
 
     @property
@@ -42,16 +82,122 @@ class Stages:
 
     @property
     def hlo_text(self) -> str | None:
-        """``compiled.as_text()``, printed once per executable (a big module takes ~30 ms)."""
+        """``compiled.as_text()`` (optimised HLO), printed once per executable; None when
+        nothing was compiled or the backend prints no text (JAX documents ``None`` for that)."""
         if self.compiled is None:
             return None
         if self._text is None or self._text[0] is not self.compiled:
-            try:
-                text = self.compiled.as_text()
-            except Exception:  # some backends give no text
-                text = None
-            self._text = (self.compiled, text)
+            self._text = (self.compiled, self.compiled.as_text())
         return self._text[1]
+
+
+def make_jitted(
+    fn: Callable[..., Any],
+    *,
+    grad_argnums: tuple[int, ...] | None = None,
+    jit_kwargs: dict[str, Any] | None = None,
+) -> Any:
+    """``jax.jit(fn)``, or ``jax.jit(jax.value_and_grad(fn, argnums))`` with ``--grad``.
+
+    A ``fn`` that already is a ``jax.jit`` object (and no extra options) is kept, with its own
+    options (static arguments, donation, shardings).
+    """
+    if grad_argnums is None and not jit_kwargs and hasattr(fn, "trace") and hasattr(fn, "lower"):
+        return fn
+    target = fn
+    if grad_argnums is not None:
+        argnums = grad_argnums[0] if len(grad_argnums) == 1 else grad_argnums
+        target = jax.value_and_grad(fn, argnums=argnums)
+    return jax.jit(target, **(jit_kwargs or {}))
+
+
+@contextlib.contextmanager
+def _capture_stdout() -> Iterator[io.StringIO]:
+    """Catch what Python ``print`` writes while tracing (it runs once, at trace time)."""
+    buf = io.StringIO()
+    old = sys.stdout
+    sys.stdout = buf
+    try:
+        yield buf
+    finally:
+        sys.stdout = old
+
+
+def _native_noise(target: Target) -> contextlib.AbstractContextManager[Any]:
+    """libtpu / the CUDA plugin print to fd 2 from C++ when compiling without the device."""
+    return captured_stderr() if target.platform != "cpu" else contextlib.nullcontext()
+
+
+def _timed(timings: dict[str, float], stage: str) -> Any:
+    @contextlib.contextmanager
+    def block() -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            timings[stage] = time.perf_counter() - t0
+
+    return block()
+
+
+def run_stages(
+    jitted: Any,
+    placement: Placement,
+    target: Target,
+    *,
+    source: SourceInfo | None = None,
+    arg_names: list[str] | None = None,
+    compiler_options: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> Stages:
+    """Trace, lower and compile ``jitted(*placement.args, **placement.kwargs)`` for ``target``.
+
+    Raises :class:`~nbcompile.errors.TraceError`, ``LowerError`` or ``CompileError`` naming the
+    visible cell line (from ``source``), the user's argument names (``arg_names``) and what to
+    do; JAX's error is chained.
+    """
+    __tracebackhide__ = True
+    source = source or SourceInfo()
+    timings: dict[str, float] = {}
+    say = progress or (lambda _msg: None)
+    where = "" if target.present and target.platform == "cpu" else f" for {target.label}"
+
+    say(f"tracing{where}")
+    try:
+        with _timed(timings, "trace"), _capture_stdout() as printed:
+            traced = jitted.trace(*placement.args, **placement.kwargs)
+    except Exception as exc:
+        raise translate(exc, "trace", source, arg_names=arg_names) from exc
+
+    say(f"lowering{where}")
+    platforms = (target.platform,) if target.lower_only else None
+    try:
+        with _timed(timings, "lower"), _native_noise(target):
+            lowered = traced.lower(lowering_platforms=platforms)
+    except Exception as exc:
+        raise translate(exc, "lower", source, arg_names=arg_names, target=target.label) from exc
+
+    compiled = None
+    outputs: dict[str, str] = {}
+    before = (_COMPILES.count, _COMPILES.seconds)
+    if not target.lower_only:
+        say(f"compiling{where}")
+        cache = persistent_cache_disabled() if target.deviceless else contextlib.nullcontext()
+        try:
+            with _timed(timings, "compile"), _native_noise(target), cache:
+                compiled = lowered.compile(compiler_options=compiler_options or None)
+        except Exception as exc:
+            raise translate(exc, "compile", source, arg_names=arg_names,
+                            target=target.label) from exc
+        if target.mesh is not None:
+            outputs, shapes = output_shardings(compiled, traced.out_info)
+            placement.per_device_shapes.update(shapes)
+    return Stages(
+        jitted=jitted, traced=traced, lowered=lowered, compiled=compiled, target=target,
+        placement=placement, timings=timings, printed_at_trace=printed.getvalue(),
+        output_shardings=outputs, xla_compiles=_COMPILES.count - before[0],
+        xla_seconds=_COMPILES.seconds - before[1],
+    )
 
 
 def recompile_with_metadata(
@@ -72,92 +218,3 @@ def recompile_with_metadata(
     stages.compiled = stages.lowered.compile(compiler_options=options)
     stages.timings["compile_for_analysis"] = time.perf_counter() - t0
     return True
-
-
-def make_jitted(
-    fn: Callable[..., Any],
-    *,
-    grad_argnums: tuple[int, ...] | None = None,
-    jit_kwargs: dict[str, Any] | None = None,
-) -> Any:
-    """``jax.jit(fn)``, or ``jax.jit(jax.value_and_grad(fn, argnums))`` with ``--grad``."""
-    target = fn
-    if grad_argnums is not None:
-        argnums = grad_argnums[0] if len(grad_argnums) == 1 else grad_argnums
-        target = jax.value_and_grad(fn, argnums=argnums)
-    return jax.jit(target, **(jit_kwargs or {}))
-
-
-@contextlib.contextmanager
-def _capture_stdout() -> Iterator[io.StringIO]:
-    """Catch what Python ``print`` writes while tracing (it runs once, at trace time)."""
-    buf = io.StringIO()
-    old = sys.stdout
-    sys.stdout = buf
-    try:
-        yield buf
-    finally:
-        sys.stdout = old
-
-
-def run_stages(
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any] | None = None,
-    *,
-    source: SourceInfo | None = None,
-    grad_argnums: tuple[int, ...] | None = None,
-    jit_kwargs: dict[str, Any] | None = None,
-    compiler_options: dict[str, Any] | None = None,
-    progress: Progress | None = None,
-    jitted: Any | None = None,
-) -> Stages:
-    """Trace, lower and compile ``fn(*args, **kwargs)`` for the default backend.
-
-    Raises :class:`~nbcompile.errors.TraceError`, ``LowerError`` or ``CompileError`` naming the
-    visible cell line (from ``source``) and what to do; JAX's error is chained.
-    """
-    __tracebackhide__ = True
-    kwargs = kwargs or {}
-    source = source or SourceInfo()
-    if jitted is None:
-        jitted = make_jitted(fn, grad_argnums=grad_argnums, jit_kwargs=jit_kwargs)
-    timings: dict[str, float] = {}
-    say = progress or (lambda _msg: None)
-
-    say("tracing")
-    t0 = time.perf_counter()
-    try:
-        with _capture_stdout() as printed:
-            traced = jitted.trace(*args, **kwargs)
-    except Exception as exc:
-        raise translate(exc, "trace", source, fn=fn, jit_kwargs=jit_kwargs) from exc
-    timings["trace"] = time.perf_counter() - t0
-
-    say("lowering")
-    t0 = time.perf_counter()
-    try:
-        lowered = traced.lower()
-    except Exception as exc:
-        raise translate(exc, "lower", source, fn=fn) from exc
-    timings["lower"] = time.perf_counter() - t0
-
-    say("compiling")
-    t0 = time.perf_counter()
-    try:
-        if compiler_options:
-            compiled = lowered.compile(compiler_options=compiler_options)
-        else:
-            compiled = lowered.compile()
-    except Exception as exc:
-        raise translate(exc, "compile", source, fn=fn) from exc
-    timings["compile"] = time.perf_counter() - t0
-
-    return Stages(
-        jitted=jitted,
-        traced=traced,
-        lowered=lowered,
-        compiled=compiled,
-        timings=timings,
-        printed_at_trace=printed.getvalue(),
-    )

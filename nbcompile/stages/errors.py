@@ -8,25 +8,14 @@ the cell) and says what to do. The original exception is chained by the caller
 from __future__ import annotations
 
 import re
-import traceback
-from typing import Any
 
 import jax
 
+from ..capture.cell import cell_line_of
 from ..capture.source import SourceInfo
 from ..errors import CompileError, LowerError, NbcompileError, TraceError
 
-
-def cell_line_of(exc: BaseException, source: SourceInfo) -> int | None:
-    """The deepest traceback line of ``exc`` that lies in the cell (visible numbering)."""
-    line = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        visible = source.visible_line(frame.filename, frame.lineno)
-        if visible is not None:
-            line = visible
-    if line is None and isinstance(exc, SyntaxError):
-        line = source.visible_line(exc.filename, exc.lineno)
-    return line
+__all__ = ["translate"]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -36,25 +25,23 @@ def _first_line(exc: BaseException) -> str:
 
 _ARG_PATH = re.compile(r"at path (?:args\[(\d+)\]|kwargs\['(\w+)'\]|(\w+))")
 _TYPE_OF = re.compile(r"value is of type (<class '[^']+'>|\S+)")
+_OUTPUT = re.compile(
+    r"returned a value of type (<class '[^']+'>)(?: at output component (\[[^\]]*\]|\S+))?"
+)
 
 
-def _param_name(fn: Any, index: int) -> str | None:
-    import inspect
-
-    try:
-        names = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return None
-    return names[index] if index < len(names) else None
-
-
-def _non_array_error(exc: BaseException, line: int | None, fn: Any) -> NbcompileError:
+def _non_array_error(exc: BaseException, line: int | None,
+                     arg_names: list[str] | None) -> NbcompileError:
     text = str(exc)
     match = _ARG_PATH.search(text)
     name = None
     if match:
         index, keyword, plain = match.groups()
-        name = _param_name(fn, int(index)) if index is not None else (keyword or plain)
+        if index is not None:
+            i = int(index)
+            name = arg_names[i] if arg_names and i < len(arg_names) else None
+        else:
+            name = keyword or plain
     kind = _TYPE_OF.search(text)
     what = f"argument `{name}`" if name else "an example argument"
     of_type = f" ({kind.group(1)})" if kind else ""
@@ -68,13 +55,26 @@ def _non_array_error(exc: BaseException, line: int | None, fn: Any) -> Nbcompile
     )
 
 
+def _output_error(match: re.Match[str], line: int | None) -> NbcompileError:
+    kind, where = match.group(1), match.group(2)
+    place = f" (output {where})" if where else ""
+    return TraceError(
+        f"the function returns a {kind.removeprefix('<class ').rstrip('>')}{place}, which is "
+        "not an array: a compiled program can only return arrays (pytrees of arrays)",
+        code="NBC207",
+        line=line,
+        hint="return arrays only; for a model, return its parameters (eqx.filter_jit / "
+        "nnx.jit handle model outputs) or compile the step without returning the model",
+    )
+
+
 def translate(
     exc: BaseException,
     stage: str,
     source: SourceInfo,
     *,
-    fn: Any = None,
-    jit_kwargs: dict[str, Any] | None = None,
+    arg_names: list[str] | None = None,
+    target: str | None = None,
 ) -> NbcompileError:
     """An nbcompile error for ``exc`` raised while running ``stage`` (trace/lower/compile)."""
     if isinstance(exc, NbcompileError):
@@ -123,7 +123,10 @@ def translate(
     if isinstance(exc, TypeError) and (
         "not a valid JAX type" in text or "as an abstract array" in text
     ):
-        return _non_array_error(exc, line, fn)
+        return _non_array_error(exc, line, arg_names)
+    output = _OUTPUT.search(text) if isinstance(exc, TypeError) else None
+    if output is not None:
+        return _output_error(output, line)
     if isinstance(exc, TypeError) and "scalar-output" in text:
         return TraceError(
             f"--grad needs a function that returns a scalar: {_first_line(exc)}",
@@ -131,14 +134,15 @@ def translate(
             line=line,
             hint="return a scalar loss (e.g. jnp.mean(...)), or compile without --grad",
         )
+    where = f" for {target}" if target else ""
     if stage == "lower":
         return LowerError(
-            f"lowering to StableHLO failed: {_first_line(exc)}", line=line,
+            f"lowering to StableHLO{where} failed: {_first_line(exc)}", line=line,
             hint="see the chained JAX error above",
         )
     if stage == "compile":
         return CompileError(
-            f"XLA could not compile the program: {_first_line(exc)}", line=line,
+            f"XLA could not compile the program{where}: {_first_line(exc)}", line=line,
             hint="see the chained XLA error above",
         )
     return TraceError(

@@ -18,10 +18,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._compat import captured_stderr
 from ..errors import TargetError
 from ._gpu_configs import GPU_TARGETS, gpu_target_config
 from ._mesh import build_mesh, parse_mesh
-from ._quiet import captured_stderr
 
 __all__ = ["BACKENDS", "TPU_GENERATIONS", "Target", "resolve_target"]
 
@@ -31,6 +31,7 @@ DEFAULT_TPU_TOPOLOGY = "v5e:2x2"
 DEFAULT_GPU_TARGET = "h100"
 _TPU_TOPOLOGY = re.compile(r"^(v\d+[a-z]*)[:=_](\d+(?:x\d+){1,2})$")
 _GPU_TOPOLOGY = re.compile(r"^\d+x\d+x\d+$")
+MAX_TPU_CHIPS = 16_384  # larger than the largest public slice (v5p: 8,960 chips)
 _V5E_SHAPES = ("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")
 
 
@@ -52,14 +53,9 @@ class Target:
     devices: list[Any] = field(default_factory=list)
     mesh: Any | None = None
     topology: str | None = None
-    gpu_target: str | None = None
+    gpu: str | None = None
     label: str = ""
     mesh_spec: str | None = None
-
-    @property
-    def target_name(self) -> str | None:
-        """The GPU target name (``h100``...) for GPU targets, else None."""
-        return self.gpu_target
 
     @property
     def hosts(self) -> int:
@@ -125,13 +121,13 @@ def _topology_error(platform: str, name: str, err: Exception, noise: str) -> Tar
     return TargetError(f"{platform} topology {name!r} was refused: {first}", hint=f"use {legal}")
 
 
-def _check_backend(backend: str | None, topology: str | None, target: str | None) -> str:
+def _check_backend(backend: str | None, topology: str | None, gpu: str | None) -> str:
     import jax
 
     if backend is None:
         if topology and _TPU_TOPOLOGY.match(topology):
             return "tpu"
-        if target is not None or topology:
+        if gpu is not None or topology:
             return "cuda"
         default = jax.default_backend()
         return "cuda" if default == "gpu" else default
@@ -139,12 +135,12 @@ def _check_backend(backend: str | None, topology: str | None, target: str | None
     if key not in BACKENDS:
         raise TargetError(f"unknown backend {backend!r}", hint="use one of: cpu, gpu, tpu")
     platform = BACKENDS[key]
-    if platform == "cpu" and (topology or target):
+    if platform == "cpu" and (topology or gpu):
         raise TargetError(
             "--topology/--target describe a TPU or GPU, not the CPU",
             hint="add --backend tpu (with --topology v5e:2x2) or --backend gpu (with --target h100)",
         )
-    if platform == "tpu" and target is not None:
+    if platform == "tpu" and gpu is not None:
         raise TargetError("--target names a GPU", hint="for a TPU use --topology, e.g. v5e:2x2")
     return platform
 
@@ -163,25 +159,29 @@ def _tpu_topology(topology: str | None, needed: int) -> tuple[str, bool]:
             )
         return f"v5e:{shape}", True
     match = _TPU_TOPOLOGY.match(topology.strip())
+    legal = (f"use GENERATION:SHAPE with GENERATION in {', '.join(TPU_GENERATIONS)}, "
+             "e.g. v5e:2x2, v5e:4x4 (4 hosts), v4:2x2x1, v5p:2x2x2")
     if not match or match.group(1) not in TPU_GENERATIONS:
-        raise TargetError(
-            f"unknown TPU topology {topology!r}",
-            hint=f"use GENERATION:SHAPE with GENERATION in {', '.join(TPU_GENERATIONS)}, "
-            "e.g. v5e:2x2, v5e:4x4 (4 hosts), v4:2x2x1, v5p:2x2x2",
-        )
+        raise TargetError(f"unknown TPU topology {topology!r}", hint=legal)
+    dims = [int(d) for d in match.group(2).split("x")]
+    chips = math.prod(dims)
+    if min(dims) < 1 or chips > MAX_TPU_CHIPS:
+        why = "every dimension needs at least one chip" if min(dims) < 1 else (
+            f"{chips:,} chips is more than any TPU slice ({MAX_TPU_CHIPS:,})")
+        raise TargetError(f"invalid TPU topology {topology!r}: {why}", hint=legal)
     return topology.strip(), False
 
 
-def _gpu_config(target: str | None) -> tuple[str, str]:
+def _gpu_config(gpu: str | None) -> tuple[str, str]:
     """(label, GpuTargetConfigProto text) for ``--target``: a GPU name or a .txtpb file."""
-    name = (target or DEFAULT_GPU_TARGET).strip()
+    name = (gpu or DEFAULT_GPU_TARGET).strip()
     if name.lower() in GPU_TARGETS:
         return name.lower(), gpu_target_config(name.lower())
     if os.path.isfile(name):
         with open(name, encoding="utf-8") as handle:
             return os.path.basename(name), handle.read()
     raise TargetError(
-        f"unknown GPU target {target!r}",
+        f"unknown GPU target {gpu!r}",
         hint=f"use one of: {', '.join(GPU_TARGETS)} (or a GpuTargetConfigProto .txtpb file)",
     )
 
@@ -217,18 +217,19 @@ def _attach_mesh(t: Target, mesh_spec: tuple[tuple[int, ...], tuple[str, ...]] |
 def resolve_target(
     backend: str | None = None,
     topology: str | None = None,
-    target: str | None = None,
+    gpu: str | None = None,
     mesh: str | None = None,
 ) -> Target:
-    """The :class:`Target` for ``--backend``, ``--topology``, ``--target`` and ``--mesh``.
+    """The :class:`Target` for ``--backend``, ``--topology``, ``--target`` (``gpu``: a GPU
+    model such as ``h100``) and ``--mesh``.
 
     Raises :class:`~nbcompile.errors.TargetError`: NBC600 for an unknown backend, topology or
     GPU target (listing the legal values), NBC601 for a bad mesh.
     """
-    platform = _check_backend(backend, topology, target)
+    platform = _check_backend(backend, topology, gpu)
     mesh_spec = parse_mesh(mesh) if mesh is not None else None
     needed = math.prod(mesh_spec[0]) if mesh_spec else 1
-    explicit = topology is not None or target is not None
+    explicit = topology is not None or gpu is not None
     local = _local_devices(platform)
     if platform == "cpu" or (local and not explicit):
         label = "gpu" if platform == "cuda" else platform
@@ -248,7 +249,7 @@ def resolve_target(
         why = "default topology; pass --topology to choose" if chosen else "deviceless"
         note = f"compiled for {label} without a TPU ({why}): it cannot run here"
     else:
-        gpu, config = _gpu_config(target)
+        gpu, config = _gpu_config(gpu)
         name = topology.strip() if topology else f"1x1x{needed}"
         if not _GPU_TOPOLOGY.match(name):
             raise TargetError(
@@ -264,7 +265,7 @@ def resolve_target(
                 f'compile for GPU without one: pip install "jax[cuda12]=={jax.__version__}"'
             )
             t = Target(
-                "cuda", False, False, True, note=note, topology=name, gpu_target=gpu, label=label
+                "cuda", False, False, True, note=note, topology=name, gpu=gpu, label=label
             )
             return _attach_mesh(t, mesh_spec)
         devices = list(_topology_devices("cuda", name, config))
@@ -278,6 +279,6 @@ def resolve_target(
         devices=devices,
         label=label,
         topology=name,
-        gpu_target=None if platform == "tpu" else gpu,
+        gpu=None if platform == "tpu" else gpu,
     )
     return _attach_mesh(t, mesh_spec)

@@ -17,15 +17,26 @@ the output stays readable where no widget manager runs.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets
 
-from ..report.html import pack_report, render_html, unpack_report
+from ..report import text_summary
+from ..report.html import pack_report, render_html, render_static_html, unpack_report
 
-__all__ = ["TABS", "CompilationView"]
+__all__ = [
+    "TABS",
+    "CompilationView",
+    "DisplayState",
+    "Shown",
+    "renderer_script",
+    "show",
+    "static_page",
+]
 
 TABS = ("graph", "compiled", "source", "gradient", "stats")
 _STATIC = Path(__file__).resolve().parent / "static"
@@ -73,5 +84,71 @@ class CompilationView(anywidget.AnyWidget):
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
         data = dict(data or {})
         data["text/plain"] = f"CompilationView({self.report.get('name')!r}, tab={self.tab!r})"
-        data["text/html"] = render_html(self.report)
+        data["text/html"] = render_html(self.report, renderer=renderer_script())
         return (data, meta) if isinstance(bundle, tuple) else data
+
+
+def _renderer_path() -> Path:
+    """The built front end for static pages (an IIFE defining ``window.nbcompileView``)."""
+    return _STATIC / "nbcompile-view.js"
+
+
+@functools.cache
+def _renderer(mtime: float) -> str:
+    return _renderer_path().read_text(encoding="utf-8")
+
+
+def renderer_script() -> str | None:
+    """The static renderer's source, or None when the front end was not built."""
+    path = _renderer_path()
+    return _renderer(path.stat().st_mtime) if path.exists() else None
+
+
+@dataclass
+class DisplayState:
+    """Per-kernel display state: whether this kernel's outputs already carry the ~45 KB static
+    renderer (later outputs reuse ``window.nbcompileView`` from the page)."""
+
+    renderer_sent: bool = False
+
+
+@dataclass
+class Shown:
+    """One display of a report: the mimebundle, and the widget kept alive with it."""
+
+    key: tuple[int, bool]
+    bundle: dict[str, Any]
+    view: Any = field(default=None, repr=False)
+
+
+def show(report: dict[str, Any], state: DisplayState | None, previous: Shown | None) -> Shown:
+    """``text/plain`` + self-contained HTML fallback + the widget view of ``report``.
+
+    ``state`` is the kernel's :class:`DisplayState` (None: a standalone display that carries its
+    own renderer); ``previous`` is what the last display of the same compilation gave, reused
+    when the report is unchanged.
+    """
+    state = state or DisplayState()
+    key = (id(report), state.renderer_sent)
+    if previous is not None and previous.key == key:
+        return previous
+    renderer = None if state.renderer_sent else renderer_script()
+    bundle: dict[str, Any] = {
+        "text/plain": text_summary(report),
+        "text/html": render_html(report, renderer=renderer),
+    }
+    state.renderer_sent = state.renderer_sent or renderer is not None
+    view = CompilationView(report)
+    # anywidget's own bundle: CompilationView's adds a static picture this one already has
+    widget_bundle = anywidget.AnyWidget._repr_mimebundle_(view)
+    if isinstance(widget_bundle, tuple):
+        widget_bundle = widget_bundle[0]
+    for mime, value in (widget_bundle or {}).items():
+        if mime.startswith("application/vnd.jupyter.widget"):
+            bundle[mime] = value
+    return Shown(key=key, bundle=bundle, view=view)
+
+
+def static_page(report: dict[str, Any], *, title: str | None = None) -> str:
+    """The whole view of ``report`` as one offline HTML page (``save_html``, ``render``)."""
+    return render_static_html(report, renderer=renderer_script(), title=title)

@@ -1,0 +1,41 @@
+"""Which source files are the user's: notebook cells and their own modules, not libraries.
+
+Used wherever nbcompile must tell the user's code from library code: the cache key follows the
+globals of user-defined classes and functions, and source locations prefer the nearest frame in
+user code over a frame inside Flax, Equinox, Keras or JAX.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+import sysconfig
+
+__all__ = ["is_user_file"]
+
+# IPython / ipykernel cell files: "<ipython-input-3-abc>" and ".../ipykernel_123/abc.py".
+_CELL = re.compile(r"(?:^<ipython-input-\d+-\w+>$|ipykernel_\d+[/\\]\w+\.py$)")
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots |= {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # nbcompile itself
+    return tuple(sorted(os.path.join(os.path.abspath(r), "") for r in roots if r))
+
+
+@functools.lru_cache(maxsize=4096)
+def is_user_file(filename: str | None) -> bool:
+    """True for cell files and for files outside Python's library folders and nbcompile."""
+    if not filename:
+        return False
+    if _CELL.search(filename):
+        return True
+    if filename.startswith("<"):  # <frozen ...>, <string>, <stdin>
+        return False
+    path = os.path.join(os.path.abspath(filename), "")
+    return not any(path.startswith(root) for root in _library_roots())

@@ -1,0 +1,265 @@
+"""One compile of an adapted call: resolve the target, place the arguments, run the stages.
+
+:func:`build_program` is the only place nbcompile compiles a user's program, for every target
+and option: the plain program and, with ``--grad``, its ``value_and_grad`` both go through
+:func:`nbcompile.stages.run_stages` on the same placed arguments. Options are checked here in
+the user's own words first (``--static`` names, ``--grad`` positions, async/generator
+functions), so JAX never gets to complain about nbcompile's internal names.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import jax
+
+from .capture.models import Adapted
+from .capture.names import positional_names
+from .capture.source import SourceInfo
+from .errors import CaptureError, TraceError
+from .stages import Progress, Stages, make_jitted, recompile_with_metadata, run_stages
+from .targets import Target, infer_mesh, parse_shard_specs, place_args, resolve_target
+
+__all__ = ["CompileRequest", "Program", "build_program", "describe_args", "describe_value"]
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """The options that shape the compiled program (the cache key covers all of them)."""
+
+    backend: str | None = None
+    grad: tuple[int, ...] | None = None
+    grad_is_default: bool = False  # grad=True: a model's parameters rather than position 0
+    topology: str | None = None
+    gpu: str | None = None
+    mesh: str | None = None
+    shard: dict[str, str] = field(default_factory=dict)
+    jit_kwargs: dict[str, Any] = field(default_factory=dict)
+    compiler_options: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        """What the view lists under options (only those that were given)."""
+        out: dict[str, Any] = {k: v for k, v in self.jit_kwargs.items() if v}
+        for key in ("backend", "topology", "gpu", "mesh"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        if self.shard:
+            out["shard"] = dict(self.shard)
+        if self.grad is not None:
+            out["grad"] = list(self.grad)
+        return out
+
+
+@dataclass
+class Program:
+    """What one compile produced; shared by every Compilation a cache hit reuses it for.
+
+    ``analysis`` is computed on first use and kept (``analysis_seconds`` says how long it took).
+    """
+
+    stages: Stages
+    request: CompileRequest
+    name: str
+    source: SourceInfo
+    fn: Any = None  # the function traced (names closed-over constants in the analysis)
+    grad: Program | None = None
+    grad_argnums: tuple[int, ...] | None = None
+    is_value_and_grad: bool = False
+    _analysis: Any = field(default=None, repr=False)
+    analysis_seconds: float | None = None
+
+    @property
+    def analysis(self) -> Any:
+        if self._analysis is None:
+            from .analysis import Artifacts, analyse
+
+            recompile_with_metadata(self.stages)
+            stages = self.stages
+            t0 = time.perf_counter()
+            self._analysis = analyse(Artifacts(
+                closed_jaxpr=stages.closed_jaxpr, lowered=stages.lowered,
+                compiled=stages.compiled, hlo_text=stages.hlo_text, source=self.source,
+                backend=stages.target.platform, name=self.name, fn=self.fn,
+                grad_argnums=self.grad_argnums if self.is_value_and_grad else None,
+            ))
+            self.analysis_seconds = time.perf_counter() - t0
+        return self._analysis
+
+
+def _short_dtype(dtype: Any) -> str:
+    name = str(dtype)
+    for long, short in (("float", "f"), ("bfloat", "bf"), ("uint", "u"), ("int", "s"),
+                        ("complex", "c")):
+        if name.startswith(long):
+            return short + name[len(long):]
+    return "pred" if name == "bool" else name
+
+
+def describe_value(x: Any) -> str:
+    """``f32[4,3]`` for arrays, ``repr`` (shortened) for other leaves."""
+    shape = getattr(x, "shape", None)
+    dtype = getattr(x, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"{_short_dtype(dtype)}[{','.join(str(d) for d in shape)}]"
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def describe_args(args: Sequence[Any], names: Sequence[str] | None = None) -> list[str]:
+    """One line per argument: its name (if known) and the types of its leaves."""
+    out = []
+    for i, arg in enumerate(args):
+        leaves = jax.tree_util.tree_leaves(arg)
+        if len(leaves) == 1 and leaves[0] is arg:
+            text = describe_value(arg)
+        else:
+            shown = ", ".join(describe_value(leaf) for leaf in leaves[:4])
+            more = f", … {len(leaves) - 4} more" if len(leaves) > 4 else ""
+            text = f"{type(arg).__name__}({shown}{more})"
+        name = names[i] if names and i < len(names) else f"args[{i}]"
+        out.append(f"{name}: {text}")
+    return out
+
+
+def _unwrapped(fn: Any) -> Any:
+    for _ in range(8):
+        inner = getattr(fn, "__wrapped__", None) or getattr(fn, "func", None)
+        if inner is None:
+            return fn
+        fn = inner
+    return fn
+
+
+def _check_kind(adapted: Adapted) -> None:
+    """async def and generator functions cannot be traced: say so, naming what they are."""
+    fn = _unwrapped(adapted.fn)
+    kind = ("an async def (a coroutine function)" if inspect.iscoroutinefunction(fn)
+            else "a generator function (it yields)" if inspect.isgeneratorfunction(fn)
+            else None)
+    if kind is not None:
+        raise TraceError(
+            f"`{adapted.name}` is {kind}, which JAX cannot trace into a program",
+            code="NBC208",
+            hint="compile a regular def that returns arrays; await / iterate outside it",
+        )
+
+
+def _jit_options(adapted: Adapted, jit_kwargs: dict[str, Any]) -> tuple[dict[str, Any], set[int]]:
+    """``--static`` / ``--donate`` names, as the user wrote them, turned into what ``jax.jit``
+    needs for the program actually compiled (argument positions of the adapted function).
+    Unknown names are refused listing the legal ones."""
+    out = dict(jit_kwargs)
+    names = list(adapted.arg_names)
+    own = positional_names(adapted.fn) if adapted.rebindable else []
+    keyword_ok = set(adapted.kwargs) | set(_keyword_names(adapted.fn) if adapted.rebindable else ())
+    static: set[int] = set(_as_tuple(out.get("static_argnums")))
+    for option, nums_key in (("static_argnames", "static_argnums"),
+                             ("donate_argnames", "donate_argnums")):
+        wanted = _as_tuple(out.pop(option, ()))
+        if not wanted:
+            continue
+        flag = "--static" if option.startswith("static") else "--donate"
+        nums, kept = list(_as_tuple(out.get(nums_key))), []
+        for name in wanted:
+            if adapted.rebindable and (name in own or name in keyword_ok):
+                kept.append(name)  # the user's own function: jax.jit takes the name itself
+            elif name in names:
+                nums.append(names.index(name))
+            else:
+                legal = ", ".join([*names, *sorted(keyword_ok - set(names))]) or "(none)"
+                raise CaptureError(
+                    f"{flag} {name}: `{adapted.name}` has no argument named `{name}`",
+                    code="NBC114",
+                    hint=f"arguments are: {legal}",
+                )
+        if kept:
+            out[option] = tuple(kept)
+        if nums:
+            out[nums_key] = tuple(sorted(set(nums)))
+        if option == "static_argnames":
+            static |= set(nums) | {own.index(n) for n in kept if n in own}
+    return out, static
+
+
+def _keyword_names(fn: Any) -> list[str]:
+    try:
+        params = inspect.signature(_unwrapped(fn)).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, int | str) else tuple(value)
+
+
+def _grad_argnums(adapted: Adapted, request: CompileRequest) -> tuple[int, ...] | None:
+    if request.grad is None:
+        return None
+    argnums = request.grad
+    if request.grad_is_default and adapted.params_argnums:
+        argnums = tuple(adapted.params_argnums)
+    bad = [a for a in argnums if not -len(adapted.args) <= a < len(adapted.args)]
+    if bad:
+        raise CaptureError(
+            f"--grad {bad[0]}: `{adapted.name}` is called with {len(adapted.args)} arguments",
+            code="NBC114",
+            hint="give argument positions, e.g. --grad 0 (" + ", ".join(
+                f"{i}={n}" for i, n in enumerate(adapted.arg_names)) + ")",
+        )
+    return argnums
+
+
+def _resolve(request: CompileRequest, adapted: Adapted) -> Target:
+    mesh = request.mesh
+    if mesh is None and not request.shard:
+        backend_here = request.backend in (None, jax.default_backend())
+        if not (backend_here and request.topology is None and request.gpu is None):
+            mesh = infer_mesh((adapted.args, adapted.kwargs))  # keep the args' own shardings
+    return resolve_target(backend=request.backend, topology=request.topology,
+                          gpu=request.gpu, mesh=mesh)
+
+
+def build_program(
+    adapted: Adapted,
+    request: CompileRequest,
+    *,
+    source: SourceInfo,
+    name: str | None = None,
+    progress: Progress | None = None,
+) -> Program:
+    """Compile ``adapted`` as ``request`` says (see the module docstring)."""
+    __tracebackhide__ = True
+    _check_kind(adapted)
+    jit_kwargs, static = _jit_options(adapted, request.jit_kwargs)
+    argnums = _grad_argnums(adapted, request)
+    target = _resolve(request, adapted)
+    specs = parse_shard_specs(request.shard, target.mesh.axis_names if target.mesh else None)
+    names = list(adapted.arg_names)
+    static_names = set(_as_tuple(jit_kwargs.get("static_argnames")))
+    placement = place_args(adapted.args, adapted.kwargs, target, names=names, static=static,
+                           static_names=static_names, specs=specs)
+    label = name or adapted.name
+    common = {"source": source, "arg_names": names,
+              "compiler_options": request.compiler_options or None}
+    stages = run_stages(make_jitted(adapted.fn, jit_kwargs=jit_kwargs), placement, target,
+                        progress=progress, **common)
+    grad = None
+    if argnums is not None:
+        say = (lambda m: progress(f"{m} (gradient)")) if progress else None
+        gstages = run_stages(
+            make_jitted(adapted.fn, grad_argnums=argnums, jit_kwargs=jit_kwargs),
+            replace(placement, per_device_shapes=dict(placement.per_device_shapes)), target,
+            progress=say, **common,
+        )
+        grad = Program(stages=gstages, request=request, name=f"value_and_grad({label})",
+                       source=source, fn=adapted.fn, grad_argnums=argnums,
+                       is_value_and_grad=True)
+    return Program(stages=stages, request=request, name=label, source=source, fn=adapted.fn,
+                   grad=grad, grad_argnums=argnums)
