@@ -1,0 +1,281 @@
+"""The profile's data: :class:`Profile` (one call's time per kernel, line and module) and its
+:class:`KernelTime` rows, plus the pure helpers that build them (medians, roofline, per-line
+spread). Measuring is in :mod:`.profile`, the deviceless estimate in :mod:`._estimate`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+
+from ..units import format_bytes, format_seconds
+from ._kernels import KernelInfo, location_json, location_label
+from ._peaks import Peaks
+
+__all__ = ["KernelTime", "Profile", "dtype_of", "make_row", "median", "place_on_roof", "quartiles",
+           "spread"]
+
+
+@dataclass
+class KernelTime:
+    """One kernel's row. ``seconds``: median wall-clock time per call given to it (instants
+    shared with concurrently running kernels are split evenly); ``busy_seconds``: median time
+    it was running (its own span; the achieved rates use it); ``count``: executions per call;
+    ``flops`` / ``bytes``: XLA's figures per call; ``roof_fraction``: achieved FLOP/s over the
+    roof at this kernel's intensity (bytes/s over peak for a kernel with no flops)."""
+
+    name: str
+    opcode: str
+    seconds: float
+    share: float
+    busy_seconds: float | None
+    count: float
+    q25: float | None = None
+    q75: float | None = None
+    flops: float | None = None
+    bytes: float | None = None
+    cost_source: str | None = None
+    intensity: float | None = None
+    achieved_flops_per_s: float | None = None
+    achieved_bytes_per_s: float | None = None
+    bound: str | None = None
+    roof_fraction: float | None = None
+    lines: list[Any] = field(default_factory=list)
+    cell_lines: list[int] = field(default_factory=list)
+    modules: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["lines"] = [location_json(loc) for loc in self.lines]
+        out["cell_lines"] = list(self.cell_lines)
+        out["modules"] = list(self.modules)
+        return out
+
+
+@dataclass
+class Profile:
+    """Measured (or estimated) time of one call, per kernel / location / module.
+
+    ``step_seconds``: median wall-clock time of one call. Per call it splits into time on named
+    kernels (``kernel_seconds``), ``unattributed_seconds`` (execution between kernels: thread
+    hand-offs, executor bookkeeping) and ``dispatch_seconds`` (outside execution: the Python
+    call, argument handling, waiting for the result). ``coverage``: median fraction of
+    execution time on named kernels. ``by_line`` is keyed like ``Fusion.locations``.
+    """
+
+    source: str
+    step_seconds: float
+    kernels: list[KernelTime]
+    by_line: dict[Any, float]
+    by_cell_line: dict[int, float]
+    by_module: dict[str, float]
+    coverage: float | None
+    peaks: Peaks | None
+    calls: int = 0
+    warmup: int = 0
+    step_q25: float | None = None
+    step_q75: float | None = None
+    execution_seconds: float | None = None
+    unattributed_seconds: float | None = None
+    dispatch_seconds: float | None = None
+    overlap_seconds: float | None = None
+    kernel_mean_seconds: float | None = None
+    no_line_seconds: float = 0.0
+    where: str = ""
+    method: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def kernel_seconds(self) -> float:
+        """Sum of the per-kernel medians."""
+        return sum(k.seconds for k in self.kernels)
+
+    @property
+    def gap(self) -> str | None:
+        """Why the per-kernel medians do not add up to the call (None within 15 %)."""
+        if self.step_seconds <= 0 or self.source != "measured":
+            return None
+        missing = self.step_seconds - self.kernel_seconds
+        if abs(missing) <= 0.15 * self.step_seconds:
+            return None
+        parts = []
+        if self.dispatch_seconds:
+            parts.append(f"{format_seconds(self.dispatch_seconds)} outside execution (Python "
+                         "call, argument handling, waiting for the result)")  # fmt: skip
+        if self.unattributed_seconds:
+            parts.append(f"{format_seconds(self.unattributed_seconds)} inside execution between "
+                         "kernels (thread hand-offs, executor bookkeeping)")  # fmt: skip
+        mean = self.kernel_mean_seconds
+        if mean is not None and mean - self.kernel_seconds > 0.02 * self.step_seconds:
+            parts.append(f"per-kernel medians leave out slow calls (other processes, thread "
+                         f"wake-ups): the kernels' means add up to {format_seconds(mean)}")  # fmt: skip
+        return (f"the kernels' medians add up to {format_seconds(self.kernel_seconds)} of a "
+                f"{format_seconds(self.step_seconds)} call: " + "; ".join(parts or ["noise"]))
+
+    def kernel(self, name: str) -> KernelTime:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(f"no kernel {name!r} in this profile")
+
+    def to_json(self) -> dict[str, Any]:
+        cost = "XLA" if self.source == "measured" else "XLA cost model"
+        return {
+            "source": self.source, "method": self.method, "where": self.where,
+            "calls": self.calls, "warmup": self.warmup,
+            "step_seconds": self.step_seconds, "step_q25": self.step_q25,
+            "step_q75": self.step_q75, "kernel_seconds": self.kernel_seconds,
+            "execution_seconds": self.execution_seconds,
+            "unattributed_seconds": self.unattributed_seconds,
+            "dispatch_seconds": self.dispatch_seconds, "overlap_seconds": self.overlap_seconds,
+            "kernel_mean_seconds": self.kernel_mean_seconds,
+            "no_line_seconds": self.no_line_seconds, "coverage": self.coverage, "gap": self.gap,
+            "kernels": [k.to_json() for k in self.kernels],
+            "by_line": [{"location": location_json(loc), "label": location_label(loc),
+                         "seconds": s, "share": s / self.step_seconds if self.step_seconds else None}
+                        for loc, s in sorted(self.by_line.items(), key=lambda kv: -kv[1])],
+            "by_cell_line": {str(k): v for k, v in sorted(self.by_cell_line.items())},
+            "by_module": dict(sorted(self.by_module.items(), key=lambda kv: -kv[1])),
+            "peaks": self.peaks.to_json() if self.peaks else None,
+            "sources": {  # where each figure comes from
+                "seconds": self.source, "flops": cost, "bytes": cost,
+                "achieved": self.source if self.source == "measured" else None,
+                "bound": f"{cost} intensity vs peaks",
+                "peaks": {"flops_per_s": self.peaks.flops_per_s.source,
+                          "bytes_per_s": self.peaks.bytes_per_s.source} if self.peaks else None,
+            },
+            "notes": list(self.notes),
+        }  # fmt: skip
+
+    def text(self, top: int = 10) -> str:
+        if self.source == "measured":
+            head = (f"measured over {self.calls} calls ({self.where}): "
+                    f"{format_seconds(self.step_seconds)} per call")  # fmt: skip
+            if self.step_q25 is not None and self.step_q75 is not None:
+                head += f" (IQR {format_seconds(self.step_q25)}–{format_seconds(self.step_q75)})"
+            if self.coverage is not None:
+                head += f"; {self.coverage:.1%} of execution on {len(self.kernels)} kernels"
+        else:
+            head = f"estimate ({self.method}): {format_seconds(self.step_seconds)} per call"
+        rows = [head, f"  {'time':>9} {'share':>6}  {'bound':<7} {'roof':>5}  kernel  (lines)"]
+        for k in self.kernels[:top]:
+            roof = f"{k.roof_fraction:.0%}" if k.roof_fraction is not None else "—"
+            rows.append(f"  {format_seconds(k.seconds):>9} {k.share:>6.1%}  {k.bound or '—':<7}"
+                        f" {roof:>5}  {k.name}  ({_lines_label(k)})")  # fmt: skip
+        if len(self.kernels) > top:
+            rest = sum(k.seconds for k in self.kernels[top:])
+            rows.append(f"  {format_seconds(rest):>9} … {len(self.kernels) - top} more kernels")
+        if self.source == "measured":
+            rows.append(f"  unattributed {format_seconds(self.unattributed_seconds)} (between "
+                        f"kernels), dispatch {format_seconds(self.dispatch_seconds)}")  # fmt: skip
+        if self.gap:
+            rows.append(f"  gap: {self.gap}")
+        if self.peaks:
+            p = self.peaks
+            rows.append(f"roofline: {p.device}: {format_flops(p.flops_per_s.value)} "
+                        f"({p.flops_per_s.source}), {format_bytes(p.bytes_per_s.value)}/s "
+                        f"({p.bytes_per_s.source})")  # fmt: skip
+        rows += [f"note: {n}" for n in self.notes]
+        return "\n".join(rows)
+
+
+def format_flops(rate: float) -> str:
+    """``106 GFLOP/s``."""
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if rate >= scale:
+            return f"{rate / scale:.3g} {unit}FLOP/s"
+    return f"{rate:.3g} FLOP/s"
+
+
+def _lines_label(k: KernelTime) -> str:
+    if any(hasattr(loc, "label") for loc in k.lines):  # Location objects name cell or file
+        return ", ".join(location_label(loc) for loc in k.lines[:3])
+    if k.cell_lines:
+        return "line " + ", ".join(str(n) for n in k.cell_lines[:4])
+    if k.lines:
+        return ", ".join(location_label(loc) for loc in k.lines[:3])
+    return "no line"
+
+
+# --- helpers -------------------------------------------------------------------------------
+def median(values: Iterable[float]) -> float:
+    vals = list(values)
+    return statistics.median(vals) if vals else 0.0
+
+
+def quartiles(values: list[float]) -> tuple[float | None, float | None]:
+    if len(values) < 2:
+        return (values[0], values[0]) if values else (None, None)
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def dtype_of(c: Any) -> str:
+    """The floating dtype holding most of the arguments' bytes (picks the GPU peak)."""
+    weight: dict[str, int] = {}
+    for leaf in jax.tree.leaves(c.args):
+        dtype, size = getattr(leaf, "dtype", None), getattr(leaf, "size", None)
+        if dtype is not None and size is not None and "float" in str(dtype):
+            name = "bf16" if str(dtype) in ("bfloat16", "float16") else "f32"
+            weight[name] = weight.get(name, 0) + int(size) * getattr(dtype, "itemsize", 4)
+    return max(weight, key=weight.get) if weight else "f32"
+
+
+def place_on_roof(row: KernelTime, peaks: Peaks | None, measured: bool) -> None:
+    f, b = row.flops, row.bytes
+    if f is None or b is None or (f == 0 and b == 0):
+        return
+    row.intensity = f / b if b else None
+    if measured and row.busy_seconds:
+        row.achieved_flops_per_s = f / row.busy_seconds
+        row.achieved_bytes_per_s = b / row.busy_seconds
+    if peaks is None:
+        return
+    row.bound = "compute" if row.intensity is None or row.intensity >= peaks.ridge else "memory"
+    if row.achieved_flops_per_s is None:
+        return
+    if f > 0 and row.intensity is not None:
+        row.roof_fraction = row.achieved_flops_per_s / peaks.roof(row.intensity)
+    elif row.achieved_bytes_per_s is not None:
+        row.roof_fraction = row.achieved_bytes_per_s / peaks.bytes_per_s.value
+
+
+def spread(rows: list[KernelTime], infos: dict[str, KernelInfo], step: float) -> tuple:
+    by_line: dict[Any, float] = {}
+    by_cell: dict[int, float] = {}
+    by_module: dict[str, float] = {}
+    no_line = 0.0
+    for row in rows:
+        info = infos[row.name]
+        if info.locations:
+            for loc in info.locations:  # several lines share the kernel's time evenly
+                by_line[loc] = by_line.get(loc, 0.0) + row.seconds / len(info.locations)
+        else:
+            no_line += row.seconds
+        for line in info.cell_lines:
+            by_cell[line] = by_cell.get(line, 0.0) + row.seconds / len(info.cell_lines)
+        for mod in info.modules:
+            by_module[mod] = by_module.get(mod, 0.0) + row.seconds / len(info.modules)
+    return by_line, by_cell, by_module, no_line
+
+
+def make_row(info: KernelInfo, seconds: list[float], busy: list[float], counts: list[int],
+         step: float) -> KernelTime:  # fmt: skip
+    med = median(seconds)
+    count = median(counts)
+    q25, q75 = quartiles(seconds)
+    scale = count if count else 1.0
+    return KernelTime(
+        name=info.name, opcode=info.opcode, seconds=med, share=med / step if step else 0.0,
+        busy_seconds=median(busy) if busy else None, count=count, q25=q25, q75=q75,
+        flops=info.flops * scale if info.flops is not None else None,
+        bytes=info.bytes * scale if info.bytes is not None else None,
+        cost_source=info.cost_source, lines=list(info.locations),
+        cell_lines=list(info.cell_lines), modules=list(info.modules),
+    )  # fmt: skip
+
+

@@ -1,0 +1,236 @@
+"""Run a program under JAX's profiler and read back one record per call: kernel spans by name.
+
+Facts this relies on (JAX/jaxlib 0.10.2, docs/profile.md has the details):
+
+* ``jax.profiler.start_trace(dir)`` / ``stop_trace()`` write ``<dir>/plugins/profile/<run>/
+  <host>.xplane.pb``; :class:`jax.profiler.ProfileData` reads it (no TensorBoard, no xprof).
+* XLA:CPU records, on the plane ``/host:CPU``, one event per kernel execution named after the
+  HLO instruction (``ynn_fusion.6``, ``wrapped_tanh``, ``dot.81``, ``while.6``) with the stats
+  ``hlo_op``, ``hlo_module`` and ``run_id`` (one id per call), on the client's and the Eigen
+  pool's thread lines. An asynchronous kernel (a dot handed to the thread pool) returns early;
+  its completion is a later ``end: <name>`` event, so a kernel runs from its event's start to
+  the end of its ``end:`` marker. ``ThunkExecutor::Execute*`` events cover the executor's work.
+* On GPU/TPU the kernels are on ``/device:...`` planes; the event name is the device kernel's
+  name and the stats ``hlo_op`` / ``hlo_module`` name the HLO instruction and module.
+
+Each call is wrapped in a :class:`jax.profiler.TraceAnnotation` named :data:`MARKER` (its
+wall-clock window); kernel spans are grouped per call by ``run_id`` where the profiler gives one,
+else by the window they start in.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from ..errors import TargetError
+from ._timeline import Span
+
+__all__ = ["MARKER", "CallRecord", "Trace", "capture", "extract"]
+
+MARKER = "nbcompile.profile call"
+_EXECUTOR = "ThunkExecutor::Execute"
+_END = "end: "
+
+
+@dataclass
+class CallRecord:
+    """One traced call: its wall-clock window, kernel spans and executor spans (ns)."""
+
+    start: int
+    end: int
+    spans: list[Span] = field(default_factory=list)
+    busy: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def wall(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class Trace:
+    """What the profiler saw: per-call records and where the kernel events were found."""
+
+    calls: list[CallRecord]
+    where: str  # "host threads" (XLA:CPU) or the device plane names
+    outside: int = 0  # kernel spans that fell in no call window
+    other_modules: int = 0  # kernel-named events of another program (filtered out)
+
+
+def _stats(event: Any) -> dict[str, Any]:
+    return {k: v for k, v in event.stats if k is not None}
+
+
+def extract(space: Any, names: set[str], module: str | None) -> Trace:
+    """Group the kernel events of ``space`` (a ProfileData) by call.
+
+    ``names``: the HLO instruction names of the program's kernels; ``module``: its HLO module
+    name (events of other modules are ignored).
+    """
+    windows: list[tuple[int, int]] = []
+    host: list[tuple[Span, Any]] = []
+    device: list[tuple[Span, Any]] = []
+    busy: list[tuple[int, int]] = []
+    device_busy: list[tuple[int, int]] = []
+    ends: dict[str, list[int]] = collections.defaultdict(list)
+    other_modules = 0
+    device_planes = []
+    for plane in space.planes:
+        on_device = plane.name.startswith("/device:")
+        if not on_device and not plane.name.startswith("/host:"):
+            continue
+        for line in plane.lines:
+            for ev in line.events:
+                name = ev.name
+                if name == MARKER:
+                    windows.append((ev.start_ns, ev.end_ns))
+                    continue
+                if on_device:
+                    stats = _stats(ev)
+                    name = str(stats.get("hlo_op") or name)
+                    if name not in names:  # copies, library kernels of no known op: still busy
+                        device_busy.append((ev.start_ns, ev.end_ns))
+                        continue
+                elif name in names:
+                    stats = _stats(ev)
+                elif name.startswith(_END):
+                    ends[name[len(_END):]].append(ev.end_ns)
+                    continue
+                elif name.startswith(_EXECUTOR):
+                    busy.append((ev.start_ns, ev.end_ns))
+                    continue
+                else:
+                    continue
+                if module and stats.get("hlo_module") not in (None, module):
+                    other_modules += 1
+                    continue
+                span = Span(name, ev.start_ns, ev.end_ns, f"{plane.name}/{line.name}")
+                (device if on_device else host).append((span, stats.get("run_id")))
+                if on_device and plane.name not in device_planes:
+                    device_planes.append(plane.name)
+    # Device events are the kernels themselves; host events of the same names (launches) are not.
+    chosen = device or host
+    if not device:
+        chosen = _close_async(chosen, ends)
+    calls, outside = _group(windows, chosen, device_busy if device else busy)
+    return Trace(
+        calls=calls,
+        where=", ".join(device_planes) if device else "host threads",
+        outside=outside,
+        other_modules=other_modules,
+    )
+
+
+def _close_async(spans: list[tuple[Span, Any]], ends: dict[str, list[int]]) -> list:
+    """Extend each span to its ``end: <name>`` marker (the first at or after its start), but
+    never past the next kernel its own thread starts: an asynchronous kernel's work goes on in
+    the pool while its thread waits, but the executor also writes markers late when the thread
+    went straight on to the next kernel (seen on a busy machine), and a thread running another
+    kernel is not running this one."""
+    starts: dict[str, list[int]] = collections.defaultdict(list)
+    by_name: dict[str, list[int]] = collections.defaultdict(list)
+    for i, (span, _) in enumerate(spans):
+        by_name[span.name].append(i)
+        starts[span.thread].append(span.start)
+    for values in starts.values():
+        values.sort()
+    out = list(spans)
+    for name, idxs in by_name.items():
+        marks = sorted(ends.get(name, ()))
+        if not marks:
+            continue
+        k = 0
+        for i in sorted(idxs, key=lambda j: spans[j][0].start):
+            span, run = spans[i]
+            while k < len(marks) and marks[k] < span.start:
+                k += 1
+            if k == len(marks):
+                break
+            mark, k = marks[k], k + 1
+            following = starts[span.thread]
+            nxt = bisect.bisect_right(following, span.start)
+            limit = following[nxt] if nxt < len(following) else mark
+            end = min(mark, limit)
+            if end > span.end:
+                out[i] = (Span(span.name, span.start, end, span.thread), run)
+    return out
+
+
+def _group(windows: list[tuple[int, int]], spans: list[tuple[Span, Any]],
+           busy: list[tuple[int, int]]) -> tuple[list[CallRecord], int]:  # fmt: skip
+    """Calls in time order, and how many kernel spans fell in no call."""
+    calls = [CallRecord(s, e) for s, e in sorted(windows)]
+    if not calls:
+        return calls, len(spans)
+    starts = [c.start for c in calls]
+
+    def window_of(t: int) -> int | None:
+        # the last window starting at or before t, if t is inside it
+        lo, hi = 0, len(starts)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if starts[mid] <= t:
+                lo = mid + 1
+            else:
+                hi = mid
+        i = lo - 1
+        return i if i >= 0 and t < calls[i].end else None
+
+    # run_id, where given, names the call; its window is where most of its spans start
+    by_run: dict[Any, list[Span]] = collections.defaultdict(list)
+    for span, run in spans:
+        by_run[run].append(span)
+    outside = 0
+    for run, group in by_run.items():
+        if run is None:
+            for span in group:
+                i = window_of(span.start)
+                if i is None:
+                    outside += 1
+                else:
+                    calls[i].spans.append(span)
+            continue
+        votes = collections.Counter(window_of(s.start) for s in group)
+        votes.pop(None, None)
+        if votes:
+            calls[votes.most_common(1)[0][0]].spans.extend(group)
+        else:
+            outside += len(group)
+    for start, end in busy:
+        i = window_of(start)
+        if i is not None:
+            calls[i].busy.append((start, end))
+    return calls, outside
+
+
+def capture(call: Callable[[], None], calls: int, names: set[str], module: str | None) -> Trace:
+    """Run ``call`` (which blocks until the result is ready) ``calls`` times under the profiler."""
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0  # Python frames are not needed and slow every call down
+    options.enable_hlo_proto = False  # the HLO is known already
+    with tempfile.TemporaryDirectory(prefix="nbcompile-profile-") as tmp:
+        try:
+            jax.profiler.start_trace(tmp, profiler_options=options)
+        except RuntimeError as err:  # documented: a trace is already running
+            raise TargetError(
+                "cannot profile: JAX's profiler is already tracing in this process",
+                hint="stop the running jax.profiler trace (jax.profiler.stop_trace()) and retry",
+            ) from err
+        try:
+            for _ in range(calls):
+                with jax.profiler.TraceAnnotation(MARKER):
+                    call()
+        finally:
+            jax.profiler.stop_trace()
+        files = sorted(Path(tmp).glob("plugins/profile/*/*.xplane.pb"))
+        if not files:
+            raise TargetError("the profiler wrote no trace", hint="check the JAX installation")
+        space = jax.profiler.ProfileData.from_file(str(files[-1]))
+        return extract(space, names, module)

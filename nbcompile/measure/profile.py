@@ -1,0 +1,202 @@
+"""``profile(c, calls=20)``: where the time of one call goes — per kernel, per line, per module.
+
+Runs the compiled program ``calls`` times on its example arguments under JAX's profiler (after
+warm-up calls, which are excluded), reads each kernel's execution from the trace
+(:mod:`._xplane`), gives every instant of a call to the kernels running then (:mod:`._timeline`)
+and maps each kernel to its fusion's source locations and module paths (:mod:`._kernels`).
+Figures are medians over the calls, with the spread. A roofline puts each kernel's achieved
+FLOP/s and bytes/s against the machine's peaks (:mod:`._peaks`): measured on a CPU, from the
+datasheet on a GPU/TPU.
+
+A program compiled for hardware that is not here (deviceless TPU topologies, GPU targets) cannot
+run: the same table is then an **estimate** from XLA's cost model and the datasheet peaks.
+
+    from nbcompile.measure import profile
+    p = profile(nbcompile.compile(fn, *args), calls=20)
+    p.step_seconds, p.kernels[0].name, p.by_line, p.coverage, p.text()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from ..errors import TargetError
+from ._delta import ProfileDelta, profile_delta
+from ._estimate import estimate
+from ._kernels import CONTAINERS, kernels_of, module_name
+from ._peaks import Peaks, cpu_peaks, spec_peaks
+from ._result import (
+    KernelTime,
+    Profile,
+    dtype_of,
+    make_row,
+    median,
+    place_on_roof,
+    quartiles,
+    spread,
+)
+from ._timeline import attribute, union_ns
+from ._xplane import CallRecord, capture
+
+__all__ = ["KernelTime", "Profile", "ProfileDelta", "profile", "profile_delta"]
+
+
+# --- measuring -----------------------------------------------------------------------------
+def _per_call(record: CallRecord, containers: frozenset[str]) -> dict[str, Any]:
+    spans = record.spans
+    shares = attribute(spans, containers)
+    own: dict[str, list[tuple[int, int]]] = {}
+    counts: dict[str, int] = {}
+    for s in spans:
+        own.setdefault(s.name, []).append((s.start, s.end))
+        counts[s.name] = counts.get(s.name, 0) + 1
+    kernel_union = union_ns((s.start, s.end) for s in spans)
+    # An executor event can outlast the call (a pool thread recording its end late, after the
+    # result was handed back): execution is over when the call's last kernel finishes.
+    last = max(s.end for s in spans)
+    clipped = [(max(a, record.start), min(b, last)) for a, b in record.busy if a < last]
+    busy = union_ns([*clipped, *((s.start, s.end) for s in spans)])
+    own_busy = {n: union_ns(iv) for n, iv in own.items()}
+    work = [n for n in own_busy if n not in containers]
+    return {"wall": record.wall, "busy": busy, "kernel_union": kernel_union,
+            "shares": shares, "own": own_busy, "counts": counts,
+            "overlap": sum(own_busy[n] for n in work) - kernel_union}  # fmt: skip
+
+
+def _donates(c: Any) -> bool:
+    """Whether the program consumes (donates) any argument buffer: ``Lowered.args_info``."""
+    info = getattr(c.lowered, "args_info", None)
+    leaves = jax.tree.leaves(info, is_leaf=lambda x: hasattr(x, "donated"))
+    return any(getattr(leaf, "donated", False) for leaf in leaves)
+
+
+def _call_once(c: Any) -> Any:
+    fn, args = c.fn, tuple(c.args)
+    kwargs = dict(getattr(c, "kwargs", None) or {})
+    donates = _donates(c)
+
+    def call() -> None:
+        a = jax.tree.map(lambda x: x.copy() if isinstance(x, jax.Array) else x, args) \
+            if donates else args  # donated buffers are consumed: each call gets fresh copies
+        jax.block_until_ready(fn(*a, **kwargs))
+
+    return call
+
+
+def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
+    infos = kernels_of(c)
+    call = _call_once(c)
+    for _ in range(warmup):
+        call()
+    containers = frozenset(n for n, i in infos.items() if i.opcode in CONTAINERS)
+    trace = capture(call, calls, set(infos), module_name(c.hlo))
+    per_call = [_per_call(r, containers) for r in trace.calls if r.spans]
+    notes: list[str] = []
+    if not per_call:
+        raise TargetError(
+            "the profiler recorded no kernel of this program",
+            hint="the JAX profiler may not support this backend; use --bench for call times",
+        )
+    if len(per_call) < len(trace.calls):
+        notes.append(f"{len(trace.calls) - len(per_call)} call(s) had no kernel events")
+    if trace.outside:
+        notes.append(f"{trace.outside} kernel event(s) fell outside every call window")
+    ns = 1e-9
+    walls = [p["wall"] * ns for p in per_call]
+    step = median(walls)
+    names = sorted({n for p in per_call for n in p["shares"]})
+    rows = []
+    for name in names:
+        seconds = [p["shares"].get(name, 0.0) * ns for p in per_call]
+        busy = [p["own"].get(name, 0) * ns for p in per_call]
+        counts = [p["counts"].get(name, 0) for p in per_call]
+        rows.append(make_row(infos[name], seconds, busy, counts, step))
+    peaks = None
+    if roofline:
+        peaks = _local_peaks(c, notes)
+    for row in rows:
+        place_on_roof(row, peaks, measured=True)
+    rows.sort(key=lambda r: -r.seconds)
+    by_line, by_cell, by_module, no_line = spread(rows, infos, step)
+    q25, q75 = quartiles(walls)
+    coverage = median(p["kernel_union"] / p["busy"] for p in per_call if p["busy"])
+    return Profile(
+        source="measured", step_seconds=step, kernels=rows, by_line=by_line,
+        by_cell_line=by_cell, by_module=by_module, coverage=coverage, peaks=peaks,
+        calls=len(per_call), warmup=warmup, step_q25=q25, step_q75=q75,
+        execution_seconds=median(p["busy"] * ns for p in per_call),
+        unattributed_seconds=median((p["busy"] - p["kernel_union"]) * ns for p in per_call),
+        dispatch_seconds=median(max(p["wall"] - p["busy"], 0) * ns for p in per_call),
+        overlap_seconds=median(p["overlap"] * ns for p in per_call), no_line_seconds=no_line,
+        kernel_mean_seconds=sum(sum(p["shares"].values()) for p in per_call) * ns / len(per_call),
+        where=trace.where, method="jax.profiler trace, kernel events by HLO name",
+        notes=notes,
+    )  # fmt: skip
+
+
+def _local_peaks(c: Any, notes: list[str]) -> Peaks | None:
+    platform = c.backend
+    if platform == "cpu":
+        return cpu_peaks()[0]
+    kind = jax.devices(platform)[0].device_kind
+    peaks = spec_peaks(platform, kind, dtype_of(c))
+    if peaks is None:
+        notes.append(f"no datasheet peaks for {kind!r}: no roofline")
+    return peaks
+
+
+# --- the public entry point ----------------------------------------------------------------
+def _present(c: Any) -> bool:
+    """Whether ``c``'s program can run here (not compiled deviceless for absent hardware)."""
+    target = getattr(c, "target", None)
+    present = getattr(target, "present", None)
+    if isinstance(present, bool):
+        return present
+    try:
+        return bool(jax.devices(c.backend))
+    except RuntimeError:  # documented: no such backend in this process
+        return False
+
+
+def _abstract(c: Any) -> list[int]:
+    """Positions of the example arguments that are shapes only (``jax.ShapeDtypeStruct``)."""
+    return [i for i, a in enumerate(c.args)
+            if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(a))]
+
+
+def profile(c: Any, calls: int = 20, *, warmup: int = 2, roofline: bool = True) -> Profile:
+    """Where the time of one call of ``c`` (a :class:`nbcompile.Compilation`) goes.
+
+    Calls the compiled program ``warmup`` times (not measured), then ``calls`` times under JAX's
+    profiler, and returns per-kernel / per-line / per-module medians (``source="measured"``).
+    For a program compiled for hardware that is not here the figures are an estimate from XLA's
+    cost model and datasheet peaks (``source="estimate"``). ``roofline=False`` skips the peaks
+    (on a CPU: the one-off calibration, about a second, cached per machine).
+
+    Raises :class:`nbcompile.errors.TargetError` when there is nothing to run or estimate:
+    no compiled program, or example arguments that are shapes only (``jax.ShapeDtypeStruct``).
+    """
+    if calls < 1 or warmup < 0:
+        raise ValueError(f"calls must be >= 1 and warmup >= 0 (got {calls}, {warmup})")
+    label = getattr(getattr(c, "target", None), "label", None) or c.backend
+    if c.compiled is None or c.hlo is None:
+        raise TargetError(
+            f"nothing to profile: no compiled program for {label} (lowered only)",
+            hint="install the backend's JAX plugin to compile for it, or profile on this machine",
+        )
+    if not _present(c):
+        return estimate(c, kernels_of(c), label)
+    abstract = _abstract(c)
+    if abstract:
+        names = [c.signature[i].split(":", 1)[0] for i in abstract] if getattr(
+            c, "signature", None) else [f"arg{i}" for i in abstract]  # fmt: skip
+        raise TargetError(
+            f"cannot profile: {', '.join(names)} "
+            f"{'is' if len(names) == 1 else 'are'} only a shape (jax.ShapeDtypeStruct), so "
+            "there is nothing to run",
+            hint="compile with real arrays as example arguments to measure time; shapes only "
+                 "suit compile-only planning (--memory, the compiled graph)",
+        )  # fmt: skip
+    return _measure(c, calls, warmup, roofline)
