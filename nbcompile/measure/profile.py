@@ -40,7 +40,7 @@ from ._result import (
 from ._timeline import attribute, union_ns
 from ._xplane import CallRecord, capture
 
-__all__ = ["KernelTime", "Profile", "ProfileDelta", "profile", "profile_delta"]
+__all__ = ["KernelTime", "Profile", "ProfileDelta", "calibrate", "profile", "profile_delta"]
 
 
 # --- measuring -----------------------------------------------------------------------------
@@ -73,7 +73,9 @@ def _donates(c: Any) -> bool:
 
 
 def _call_once(c: Any) -> Any:
-    fn, args = c.fn, tuple(c.args)
+    # the Compiled object itself: c.fn (the jax.jit object) would run jit's own compile, which
+    # lacks any compiler_options this program was compiled with (e.g. an ablation variant)
+    fn, args = c.compiled, tuple(c.args)
     kwargs = dict(getattr(c, "kwargs", None) or {})
     donates = _donates(c)
 
@@ -118,6 +120,11 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         peaks = _local_peaks(c, notes)
     for row in rows:
         place_on_roof(row, peaks, measured=True)
+    above = [r.name for r in rows if r.roof_fraction is not None and r.roof_fraction > 1.1]
+    if above and peaks is not None and peaks.flops_per_s.source == "measured":
+        notes.append(f"{len(above)} kernel(s) ran above the calibrated peaks ({above[0]}, ...): "
+                     "the peaks were measured on a busy machine; re-measure with "
+                     "nbcompile.measure.calibrate(refresh=True)")  # fmt: skip
     rows.sort(key=lambda r: -r.seconds)
     by_line, by_cell, by_module, no_line = spread(rows, infos, step)
     q25, q75 = quartiles(walls)
@@ -200,3 +207,9 @@ def profile(c: Any, calls: int = 20, *, warmup: int = 2, roofline: bool = True) 
                  "suit compile-only planning (--memory, the compiled graph)",
         )  # fmt: skip
     return _measure(c, calls, warmup, roofline)
+
+
+def calibrate(refresh: bool = False) -> Peaks:
+    """This CPU's roofline peaks: measured once per machine (about a second) and cached under
+    the user cache folder; ``refresh=True`` measures again (e.g. after a busy first run)."""
+    return cpu_peaks(refresh=refresh)[0]
