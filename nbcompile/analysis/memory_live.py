@@ -1,0 +1,429 @@
+"""Buffer live ranges over XLA's schedule of an optimised module (pure: HLO text in, data out).
+
+The optimised module of a compiled executable is *scheduled* (``is_scheduled=true``): its ENTRY
+computation lists instructions in the order they run. This module follows XLA's own liveness
+rules (``HloDataflowAnalysis`` / ``HloLiveRange``) on that order:
+
+* every instruction defines a value for each array in its result, except ops that only forward
+  a value: ``bitcast``, ``get-tuple-element``, ``tuple`` elements, ``opt-barrier``,
+  ``add-dependency``, ``copy-done`` (the copy-start destination), the ``*-done`` half of async
+  pairs, ``while`` (loop state is updated in place) and in-place ops (``dynamic-update-slice``,
+  fusions rooted in one, ``output_to_operand_aliasing``);
+* a value lives from the step that defines it to the last step that reads it (inclusive);
+  entry parameters from step 0, outputs to the end;
+* sizes are the *allocated* sizes: layouts with tiles (``{1,0:T(8,128)}`` on TPU) are padded as
+  XLA pads them, tuples cost their pointer table; memory spaces other than the default
+  (``S(1)``: TPU VMEM, ...) are kept apart from device memory.
+
+Loops, branches and calls are not flattened: their bodies' temporaries are added at the step of
+the ``while`` / ``conditional`` / ``call`` as the body's own peak (the values live at that peak).
+The tests compare every array value's range with XLA's ``*-live-range.txt`` dump.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .hlo import Computation, HloModule, Instruction
+
+__all__ = ["LiveValue", "Liveness", "array_bytes", "liveness", "memory_space", "split_tuple"]
+
+_ARRAY = re.compile(r"^([a-z][a-z0-9]*)\[([^\]]*)\](?:\{([^}]*)\})?$")
+_TILE = re.compile(r"\(([^()]*)\)")
+_SPACE = re.compile(r"S\((\d+)\)")
+_COMMENT = re.compile(r"/\*.*?\*/")
+_ALIAS_PAIR = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}")
+_BITS = {"pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16,
+         "s32": 32, "u32": 32, "s64": 64, "u64": 64, "f16": 16, "bf16": 16, "f32": 32, "f64": 64,
+         "c64": 64, "c128": 128, "token": 0, "tf32": 32}  # fmt: skip
+# Ops whose result is (a view of) an operand: no new device memory.
+_FORWARD = {"bitcast", "add-dependency", "domain", "opt-barrier", "all-reduce-done",
+            "async-update", "copy-done"}  # fmt: skip
+_CONTROL = ("while", "conditional", "call")
+POINTER_BYTES = 8
+
+
+def _dims(text: str) -> list[int]:
+    out = []
+    for d in text.split(","):
+        d = d.strip().lstrip("<=")
+        if d:
+            out.append(int(d) if d.isdigit() else 1)
+    return out
+
+
+def memory_space(shape: str) -> int:
+    """The memory space of an array shape's layout (``S(1)``), 0 (device memory) if none."""
+    brace = shape.rfind("{")
+    m = _SPACE.search(shape, brace) if brace >= 0 else None
+    return int(m.group(1)) if m else 0
+
+
+def array_bytes(shape: str, padded: bool = True) -> int:
+    """Bytes of one array shape: allocated (padded to its layout's first tile, as XLA pads TPU
+    layouts) or, with ``padded=False``, elements times element size (XLA's ``ByteSizeOf``)."""
+    m = _ARRAY.match(shape.strip())
+    if m is None:
+        return 0
+    dtype, dims_text, layout = m.groups()
+    bits = _BITS.get(dtype, 8 if dtype.startswith(("f8", "f4")) else 32)
+    dims = _dims(dims_text)
+    if padded and layout and ":" in layout:
+        order_text, _, rest = layout.partition(":")
+        tiles = _TILE.findall(rest.split("S(")[0].split("E(")[0]) if "T(" in rest else []
+        if tiles:
+            order = [int(x) for x in order_text.split(",") if x.strip().isdigit()]
+            major_to_minor = [dims[i] for i in reversed(order)] if order else (dims or [1])
+            tile = [int(t) if t.strip().isdigit() else 1 for t in tiles[0].split(",")]
+            padded = list(major_to_minor) or [1]
+            while len(padded) < len(tile):
+                padded.insert(0, 1)
+            for k, t in enumerate(tile, start=len(padded) - len(tile)):
+                padded[k] = -(-padded[k] // t) * t
+            dims = padded
+    n = 1
+    for d in dims:
+        n *= d
+    return (n * bits + 7) // 8
+
+
+def split_tuple(shape: str) -> list[str] | None:
+    """The element shapes of a tuple shape text, or None for an array shape."""
+    shape = shape.strip()
+    if not shape.startswith("("):
+        return None
+    inner = _COMMENT.sub("", shape[1 : shape.rfind(")")])
+    parts, depth, last = [], 0, 0
+    for i, ch in enumerate(inner):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(inner[last:i].strip())
+            last = i + 1
+    if inner[last:].strip():
+        parts.append(inner[last:].strip())
+    return parts
+
+
+@dataclass(slots=True)
+class LiveValue:
+    """One value XLA allocates: defined by ``instruction`` at ``index`` (``()`` for an array
+    result, ``(1,)`` for element 1 of a tuple result), live over steps ``start..end``."""
+
+    instruction: str
+    index: tuple[int, ...]
+    shape: str
+    bytes: int
+    space: int
+    start: int
+    end: int
+    kind: str = "temporary"  # parameter | output | constant | temporary | table
+    users: list[str] = field(default_factory=list)
+    computation: str = ""
+    aliased_parameter: int | None = None  # an output written into a donated parameter
+    unpadded: int = 0  # XLA's ByteSizeOf(value shape): what its live-range dump prints
+    xla_moment_bytes: int = 0  # ByteSizeOf(defining instruction's shape): sizes its peak moment
+
+    @property
+    def label(self) -> str:
+        return self.instruction + "{" + ",".join(map(str, self.index)) + "}"
+
+
+# A value tree: a LiveValue (array) or (table, [children]) for a tuple.
+Tree = "LiveValue | tuple[LiveValue | None, list]"
+
+
+@dataclass
+class Liveness:
+    """Values of one computation over its schedule; ``nested[step]`` holds the values live at the
+    peak of the loop/branch/call bodies run at that step."""
+
+    computation: str
+    steps: list[Instruction]
+    values: list[LiveValue]
+    nested: dict[int, list[LiveValue]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _leaves(tree: object) -> list[LiveValue]:
+    if tree is None:
+        return []
+    if isinstance(tree, LiveValue):
+        return [tree]
+    table, children = tree  # type: ignore[misc]
+    out = [table] if table is not None else []
+    for child in children:
+        out.extend(_leaves(child))
+    return out
+
+
+def _element(tree: object, index: int) -> object:
+    if isinstance(tree, tuple) and 0 <= index < len(tree[1]):
+        return tree[1][index]
+    return tree  # malformed: keep the whole operand alive rather than lose it
+
+
+def _at(tree: object, path: tuple[int, ...]) -> object:
+    for i in path:
+        tree = _element(tree, i)
+    return tree
+
+
+def _index(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+
+
+class _Builder:
+    def __init__(self, module: HloModule, platform: str) -> None:
+        self.module = module
+        self.platform = platform
+
+    def allocated(self, size: int) -> int:
+        # TPU allocations are whole 512-byte granules (a padded f32[] scalar takes 512 bytes)
+        return -(-size // 512) * 512 if self.platform == "tpu" else size
+
+    def value(self, instr: Instruction, index: tuple[int, ...], shape: str, step: int,
+              kind: str) -> LiveValue:  # fmt: skip
+        elements = split_tuple(shape)
+        if elements is None:
+            size, unpadded, space = array_bytes(shape), array_bytes(shape, False), memory_space(shape)
+        else:
+            size = unpadded = POINTER_BYTES * len(elements)
+            space, kind = 0, "table"
+        whole = split_tuple(instr.shape)
+        moment = POINTER_BYTES * len(whole) if whole is not None else array_bytes(instr.shape, False)
+        return LiveValue(instr.name, index, shape, self.allocated(size), space, step, step, kind,
+                         computation=instr.computation, unpadded=unpadded,
+                         xla_moment_bytes=moment)  # fmt: skip
+
+    def new(self, instr: Instruction, shape: str, index: tuple[int, ...], step: int,
+            kind: str = "temporary") -> object:  # fmt: skip
+        elements = split_tuple(shape)
+        if elements is None:
+            return self.value(instr, index, shape, step, kind)
+        table = self.value(instr, index, shape, step, kind)
+        return (table, [self.new(instr, s, (*index, i), step, kind) for i, s in enumerate(elements)])
+
+    def in_place_operand(self, instr: Instruction) -> int | None:
+        """The operand a fusion rooted in dynamic-update-slice / scatter updates in place."""
+        if instr.opcode in ("dynamic-update-slice", "scatter"):
+            return 0
+        if instr.opcode != "fusion" or not instr.called:
+            return None
+        comp = self.module.computations.get(instr.called[0])
+        root = comp.root if comp is not None else None
+        if root is None or root.opcode not in ("dynamic-update-slice", "scatter"):
+            return None
+        by_name = {i.name: i for i in comp.instructions}
+        src = by_name.get(root.operands[0]) if root.operands else None
+        while src is not None and src.opcode == "bitcast" and src.operands:
+            src = by_name.get(src.operands[0])
+        if src is None or src.opcode != "parameter" or not (src.literal or "").isdigit():
+            return None
+        return int(src.literal)
+
+    def result(self, instr: Instruction, ops: list[object], step: int) -> object:
+        """The value tree of ``instr``'s result, defining new values where XLA does."""
+        code = instr.opcode
+        if code in _FORWARD or code == "while":
+            if code == "copy-done":
+                return _element(ops[0], 0) if ops else None
+            return ops[0] if ops else None
+        if code == "get-tuple-element":
+            return _element(ops[0], int(instr.attrs.get("index", "0"))) if ops else None
+        if code == "tuple":
+            return (self.value(instr, (), instr.shape, step, "table"), list(ops))
+        if code == "copy-start":  # (destination, source, context)
+            tree = self.new(instr, instr.shape, (), step)
+            if isinstance(tree, tuple) and len(tree[1]) > 1 and ops:
+                tree[1][1] = ops[0]
+            return tree
+        if code.endswith("-done") or code == "async-done":
+            return _element(ops[0], 1) if ops else None
+        if code.endswith("-start") or code in ("async-start", "send"):
+            tree = self.new(instr, instr.shape, (), step)
+            if isinstance(tree, tuple) and tree[1] and ops:
+                first = tree[1][0]  # the operands: a tuple of them (own pointer table) or one
+                tree[1][0] = (first[0], list(ops)) if isinstance(first, tuple) else ops[0]
+            return tree
+        tree = self.new(instr, instr.shape, (), step)
+        aliasing = instr.attrs.get("output_to_operand_aliasing") if "aliasing" in instr.tail else None
+        if aliasing:
+            for out_idx, operand, op_idx in _ALIAS_PAIR.findall(aliasing):
+                if int(operand) < len(ops):
+                    tree = _replace(tree, _index(out_idx), _at(ops[int(operand)], _index(op_idx)))
+        elif (k := self.in_place_operand(instr)) is not None and k < len(ops) \
+                and not isinstance(tree, tuple):
+            tree = ops[k]
+        return tree
+
+    def flatten(self, comp: Computation) -> list[tuple[Instruction, Instruction | None]]:
+        """The schedule with each async op's wrapped computation run just before its
+        ``async-start`` (as XLA's ``HloLiveRange::FlattenSchedule`` orders it)."""
+        out: list[tuple[Instruction, Instruction | None]] = []
+        for instr in comp.instructions:
+            if instr.opcode == "async-start":
+                for name in instr.called:
+                    wrapped = self.module.computations.get(name)
+                    out.extend((w, instr) for w in (wrapped.instructions if wrapped else []))
+            out.append((instr, None))
+        return out
+
+    def run(self, comp: Computation, entry: bool, io_alias: dict[tuple[int, ...], int]) -> Liveness:
+        order = self.flatten(comp)
+        steps = [instr for instr, _ in order]
+        end = len(steps)
+        trees: dict[str, object] = {}
+        values: list[LiveValue] = []
+        nested: dict[int, list[LiveValue]] = {}
+        live = Liveness(comp.name, steps, values, nested)
+        seen: set[int] = set()
+
+        def record(tree: object) -> None:
+            for v in _leaves(tree):
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    values.append(v)
+
+        wrapped_root: dict[str, object] = {}
+        for step, (instr, async_start) in enumerate(order):
+            if async_start is not None and instr.opcode == "parameter":
+                # a wrapped computation's parameter is the async-start's operand itself
+                k = int(instr.literal) if (instr.literal or "").isdigit() else 0
+                operand = async_start.operands[k] if k < len(async_start.operands) else None
+                tree = trees.get(operand) if operand else None
+                for v in _leaves(tree):
+                    v.end = max(v.end, step)
+                trees[instr.name] = tree
+                continue
+            ops = [trees.get(o) for o in instr.operands]
+            read = ops
+            if instr.opcode == "get-tuple-element" and ops and isinstance(ops[0], tuple):
+                # reads the tuple's pointer table and the one element it extracts
+                picked = _element(ops[0], int(instr.attrs.get("index", "0")))
+                read = [ops[0][0], picked]
+            for tree in read:
+                for v in _leaves(tree):
+                    v.end = max(v.end, step)
+                    v.users.append(instr.name)
+            if instr.opcode == "parameter":
+                kind = "parameter" if entry else "body-parameter"
+                tree = self.new(instr, instr.shape, (), 0 if entry else step, kind)
+            elif instr.opcode == "constant":
+                tree = self.new(instr, instr.shape, (), step, "constant")
+            else:
+                tree = self.result(instr, ops, step)
+            if async_start is not None and instr.is_root:
+                wrapped_root[async_start.name] = tree
+                for v in _leaves(tree):  # XLA starts an async result with its async-start
+                    v.start = step + 1
+            if instr.opcode == "async-start" and instr.name in wrapped_root \
+                    and isinstance(tree, tuple) and len(tree[1]) > 1:
+                tree[1][1] = wrapped_root[instr.name]  # the async result is the wrapped root
+            if tree is not None:
+                for v in _leaves(tree):  # a forwarded value is also read where it is forwarded
+                    v.end = max(v.end, step)
+            trees[instr.name] = tree
+            record(tree)
+            if instr.opcode in _CONTROL:
+                inner = self.nested_peak(instr)
+                if inner:
+                    nested[step] = inner
+        root = comp.root
+        if root is not None:
+            self.mark_outputs(trees.get(root.name), end, entry, io_alias)
+        for v in values:
+            if entry and v.kind == "parameter":
+                v.end = max(v.end, end)
+        return live
+
+    def mark_outputs(self, tree: object, end: int, entry: bool,
+                     io_alias: dict[tuple[int, ...], int], path: tuple[int, ...] = ()) -> None:  # fmt: skip
+        if tree is None:
+            return
+        if isinstance(tree, tuple):
+            table, children = tree
+            if table is not None:
+                table.end = max(table.end, end)
+                if entry and table.kind == "table":
+                    table.kind = "output"
+            for i, child in enumerate(children):
+                self.mark_outputs(child, end, entry, io_alias, (*path, i))
+            return
+        tree.end = max(tree.end, end)
+        if not entry:
+            tree.kind = "body-output"
+        elif tree.kind not in ("parameter", "constant"):
+            tree.kind = "output"
+            tree.aliased_parameter = io_alias.get(path)
+
+    def nested_peak(self, instr: Instruction) -> list[LiveValue]:
+        """Values live at the peak of the bodies ``instr`` runs (the largest of its bodies)."""
+        best: list[LiveValue] = []
+        best_bytes = -1
+        for name in instr.called:
+            comp = self.module.computations.get(name)
+            if comp is None:
+                continue
+            body = self.run(comp, entry=False, io_alias={})
+            for step_values in _peak_sets(body, space=0):
+                total = sum(v.bytes for v in step_values)
+                if total > best_bytes:
+                    best, best_bytes = step_values, total
+        return best
+
+
+def _replace(tree: object, path: tuple[int, ...], new: object) -> object:
+    if not path:
+        return new
+    if not isinstance(tree, tuple):
+        return tree
+    table, children = tree
+    children = list(children)
+    if path[0] < len(children):
+        children[path[0]] = _replace(children[path[0]], path[1:], new)
+    return (table, children)
+
+
+def _peak_sets(body: Liveness, space: int) -> list[list[LiveValue]]:
+    """The temporaries of a nested body live at its peak step (one candidate list)."""
+    own = [v for v in body.values if v.kind in ("temporary", "table") and v.space == space]
+    best: list[LiveValue] = []
+    best_bytes = -1
+    for step in range(len(body.steps)):
+        live = [v for v in own if v.start <= step <= v.end] + body.nested.get(step, [])
+        total = sum(v.bytes for v in live)
+        if total > best_bytes:
+            best, best_bytes = live, total
+    return [best]
+
+
+def input_output_alias(hlo_text: str) -> dict[tuple[int, ...], int]:
+    """Output index -> donated parameter number, from the module header's ``input_output_alias``."""
+    header = hlo_text[: hlo_text.find("\n")] if "\n" in hlo_text else hlo_text
+    start = header.find("input_output_alias={")
+    if start < 0:
+        return {}
+    depth, stop = 0, len(header)
+    for pos in range(start + len("input_output_alias="), len(header)):
+        depth += {"{": 1, "}": -1}.get(header[pos], 0)
+        if depth == 0:
+            stop = pos
+            break
+    block = header[start:stop]
+    return {_index(out): int(param) for out, param, _ in _ALIAS_PAIR.findall(block)}
+
+
+def liveness(module: HloModule, hlo_text: str = "", platform: str = "cpu") -> Liveness:
+    """Live ranges of the ENTRY computation's values over XLA's schedule."""
+    entry = module.entry_computation
+    if entry is None:
+        return Liveness("", [], [])
+    builder = _Builder(module, platform)
+    live = builder.run(entry, entry=True, io_alias=input_output_alias(hlo_text))
+    if "is_scheduled=true" not in hlo_text[:2000] and hlo_text:
+        live.notes.append("the module is not scheduled: the text order was used as the schedule")
+    return live

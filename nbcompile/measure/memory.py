@@ -1,0 +1,174 @@
+"""``memory_map(c)``: where the bytes of a compiled program go, and whether it fits its target.
+
+The map is read from the program XLA already compiled (its scheduled optimised HLO and
+``memory_analysis()``): no second compile on the usual path. Two cases compile again, with
+``xla_dump_to`` into a temporary folder, and read XLA's own dump files:
+
+* the program was not compiled because XLA:TPU refused it for lack of HBM
+  (``CompileTimeHbmOom``): XLA writes the scheduled module and its memory report before it gives
+  up, so the map of a program that does not fit is still drawn (``memory_map_of_lowered``);
+* a cross-check (``xla_memory_files``): XLA's live-range dump, memory-usage report and buffer
+  assignment, which the tests compare with the map. On XLA:CPU every dump also writes LLVM IR and
+  an object file per kernel (``xla_dump_emitter_re`` / ``xla_dump_hlo_pass_re`` do not stop it:
+  measured), which is why the usual path reads the compiled program instead.
+
+With ``--grad`` (``c.grad`` set) the map describes the ``value_and_grad`` program: that is the
+one that keeps the forward pass's residuals for the backward pass.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from ..analysis.cost import normalise_memory
+from ..analysis.hlo import parse_hlo
+from ..analysis.memory import MemoryMap, memory_map_from_hlo
+from ..analysis.memory_xla import (
+    XlaAllocation,
+    XlaLiveRange,
+    hbm_oom_figures,
+    parse_buffer_assignment,
+    parse_live_range,
+    parse_memory_usage_report,
+)
+from ..errors import CompileError, TargetError
+from ..targets._capacity import device_capacity
+
+__all__ = ["XlaMemoryFiles", "memory_map", "memory_map_of_lowered", "xla_memory_files"]
+
+
+@dataclass
+class XlaMemoryFiles:
+    """XLA's own memory dumps of one compile (see :mod:`nbcompile.analysis.memory_xla`)."""
+
+    hlo_text: str
+    live_range: XlaLiveRange | None
+    memory_usage: dict[int, int]
+    allocations: list[XlaAllocation]
+    error: str | None = None  # XLA's message when it refused the program (e.g. HBM OOM)
+
+
+def _devices(target: Any) -> int:
+    mesh = getattr(target, "mesh", None)
+    size = getattr(mesh, "size", None)
+    return int(size) if size else 1
+
+
+def _program(c: Any) -> tuple[Any, str]:
+    grad = getattr(c, "grad", None)
+    return (grad, "value_and_grad") if grad is not None else (c, "forward")
+
+
+def _dump(lowered: Any, folder: str) -> tuple[Any | None, str | None]:
+    """Compile ``lowered`` dumping into ``folder``; (compiled, None) or (None, XLA's message)
+    when XLA refused the program for lack of device memory."""
+    import jax
+
+    try:
+        return lowered.compile(compiler_options={"xla_dump_to": folder}), None
+    except jax.errors.JaxRuntimeError as err:
+        message = str(err)
+        if "RESOURCE_EXHAUSTED" not in message:
+            raise CompileError(f"XLA could not compile the program: {message.splitlines()[0]}",
+                               hint="see the chained XLA error") from err  # fmt: skip
+        return None, message
+
+
+def _read(path: str) -> str | None:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def xla_memory_files(lowered: Any) -> XlaMemoryFiles:
+    """Compile ``lowered`` once more with ``xla_dump_to`` and read XLA's memory dumps."""
+    with tempfile.TemporaryDirectory(prefix="nbcompile-memory-") as folder:
+        _compiled, error = _dump(lowered, folder)
+        # the program's own module is the largest (XLA:CPU also dumps small helper modules)
+        found = sorted(glob.glob(os.path.join(folder, "*after_optimizations.txt")),
+                       key=os.path.getsize, reverse=True)  # fmt: skip
+        if not found:
+            raise CompileError("XLA wrote no optimised module to read the memory map from",
+                               hint=(error or "").splitlines()[0] if error else None)  # fmt: skip
+        stem = found[0][: -len(".txt")]
+        hlo = _read(found[0]) or ""
+        live = _read(stem + "-live-range.txt")
+        usage = _read(stem + "-memory-usage-report.txt")
+        allocations = _read(stem + "-buffer-assignment.txt")
+    return XlaMemoryFiles(
+        hlo_text=hlo, live_range=parse_live_range(live) if live else None,
+        memory_usage=parse_memory_usage_report(usage) if usage else {},
+        allocations=parse_buffer_assignment(allocations) if allocations else [], error=error,
+    )  # fmt: skip
+
+
+def memory_map_of_lowered(
+    lowered: Any,
+    *,
+    target: Any = None,
+    source: Any = None,
+    program: str = "forward",
+    capacity: tuple[int | None, str | None, str | None] | None = None,
+) -> MemoryMap:
+    """The map of a lowered program, compiled here with XLA's dumps (see the module docstring):
+    works for a TPU program XLA refuses for lack of HBM (then ``fits`` is False)."""
+    files = xla_memory_files(lowered)
+    platform = getattr(target, "platform", None) or "cpu"
+    cap = capacity or device_capacity(target, platform)
+    allocated = files.memory_usage.get(0)
+    m = memory_map_from_hlo(files.hlo_text, source=source, platform=platform,
+                            xla_memory={}, capacity=cap, devices=_devices(target),
+                            program=program)  # fmt: skip
+    m.allocated_bytes = allocated
+    if files.error is not None:
+        figures = hbm_oom_figures(files.error)
+        m.xla["refused"] = True
+        if figures is not None:
+            m.xla["oom_required_bytes"], m.xla["oom_available_bytes"] = figures
+        m.notes.append("XLA refused to compile this program for the target: "
+                       + files.error.split("\n")[0].split(": ", 1)[-1])  # fmt: skip
+    return m
+
+
+def memory_map(c: Any, *, capacity: tuple[int | None, str | None, str | None] | None = None
+               ) -> MemoryMap:  # fmt: skip
+    """The :class:`~nbcompile.analysis.memory.MemoryMap` of compilation ``c`` (its
+    ``value_and_grad`` program with ``--grad``), per device, with the target's capacity.
+
+    ``capacity`` overrides ``(bytes, source, label)`` (e.g. to plan for a smaller budget).
+    Raises ``TargetError`` (NBC600) where nothing was compiled (StableHLO only).
+    """
+    prog, kind = _program(c)
+    target = getattr(c, "target", None)
+    platform = getattr(target, "platform", None) or getattr(c, "backend", "cpu")
+    if getattr(target, "lower_only", False):
+        raise TargetError(
+            f"no memory map for {getattr(target, 'label', platform)}: the program was only "
+            "lowered (no compiler for it here)",
+            hint=getattr(target, "note", None) or "install the compiler for the platform",
+        )
+    cap = capacity or device_capacity(target, platform)
+    hlo = prog.hlo
+    if hlo is None:
+        return memory_map_of_lowered(prog.lowered, target=target, source=prog.source,
+                                     program=kind, capacity=cap)  # fmt: skip
+    raw = None
+    if prog.compiled is not None:
+        try:
+            raw = prog.compiled.memory_analysis()
+        except (RuntimeError, NotImplementedError):  # JAX: best effort, backends may refuse
+            raw = None
+    m = memory_map_from_hlo(
+        hlo, module=parse_hlo(hlo), source=prog.source, platform=platform,
+        xla_memory=normalise_memory(raw) or {}, capacity=cap, devices=_devices(target),
+        program=kind,
+    )  # fmt: skip
+    if raw is None:
+        m.notes.append("XLA gave no memory_analysis() for this backend: the fit is judged on "
+                       "the peak of live buffers (an estimate of what it allocates)")
+    return m
