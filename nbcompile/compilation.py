@@ -82,6 +82,7 @@ class Compilation:
         self._shown: Any = None
         if program.stages.target.note:
             self._notes.append(program.stages.target.note)
+        self._notes += [n for n in program.notes if n not in self._notes]
         if not self.runnable and program.stages.target.present and program.stages.compiled:
             self._notes.append("compile-only: the example arguments are abstract "
                                "(jax.ShapeDtypeStruct), so nothing was allocated or run")
@@ -411,11 +412,15 @@ class Compilation:
         return target_summary(self.target, self.placement, self.stages.output_shardings,
                               self.collectives)
 
+    def _report_timings(self) -> dict[str, float]:
+        """Timings the report shows: all but building and displaying the report itself."""
+        return {k: v for k, v in self.timings.items() if k not in ("report", "display")}
+
     def _state_key(self) -> tuple[Any, ...]:
         results = (self._bench, self._ablation, self._debug, self._frozen, self._profile,
                    self._memory_map)
         return (tuple(id(r) for r in results), tuple(self._notes), tuple(self._changes),
-                tuple(sorted(self.timings.items())))
+                tuple(sorted(self._report_timings().items())))
 
     def report(self) -> dict[str, Any]:
         """The JSON report every view reads (docs/report-schema.md); rebuilt only when this
@@ -439,7 +444,7 @@ class Compilation:
         return {
             "name": self.name, "backend": self.backend, "source": self.source.to_json(),
             "signature": self.signature, "options": self.options, "notes": list(self._notes),
-            "timings": self.timings, "cache_hit": self.cache_hit,
+            "timings": self._report_timings(), "cache_hit": self.cache_hit,
         }
 
     def _debug_values(self) -> dict[str, dict[str, Any]] | None:

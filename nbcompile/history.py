@@ -200,5 +200,7 @@ def _inside_nbcompile(where: str) -> bool:
 
 
 def _defined_at(fn: Any) -> str | None:
-    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    import inspect
+
+    code = getattr(inspect.unwrap(fn), "__code__", None)
     return f"{code.co_filename}:{code.co_firstlineno}" if code else None

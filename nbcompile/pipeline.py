@@ -69,6 +69,7 @@ class Program:
     grad: Program | None = None
     grad_argnums: tuple[int, ...] | None = None
     is_value_and_grad: bool = False
+    notes: list[str] = field(default_factory=list)
     _analysis: Any = field(default=None, repr=False)
     analysis_seconds: float | None = None
 
@@ -261,5 +262,8 @@ def build_program(
         grad = Program(stages=gstages, request=request, name=f"value_and_grad({label})",
                        source=source, fn=adapted.fn, grad_argnums=argnums,
                        is_value_and_grad=True)
+    notes = []
+    if target.lower_only and request.compiler_options:
+        notes.append(f"compiler options not used: nothing is compiled for {target.label} here")
     return Program(stages=stages, request=request, name=label, source=source, fn=adapted.fn,
-                   grad=grad, grad_argnums=argnums)
+                   grad=grad, grad_argnums=argnums, notes=notes)

@@ -3,8 +3,9 @@
 Prints the GPU, its real XLA target description next to nbcompile's (docs/targets.md), then
 compiles and runs two small tutorial-style models (an MLP and an attention block), times the
 compiled calls, and compares the real compile's kernels with a deviceless compile for the
-matching nbcompile target (H200/H100/...). Output is a markdown table. A few minutes at most;
-never run in CI. On a machine without a GPU it prints "no GPU" and exits 0.
+matching nbcompile target (H200/H100/...), and profiles both models with ``--profile`` (kernel
+events read from the GPU's device plane; scripts/_gpu_profile.py). Output is markdown tables.
+A few minutes at most; never run in CI. On a machine without a GPU it prints "no GPU" and exits 0.
 
     .venv/bin/python scripts/gpu_check.py [--json PATH]
 """
@@ -76,21 +77,21 @@ def check_models(deviceless: str | None, scale: int = 1, repeats: int = 20) -> l
     """Compile and run each model here; also compile it deviceless for ``deviceless``."""
     import jax
 
-    from nbcompile.targets import compile_for_target, hlo_summary, resolve_target
+    import nbcompile
+    from nbcompile.targets import hlo_summary
 
     rows = []
-    here = resolve_target()
     for name, (fn, args) in models(scale).items():
-        tc = compile_for_target(fn, args, here)
-        summary = hlo_summary(tc.hlo_text)
+        tc = nbcompile.compile(fn, *args)
+        summary = hlo_summary(tc.hlo)
         row = {"model": name, "backend": jax.default_backend(),
                "kernels": summary["kernels"], "fusions": summary["fusions"],
                "custom_calls": summary["custom_calls"], "compile_s": tc.timings["compile"],
-               "run_ms": time_calls(tc.compiled, args, repeats) * 1e3}  # fmt: skip
+               "run_ms": time_calls(tc.fn, args, repeats) * 1e3}  # fmt: skip
         if deviceless:
             try:
-                other = compile_for_target(fn, args, resolve_target("gpu", target=deviceless))
-                theirs = hlo_summary(other.hlo_text) if other.hlo_text else None
+                other = nbcompile.compile(fn, *args, backend="gpu", gpu=deviceless)
+                theirs = hlo_summary(other.hlo) if other.hlo else None
                 row["deviceless"] = deviceless
                 row["deviceless_kernels"] = theirs["kernels"] if theirs else None
                 row["deviceless_fusions"] = theirs["fusions"] if theirs else None
@@ -167,9 +168,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = check_models(ours)
     print()
     print(markdown_table(rows))
+    from scripts._gpu_profile import profile_models, profile_table
+
+    profiled = profile_models(models())  # --profile: kernel events from the device plane
+    print("\n--profile (10 calls each):\n" + profile_table(profiled))
+    if not all(r["device_plane"] for r in profiled):
+        print("WARNING: --profile found no device-plane kernel events on this GPU")
     if options.json:
         Path(options.json).write_text(json.dumps({"kind": kind, "target_config": real,
-                                                  "rows": rows}, indent=2))  # fmt: skip
+                                                  "rows": rows, "profile": profiled},
+                                                 indent=2))  # fmt: skip
     return 0
 
 

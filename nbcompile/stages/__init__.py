@@ -15,6 +15,7 @@ introspection a backend cannot give is ``None``, documented, never a crash.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import sys
 import threading
@@ -99,16 +100,30 @@ def make_jitted(
 ) -> Any:
     """``jax.jit(fn)``, or ``jax.jit(jax.value_and_grad(fn, argnums))`` with ``--grad``.
 
-    A ``fn`` that already is a ``jax.jit`` object (and no extra options) is kept, with its own
-    options (static arguments, donation, shardings).
+    JAX caches traces per *function object*: ``jax.jit(f)`` of an ``f`` traced before reuses
+    that trace even when a global ``f`` reads has changed since. Compiling must see the live
+    objects, so a plain function is traced through a fresh wrapper (same name, signature and
+    ``__wrapped__``), and a ``fn`` that already is a ``jax.jit`` object (kept, with its own
+    options: static arguments, donation, shardings) has its caches cleared first.
     """
     if grad_argnums is None and not jit_kwargs and hasattr(fn, "trace") and hasattr(fn, "lower"):
+        fn.clear_cache()
         return fn
-    target = fn
+    target = _fresh(fn)
     if grad_argnums is not None:
         argnums = grad_argnums[0] if len(grad_argnums) == 1 else grad_argnums
         target = jax.value_and_grad(fn, argnums=argnums)
     return jax.jit(target, **(jit_kwargs or {}))
+
+
+def _fresh(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A new function object calling ``fn`` (see :func:`make_jitted`)."""
+
+    @functools.wraps(fn)
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return traced
 
 
 @contextlib.contextmanager

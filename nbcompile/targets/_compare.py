@@ -131,13 +131,15 @@ def compare(entries: Iterable[tuple[str, str | None, Any, Any]]) -> Comparison:
             row.update(hlo_summary(hlo_text))
         cost = cost[0] if isinstance(cost, list | tuple) and cost else cost
         if isinstance(cost, dict):
-            for key, name in (
-                ("flops", "flops"),
-                ("bytes accessed", "bytes_accessed"),
-                ("optimal_seconds", "optimal_seconds"),
+            # raw cost_analysis() keys, or nbcompile's normalised ones (Compilation.cost)
+            for keys, name in (
+                (("flops",), "flops"),
+                (("bytes accessed", "bytes_accessed"), "bytes_accessed"),
+                (("optimal_seconds",), "optimal_seconds"),
             ):
-                if key in cost and cost[key] is not None and cost[key] >= 0:
-                    row[name] = float(cost[key])
+                value = next((cost[k] for k in keys if cost.get(k) is not None), None)
+                if value is not None and value >= 0:
+                    row[name] = float(value)
         row["memory"] = _memory_dict(memory)
         rows.append(row)
     op_sets = {r["label"]: set(r["ops"]) for r in rows if r["ops"] is not None}

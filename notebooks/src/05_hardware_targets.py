@@ -59,7 +59,7 @@ assert any(f.source_lines for f in tpu.fusions)
 # deviceless; without it, it lowers to StableHLO for CUDA and says exactly what is missing.
 
 # %% code
-gpu = nbcompile.compile(mlp, params, x, backend="gpu", target="h100")
+gpu = nbcompile.compile(mlp, params, x, backend="gpu", gpu="h100")
 print(gpu.backend, "| optimised HLO:", "yes" if gpu.hlo else "no")
 for note in gpu.notes:
     print("note:", note)

@@ -60,34 +60,35 @@ PROGRAMS: dict[str, list[tuple[str, str, str | None, dict[str, str] | None]]] = 
 }
 
 
-def _target(kind: str, mesh: str | None, gpu: str) -> Any:
-    from nbcompile.targets import resolve_target
-
+def _options(kind: str, mesh: str | None, gpu: str) -> dict[str, Any]:
+    """``nbcompile.compile`` / ``resolve_target`` options of one case kind."""
     if kind in ("cpu", "cpu8"):
-        return resolve_target(mesh=mesh)
+        return {"mesh": mesh}
     if kind == "tpu":
-        return resolve_target("tpu", topology="v5e:2x2", mesh=mesh)
+        return {"backend": "tpu", "topology": "v5e:2x2", "mesh": mesh}
     if kind == "tpu4x4":
-        return resolve_target("tpu", topology="v5e:4x4", mesh=mesh)
-    return resolve_target("gpu", target=gpu, topology="1x2x4" if mesh else None, mesh=mesh)
+        return {"backend": "tpu", "topology": "v5e:4x4", "mesh": mesh}
+    return {"backend": "gpu", "gpu": gpu, "topology": "1x2x4" if mesh else None, "mesh": mesh}
 
 
 def compile_cases(kind: str, gpu: str = "h100") -> dict[str, dict[str, Any]]:
     """``{name: {"hlo": optimised HLO text, "hosts": process index per mesh device | None}}``."""
-    from nbcompile.targets import compile_for_target
+    import nbcompile
+    from nbcompile.targets import resolve_target
 
     out: dict[str, dict[str, Any]] = {}
     for name, program, mesh, specs in PROGRAMS[kind]:
-        target = _target(kind, mesh, gpu)
+        options = _options(kind, mesh, gpu)
+        target = resolve_target(**options)
         if program == "collectives":
             fn, args = collective_program(target.mesh), collective_args(target.mesh)
         else:
             fn = {"mlp": mlp, "loop": loop, "branch": branch, "train": train_step}[program]
             args = loop_args() if program in ("loop", "branch") else mlp_args()
-        tc = compile_for_target(fn, args, target, shard_specs=specs)
+        c = nbcompile.compile(fn, *args, shard=specs, **options)
         devices = list(target.mesh.devices.flat) if target.mesh is not None else None
         hosts = [int(d.process_index) for d in devices] if devices is not None else None
-        out[name] = {"hlo": tc.hlo_text, "hosts": hosts}
+        out[name] = {"hlo": c.hlo, "hosts": hosts}
     return out
 
 

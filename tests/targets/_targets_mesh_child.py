@@ -15,13 +15,15 @@ sys.path.insert(0, os.path.dirname(__file__))
 import jax
 from _targets_models import MLP_SHARDING, mlp, mlp_args
 
+import nbcompile
 from nbcompile.errors import TargetError
-from nbcompile.targets import compile_for_target, resolve_target
+from nbcompile.targets import resolve_target
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 params, x = mlp_args()
-target = resolve_target(mesh=sys.argv[1] if len(sys.argv) > 1 else "4x2")
-tc = compile_for_target(mlp, (params, x), target, shard_specs=MLP_SHARDING)
+mesh = sys.argv[1] if len(sys.argv) > 1 else "4x2"
+target = resolve_target(mesh=mesh)
+c = nbcompile.compile(mlp, params, x, mesh=mesh, shard=MLP_SHARDING)
 try:
     resolve_target(mesh="4x4")
     too_big = None
@@ -33,10 +35,10 @@ print(
             "devices": jax.device_count(),
             "mesh": dict(target.mesh.shape),
             "hosts": target.hosts,
-            "input_shardings": tc.input_shardings,
-            "output_shardings": tc.output_shardings,
-            "per_device_shapes": tc.per_device_shapes,
-            "collectives": tc.collectives(),
+            "input_shardings": c.placement.input_shardings,
+            "output_shardings": c.stages.output_shardings,
+            "per_device_shapes": c.placement.per_device_shapes,
+            "collectives": c.collectives,
             "too_big": too_big,
         }
     )

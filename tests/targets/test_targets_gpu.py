@@ -13,7 +13,8 @@ from pathlib import Path
 import jax
 import pytest
 
-from nbcompile.targets import GPU_TARGETS, compile_for_target, gpu_target_config, resolve_target
+import nbcompile
+from nbcompile.targets import GPU_TARGETS, gpu_target_config, resolve_target
 from nbcompile.targets import _resolve as resolve_module
 
 from _targets_models import mlp, mlp_args  # isort: skip
@@ -123,38 +124,37 @@ def test_gpu_target_from_a_txtpb_file(tmp_path, monkeypatch):
     monkeypatch.setattr(resolve_module, "_cuda_plugin_available", lambda: False)
     path = tmp_path / "my_gpu.txtpb"
     path.write_text(gpu_target_config("a100"))
-    t = resolve_target("gpu", target=str(path))
-    assert t.gpu_target == "my_gpu.txtpb" and t.lower_only
+    t = resolve_target("gpu", gpu=str(path))
+    assert t.gpu == "my_gpu.txtpb" and t.lower_only
 
 
 @pytest.mark.gpu_deviceless
 @needs_cuda_plugin
 @pytest.mark.parametrize(("name", "gemm"), [("h100", "triton"), ("v100", "cublas")])
 def test_deviceless_gpu_compile(name, gemm):
-    t = resolve_target("gpu", target=name)
+    t = resolve_target("gpu", gpu=name)
     assert t.deviceless and t.platform == "cuda" and len(t.devices) == 1
-    tc = compile_for_target(mlp, mlp_args(), t)
-    assert tc.compiled is not None
-    assert gemm in tc.hlo_text.lower()  # H100: Triton GEMM fusions; V100: cuBLAS custom calls
-    assert tc.memory is not None and tc.memory.argument_size_in_bytes > 0
+    c = nbcompile.compile(mlp, *mlp_args(), backend="gpu", gpu=name)
+    assert c.compiled is not None
+    assert gemm in c.hlo.lower()  # H100: Triton GEMM fusions; V100: cuBLAS custom calls
+    assert c.memory is not None and c.memory["argument_bytes"] > 0
 
 
 @pytest.mark.gpu_deviceless
 @needs_cuda_plugin
 def test_deviceless_multi_host_gpu_collectives_cross_hosts():
-    t = resolve_target("gpu", target="h100", topology="1x2x4", mesh="8")
+    t = resolve_target("gpu", gpu="h100", topology="1x2x4", mesh="8")
     assert t.hosts == 2 and len(t.devices) == 8
-    tc = compile_for_target(mlp, mlp_args(), t, shard_specs={"params.w2": "data,None"})
-    found = [c for c in tc.collectives() if c["op"] in ("all-reduce", "reduce-scatter")]
-    assert found and all(c["crosses_hosts"] for c in found)
+    c = nbcompile.compile(mlp, *mlp_args(), backend="gpu", gpu="h100", topology="1x2x4",
+                          mesh="8", shard={"params.w2": "data,None"})
+    found = [k for k in c.collectives if k["op"] in ("all-reduce", "reduce-scatter")]
+    assert found and all(k["crosses_hosts"] for k in found)
 
 
 @pytest.mark.gpu_deviceless
 @needs_cuda_plugin
 def test_deviceless_gpu_compilation_has_fusions_with_lines_and_a_static_cost_estimate():
-    import nbcompile
-
-    c = nbcompile.compile(mlp, *mlp_args(), backend="gpu", target="h100")
+    c = nbcompile.compile(mlp, *mlp_args(), backend="gpu", gpu="h100")
     assert c.backend == "cuda" and c.fusions and all(f.source_lines for f in c.fusions)
     assert any("gemm" in f.name or "triton" in f.name for f in c.fusions)
     assert c.cost is not None and c.cost["estimate"] == "static" and c.cost["flops"] > 0

@@ -7,7 +7,8 @@ from jax.sharding import PartitionSpec as P
 
 from nbcompile.errors import TargetError
 from nbcompile.targets import _resolve as resolve_module
-from nbcompile.targets import compile_for_target, parse_mesh, parse_shard_specs, resolve_target
+import nbcompile
+from nbcompile.targets import parse_mesh, parse_shard_specs, resolve_target
 
 from _targets_models import mlp, mlp_args  # isort: skip
 
@@ -66,10 +67,12 @@ def test_bad_shard_spec_is_nbc601(entry, why):
         ({"backend": "quantum"}, "cpu, gpu, tpu"),
         ({"backend": "tpu", "topology": "v9z:2x2"}, "v5e"),
         ({"backend": "tpu", "topology": "banana"}, "v5e:2x2"),
-        ({"backend": "gpu", "target": "rtx9999"}, "h100"),
-        ({"backend": "gpu", "target": "h100", "topology": "2x2"}, "1x2x4"),
+        ({"backend": "tpu", "topology": "v5e:0x0"}, "v5e:2x2"),
+        ({"backend": "tpu", "topology": "v5e:99999x99999"}, "v5e:2x2"),
+        ({"backend": "gpu", "gpu": "rtx9999"}, "h100"),
+        ({"backend": "gpu", "gpu": "h100", "topology": "2x2"}, "1x2x4"),
         ({"backend": "cpu", "topology": "v5e:2x2"}, "--backend tpu"),
-        ({"backend": "tpu", "target": "h100"}, "--topology"),
+        ({"backend": "tpu", "gpu": "h100"}, "--topology"),
     ],
 )
 def test_unknown_backend_topology_target_is_nbc600_with_legal_values(kwargs, legal):
@@ -95,25 +98,24 @@ def test_cpu_mesh_larger_than_devices_names_xla_flags():
 def test_shard_without_mesh_and_unknown_argument_are_nbc601(monkeypatch):
     params, x = mlp_args()
     with pytest.raises(TargetError) as info:
-        compile_for_target(mlp, (params, x), resolve_target(), shard_specs={"x": "data"})
+        nbcompile.compile(mlp, params, x, shard={"x": "data"})
     assert info.value.code == "NBC601" and "--mesh" in str(info.value)
     # a mesh can be described without the devices when only lowering
     monkeypatch.setattr(resolve_module, "_libtpu_available", lambda: False)
-    target = resolve_target("tpu", mesh="2x2")
     with pytest.raises(TargetError) as info:
-        compile_for_target(mlp, (params, x), target, shard_specs={"y": "data,None"})
+        nbcompile.compile(mlp, params, x, backend="tpu", mesh="2x2", shard={"y": "data,None"})
     assert info.value.code == "NBC601"
     assert "'y'" in str(info.value) and "params, x" in str(info.value)
     with pytest.raises(TargetError) as info:
-        compile_for_target(mlp, (params, x), target, shard_specs={"x": "data,None,model"})
+        nbcompile.compile(mlp, params, x, backend="tpu", mesh="2x2",
+                          shard={"x": "data,None,model"})
     assert "3 entries" in str(info.value) and "2 dimensions" in str(info.value)
 
 
 def test_indivisible_dimension_is_nbc601(monkeypatch):
     monkeypatch.setattr(resolve_module, "_libtpu_available", lambda: False)
     params, x = mlp_args(batch=6)
-    target = resolve_target("tpu", mesh="4x1")
     with pytest.raises(TargetError) as info:
-        compile_for_target(mlp, (params, x), target, shard_specs={"x": "data,None"})
+        nbcompile.compile(mlp, params, x, backend="tpu", mesh="4x1", shard={"x": "data,None"})
     assert info.value.code == "NBC601"
     assert "size 6" in str(info.value) and "data (4 devices)" in str(info.value)

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import pytest
 
 from nbcompile.targets import _resolve as resolve_module
-from nbcompile.targets import compare, compile_for_target, resolve_target
+import nbcompile
+from nbcompile.targets import compare, resolve_target
 
 from _targets_models import MLP_SHARDING, mlp, mlp_args  # isort: skip
 
@@ -28,7 +29,7 @@ ROOT = Path(__file__).parent.parent.parent
 def tpu_mlp():
     if importlib.util.find_spec("libtpu") is None:
         pytest.skip('libtpu is not installed (pip install "nbcompile[tpu]")')
-    return compile_for_target(mlp, mlp_args(), resolve_target("tpu", topology="v5e:2x2"))
+    return nbcompile.compile(mlp, *mlp_args(), backend="tpu", topology="v5e:2x2")
 
 
 @needs_libtpu
@@ -38,23 +39,24 @@ def test_v5e_deviceless_compile_gives_tpu_hlo_cost_and_memory(tpu_mlp):
     assert len(t.devices) == 4 and {d.platform for d in t.devices} == {"tpu"}
     assert "v5e:2x2" in t.note and "\n" not in t.note
     assert tpu_mlp.compiled is not None
-    assert "T(8,128)" in tpu_mlp.hlo_text  # TPU tiled layouts
+    assert "T(8,128)" in tpu_mlp.hlo  # TPU tiled layouts
     assert tpu_mlp.cost["optimal_seconds"] > 0
     assert tpu_mlp.cost["flops"] >= 2 * 16 * 64 * 128  # at least the first matmul
-    assert tpu_mlp.memory.generated_code_size_in_bytes > 0
-    assert tpu_mlp.memory.argument_size_in_bytes >= sum(
+    assert tpu_mlp.memory["generated_code_bytes"] > 0
+    assert tpu_mlp.memory["argument_bytes"] >= sum(
         a.size * a.dtype.itemsize for a in jax.tree.leaves(mlp_args())
     )
-    assert set(tpu_mlp.timings) == {"trace", "lower", "compile"}
+    assert {"trace", "lower", "compile"} <= set(tpu_mlp.timings)
+    assert not tpu_mlp.runnable and tpu_mlp.target.note in tpu_mlp.notes
 
 
 @needs_libtpu
 def test_compare_cpu_and_tpu_gives_kernel_counts_for_both(tpu_mlp):
-    cpu = compile_for_target(mlp, mlp_args(), resolve_target("cpu"))
+    cpu = nbcompile.compile(mlp, *mlp_args(), backend="cpu")
     result = compare(
         [
-            ("CPU", cpu.hlo_text, cpu.cost, cpu.memory),
-            ("TPU v5e", tpu_mlp.hlo_text, tpu_mlp.cost, tpu_mlp.memory),
+            ("CPU", cpu.hlo, cpu.cost, cpu.memory),
+            ("TPU v5e", tpu_mlp.hlo, tpu_mlp.cost, tpu_mlp.memory),
             ("GPU h100 (lowered only)", None, None, None),
         ]
     )
@@ -76,32 +78,33 @@ def test_compare_cpu_and_tpu_gives_kernel_counts_for_both(tpu_mlp):
     ("topology", "mesh", "crosses"), [("v5e:2x2", "4", False), ("v5e:4x4", "16", True)]
 )
 def test_tpu_mesh_collectives_cross_hosts_only_on_multi_host_topologies(topology, mesh, crosses):
-    t = resolve_target("tpu", topology=topology, mesh=mesh)
-    assert t.hosts == (1 if not crosses else 4)
-    tc = compile_for_target(mlp, mlp_args(), t, shard_specs={"params.w2": "data,None"})
-    found = [c for c in tc.collectives() if c["op"] in ("all-reduce", "reduce-scatter")]
-    assert found, tc.hlo_text[-2000:]
-    assert all(c["crosses_hosts"] is crosses for c in found)
-    assert all(c["bytes"] > 0 for c in found)
+    c = nbcompile.compile(mlp, *mlp_args(), backend="tpu", topology=topology, mesh=mesh,
+                          shard={"params.w2": "data,None"})
+    assert c.target.hosts == (1 if not crosses else 4)
+    found = [k for k in c.collectives if k["op"] in ("all-reduce", "reduce-scatter")]
+    assert found, c.hlo[-2000:]
+    assert all(k["crosses_hosts"] is crosses for k in found)
+    assert all(k["bytes"] > 0 for k in found)
 
 
 @needs_libtpu
 def test_tpu_mesh_compile_of_the_sharded_mlp():
-    t = resolve_target("tpu", topology="v5e:2x4", mesh="4x2")
-    tc = compile_for_target(mlp, mlp_args(), t, shard_specs=MLP_SHARDING)
-    assert tc.per_device_shapes["x"] == ((16, 64), (4, 64))
-    assert tc.per_device_shapes["params.w1"] == ((64, 128), (64, 64))
-    assert any(c["op"] == "all-reduce" for c in tc.collectives())
+    c = nbcompile.compile(mlp, *mlp_args(), backend="tpu", topology="v5e:2x4", mesh="4x2",
+                          shard=MLP_SHARDING)
+    shapes = c.placement.per_device_shapes
+    assert shapes["x"] == ((16, 64), (4, 64))
+    assert shapes["params.w1"] == ((64, 128), (64, 64))
+    assert any(k["op"] == "all-reduce" for k in c.collectives)
 
 
 @needs_libtpu
 def test_libtpu_noise_is_kept_off_stderr():
     code = (
         "import jax.numpy as jnp\n"
-        "from nbcompile.targets import compile_for_target, resolve_target\n"
-        "tc = compile_for_target(lambda x: jnp.sin(x) * 2, (jnp.ones((8, 128)),), "
-        "resolve_target('tpu', topology='v5e:2x2'))\n"
-        "assert tc.compiled is not None\n"
+        "import nbcompile\n"
+        "c = nbcompile.compile(lambda x: jnp.sin(x) * 2, jnp.ones((8, 128)), backend='tpu', "
+        "topology='v5e:2x2')\n"
+        "assert c.compiled is not None and c.fusions is not None\n"
         "print('ok')\n"
     )
     raw = (
@@ -128,37 +131,30 @@ def test_without_libtpu_tpu_is_lowered_only_with_a_one_line_note(monkeypatch):
     t = resolve_target("tpu")
     assert (t.present, t.deviceless, t.lower_only) == (False, False, True)
     assert 'pip install "nbcompile[tpu]"' in t.note and "\n" not in t.note
-    tc = compile_for_target(_platform_program, (jnp.ones((4,), jnp.float32),), t)
-    assert tc.compiled is None and tc.hlo_text is None
-    assert "stablehlo." in tc.stablehlo
+    c = nbcompile.compile(_platform_program, jnp.ones((4,), jnp.float32), backend="tpu")
+    assert c.compiled is None and c.hlo is None and not c.runnable
+    assert "stablehlo." in c.stablehlo
     # lowered for TPU, not for the CPU it runs on: only the tpu branch is in the module
-    assert "3.000000e+00" in tc.stablehlo and "2.000000e+00" not in tc.stablehlo
-    assert tc.notes == [t.note]
-    cpu = compile_for_target(_platform_program, (jnp.ones((4,), jnp.float32),), resolve_target())
+    assert "3.000000e+00" in c.stablehlo and "2.000000e+00" not in c.stablehlo
+    assert c.notes[0] == t.note
+    cpu = nbcompile.compile(_platform_program, jnp.ones((4,), jnp.float32))
     assert "2.000000e+00" in cpu.stablehlo
 
 
 def test_without_cuda_plugin_gpu_is_lowered_only(monkeypatch):
     monkeypatch.setattr(resolve_module, "_cuda_plugin_available", lambda: False)
-    t = resolve_target("gpu", target="h200")
-    assert t.lower_only and t.platform == "cuda" and t.gpu_target == "h200"
+    t = resolve_target("gpu", gpu="h200")
+    assert t.lower_only and t.platform == "cuda" and t.gpu == "h200"
     assert f'pip install "jax[cuda12]=={jax.__version__}"' in t.note and "\n" not in t.note
-    tc = compile_for_target(mlp, mlp_args(), t)
-    assert tc.compiled is None and "stablehlo.dot_general" in tc.stablehlo
+    c = nbcompile.compile(mlp, *mlp_args(), backend="gpu", gpu="h200")
+    assert c.compiled is None and "stablehlo.dot_general" in c.stablehlo
 
 
 @needs_libtpu
 def test_analyse_finds_tpu_fusions_with_source_lines(tpu_mlp):
     import inspect
 
-    from nbcompile.analysis import Artifacts, analyse
-    from nbcompile.capture.source import source_of_function
-
-    artifacts = Artifacts(
-        tpu_mlp.traced.jaxpr, tpu_mlp.lowered, tpu_mlp.compiled, tpu_mlp.hlo_text,
-        source_of_function(mlp), backend="tpu", name="mlp",
-    )  # fmt: skip
-    result = analyse(artifacts)
+    result = tpu_mlp.analysis
     body, first = inspect.getsourcelines(mlp)
     body_lines = set(range(first + 1, first + len(body)))
     assert result.fusions
