@@ -11,10 +11,9 @@ import tempfile
 os.environ.setdefault("NBCOMPILE_CACHE_DIR", tempfile.mkdtemp(prefix="nbcompile-child-"))
 sys.path.insert(0, os.path.dirname(__file__))
 
-import jax  # noqa: E402
-from IPython.testing.globalipapp import start_ipython  # noqa: E402
-
-import _behaviour  # noqa: E402
+import _behaviour
+import jax
+from IPython.testing.globalipapp import start_ipython
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")

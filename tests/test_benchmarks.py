@@ -33,6 +33,8 @@ def _planned() -> list[tuple[str, str, int | None]]:
     out += [("first paint", m, QUICK.paint_repeats) for m in QUICK.paint]
     out += [("frozen load+1st call", m, p) for m, p in QUICK.frozen]
     out += [("%%compile re-run", m, p) for m, p, _ in QUICK.magic]
+    out += [("--profile overhead", m, p) for m, p, _ in QUICK.profile]
+    out += [("calibration", "CPU peaks", QUICK.calibration)] if QUICK.calibration else []
     return out
 
 

@@ -21,7 +21,7 @@ from nbcompile._compat import stablehlo_ops
 from nbcompile.analysis import analyse, core
 from nbcompile.analysis import compiled as compiled_mod
 from nbcompile.analysis.hlo import _META_ITEM, _METADATA, _parse_instruction, _parse_slow, parse_hlo
-from nbcompile.analysis.lines import LineMap
+from nbcompile.analysis.lines import Locator as LineMap
 from nbcompile.capture.source import SourceInfo
 from nbcompile.stages import Stages
 
@@ -168,7 +168,8 @@ def test_optimised_text_printed_once_per_executable():
             FakeCompiled.printed += 1
             return "HloModule m"
 
-    stages = Stages(jitted=None, traced=None, lowered=None, compiled=FakeCompiled())
+    stages = Stages(jitted=None, traced=None, lowered=None, compiled=FakeCompiled(), target=None,
+                    placement=None)
     assert stages.hlo_text == stages.hlo_text == "HloModule m"
     assert FakeCompiled.printed == 1
     stages.compiled = FakeCompiled()  # a recompile prints the new executable

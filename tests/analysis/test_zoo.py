@@ -235,7 +235,7 @@ def test_nested_programs_become_groups():
                        ("remat", "remat"), ("nested_jit", "function")):  # fmt: skip
         fn, make_args, _ = ZOO[name]
         jaxpr = jax.make_jaxpr(fn)(*make_args())
-        from nbcompile.analysis.lines import LineMap
+        from nbcompile.analysis.lines import Locator as LineMap
         from nbcompile.capture.source import SourceInfo
 
         with open(__file__) as fh:

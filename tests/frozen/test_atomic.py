@@ -51,12 +51,13 @@ def test_failure_while_writing_keeps_the_existing_file(tmp_path: Path, monkeypat
         raise OSError("disk full")
 
     monkeypatch.setattr(_safetensors, "chunks", chunks_then_fail)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(FreezeError, match="disk full") as info:
         freeze(_ok, W * 2, X, path=target, measure_compiled=False)
+    assert info.value.code == "NBC506" and str(target) in str(info.value)
     assert target.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["m.nbc"]
     monkeypatch.undo()
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(FreezeError, match="disk full"):
         monkeypatch.setattr(_safetensors, "chunks", chunks_then_fail)
         freeze(_ok, W, X, path=tmp_path / "new.nbc", measure_compiled=False)
     assert [p.name for p in tmp_path.iterdir()] == ["m.nbc"]

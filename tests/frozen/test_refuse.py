@@ -3,6 +3,7 @@ without unpickling or importing anything."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -175,13 +176,15 @@ def _custom_call_file(folder: Path) -> bytes:
     target = "nbc_test_not_allowed"
 
     def call(v):
-        return jax.ffi.ffi_call(target, x)(v)
+        return (jax.ffi.ffi_call(target, x)(v),)
 
     exported = jax.export.export(
         jax.jit(call),
         platforms=["cpu", "cuda", "tpu"],
         disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(target)],
     )(x)
+    # A hostile writer would not record that it disabled JAX's check (which load refuses).
+    exported = dataclasses.replace(exported, disabled_safety_checks=())
     return repack(path.read_bytes(), program=bytes(exported.serialize()))
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from jax.sharding import PartitionSpec as P
 
+import nbcompile
 from nbcompile.errors import TargetError
 from nbcompile.targets import _resolve as resolve_module
-import nbcompile
 from nbcompile.targets import parse_mesh, parse_shard_specs, resolve_target
 
 from _targets_models import mlp, mlp_args  # isort: skip

@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from nbcompile.targets import _resolve as resolve_module
 import nbcompile
+from nbcompile.targets import _resolve as resolve_module
 from nbcompile.targets import compare, resolve_target
 
 from _targets_models import MLP_SHARDING, mlp, mlp_args  # isort: skip
