@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results.json"
 OUT = HERE / "out"
 SCHEMA = "nbcompile.bench/1"
-FIGURES = ("overhead", "compile", "eager", "size", "paint", "frozen", "magic")
+FIGURES = ("overhead", "compile", "eager", "size", "paint", "frozen", "magic", "profile")
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ class Plan:
     # model, pairs of cells, whether the +50 ms target applies (the anchor cell calls the model,
     # which the re-run does not: only where that call is negligible is the difference overhead)
     magic: list[tuple[str, int, bool]] = field(default_factory=list)
+    profile: list[tuple[str, int, int]] = field(default_factory=list)  # model, pairs, calls
+    calibration: int = 0  # fresh CPU peak calibrations
 
 
 FULL = Plan(
@@ -65,6 +67,8 @@ FULL = Plan(
     paint_target={"12-layer train": 1.5},
     frozen=[("MLP", 7), ("2-layer fwd", 7)],
     magic=[("MLP", 11, True), ("12-layer train", 11, False)],
+    profile=[("12-layer train", 3, 20)],
+    calibration=3,
 )
 
 QUICK = Plan(
@@ -76,6 +80,8 @@ QUICK = Plan(
     paint_repeats=1,
     frozen=[("MLP", 1)],
     magic=[("MLP", 2, True)],
+    profile=[("1-layer train d32", 1, 5)],
+    calibration=1,
 )
 
 
@@ -164,6 +170,15 @@ def run(
         for model, pairs, targeted in plan.magic:
             step(f"%%compile re-run: {model}")
             rows.append(_subprocs.magic_rerun(model, pairs, targeted))
+    if "profile" in figures:
+        from benchmarks import _profile_rows
+
+        for model, pairs, calls in plan.profile:
+            step(f"--profile overhead: {model} ({pairs} pairs, {calls} calls)")
+            rows.append(_profile_rows.profile_overhead(model, pairs, calls))
+        if plan.calibration:
+            step(f"CPU peak calibration ({plan.calibration} fresh)")
+            rows.append(_profile_rows.calibration(plan.calibration))
     return rows, facts
 
 
