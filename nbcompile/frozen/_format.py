@@ -18,14 +18,11 @@ real file size.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
+import stat
 import struct
-import tempfile
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from nbcompile.errors import FreezeError
 
@@ -66,7 +63,7 @@ class Sections:
     file_bytes: int
 
 
-def _header(version: int, file_size: int, entries: list[tuple[bytes, int, int, bytes]]) -> bytes:
+def header(version: int, file_size: int, entries: list[tuple[bytes, int, int, bytes]]) -> bytes:
     head = _FIXED.pack(MAGIC, version, len(entries), file_size)
     head += b"".join(
         _ENTRY.pack(kind, 0, off, length, digest) for kind, off, length, digest in entries
@@ -89,7 +86,7 @@ def pack(
     for kind, body in zip(SECTION_KINDS, (manifest, weights, program), strict=True):
         entries.append((kind, offset, len(body), hashlib.sha256(body).digest()))
         offset += len(body)
-    return _header(format_version, offset, entries) + manifest + weights + program
+    return header(format_version, offset, entries) + manifest + weights + program
 
 
 def unpack_unchecked(data: bytes) -> tuple[bytes, bytes, bytes]:
@@ -98,84 +95,110 @@ def unpack_unchecked(data: bytes) -> tuple[bytes, bytes, bytes]:
     return tuple(bytes(data[off : off + length]) for _, _, off, length, _ in entries)  # type: ignore[return-value]
 
 
-def write_atomic(
-    path: str | os.PathLike[str],
-    manifest: bytes,
-    weight_chunks: Callable[[], Iterable[bytes | memoryview]],
-    program: bytes,
-) -> int:
-    """Stream a container to a temp file in the target folder, then ``os.replace`` it.
+def _unreadable(path: str | os.PathLike[str], why: str) -> FreezeError:
+    return FreezeError(
+        f"cannot open {os.fspath(path)!r}: {why}",
+        code="NBC509",
+        hint="give the path of a regular .nbc file",
+    )
 
-    ``weight_chunks`` is called once and yields the weight section piece by piece, so a large
-    model is never held twice in memory. On any failure the temp file is removed and an
-    existing file at ``path`` is left untouched. Returns the file size.
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> bytearray:
+    """Read a container file, checking what it is before reading any byte of it.
+
+    Order: ``stat`` (a regular file, not a directory, pipe or device: NBC509), its size
+    against the format's bounds (NBC500) and twice its size against ``max_bytes`` (reading it
+    and placing its weights on a device can hold both copies at once: NBC508); then open it
+    without blocking, check the 224-byte header and section table (a file of the wrong kind is
+    refused after reading 224 bytes), and only then read the rest.
     """
-    target = Path(path)
-    manifest = pad_manifest(manifest)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        os.fchmod(fd, _file_mode(target))
-        with os.fdopen(fd, "wb") as out:
-            out.write(b"\0" * HEADER_SIZE)
-            entries, offset = [], HEADER_SIZE
-            out.write(manifest)
-            entries.append((b"MANI", offset, len(manifest), hashlib.sha256(manifest).digest()))
-            offset += len(manifest)
-            digest, length = hashlib.sha256(), 0
-            for chunk in weight_chunks():
-                out.write(chunk)
-                digest.update(chunk)
-                length += len(chunk)
-            entries.append((b"WGHT", offset, length, digest.digest()))
-            offset += length
-            out.write(program)
-            entries.append((b"PROG", offset, len(program), hashlib.sha256(program).digest()))
-            offset += len(program)
-            out.seek(0)
-            out.write(_header(FORMAT_VERSION, offset, entries))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return offset
-
-
-def _file_mode(target: Path) -> int:
-    """Keep an existing file's permissions; new files get 0o666 minus the umask (not 0o600)."""
+        info = os.stat(path)
+    except OSError as err:
+        raise _unreadable(path, err.strerror or type(err).__name__) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise _unreadable(path, f"it is {_kind(info.st_mode)}")
+    _check_size(info.st_size, max_bytes)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     try:
-        return target.stat().st_mode & 0o777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
-def read_file(path: str | os.PathLike[str]) -> bytes:
-    """Read a container file whole, refusing sizes outside the format's bounds first."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size < HEADER_SIZE:
-            raise _malformed(
-                f"file is {size} bytes, smaller than the {HEADER_SIZE}-byte .nbc header",
-                "the file is empty or truncated; freeze the model again",
-            )
-        if size > MAX_FILE_BYTES:
-            raise _malformed(f"file is {size} bytes, above the {MAX_FILE_BYTES}-byte limit")
-        data = f.read(size + 1)
-    if len(data) != size:
-        raise _malformed("the file changed size while being read")
+        fd = os.open(path, flags)
+    except OSError as err:
+        raise _unreadable(path, err.strerror or type(err).__name__) from None
+    try:
+        opened = os.fstat(fd)  # what was opened (the path may have changed since the stat)
+        if not stat.S_ISREG(opened.st_mode):
+            raise _unreadable(path, f"it is {_kind(opened.st_mode)}")
+        size = opened.st_size
+        _check_size(size, max_bytes)
+        head = bytearray(HEADER_SIZE)
+        if _read_into(fd, memoryview(head)) != HEADER_SIZE:
+            raise _malformed("the file changed size while being read")
+        check_header(bytes(head), size)
+        data = bytearray(size)  # only now: the header says the whole file is an .nbc file
+        data[:HEADER_SIZE] = head
+        got = HEADER_SIZE + _read_into(fd, memoryview(data)[HEADER_SIZE:])
+        if got != size or _read_into(fd, memoryview(bytearray(1))):
+            raise _malformed("the file changed size while being read")
+    except OSError as err:
+        raise _unreadable(path, err.strerror or type(err).__name__) from None
+    finally:
+        os.close(fd)
     return data
 
 
-def check_sections(data: bytes) -> Sections:
-    """Check size, magic, version, header digest, table and section digests; return sections."""
-    size = len(data)
+def _check_size(size: int, max_bytes: int | None) -> None:
     if size < HEADER_SIZE:
+        raise _malformed(
+            f"file is {size} bytes, smaller than the {HEADER_SIZE}-byte .nbc header",
+            "the file is empty or truncated; freeze the model again",
+        )
+    if size > MAX_FILE_BYTES:
+        raise _malformed(f"file is {size} bytes, above the {MAX_FILE_BYTES}-byte limit")
+    if max_bytes is not None and 2 * size > max_bytes:
+        raise FreezeError(
+            f"file is {size} bytes; reading it and placing its weights needs up to twice that, "
+            f"above the memory budget of {max_bytes} bytes",
+            code="NBC508",
+            hint="pass load(path, max_bytes=...) with a larger budget if the machine has room",
+        )
+
+
+def _read_into(fd: int, view: memoryview) -> int:
+    """Fill ``view`` from ``fd``; return the bytes read (fewer at end of file)."""
+    done = 0
+    with open(fd, "rb", buffering=0, closefd=False) as f:
+        while done < len(view):
+            n = f.readinto(view[done:])
+            if not n:  # 0 at end of file; None if it would block (never for a regular file)
+                break
+            done += n
+    return done
+
+
+def check_header(head: bytes, size: int) -> tuple[int, list[tuple[str, int, int, bytes]]]:
+    """Check magic, version, header digest and section table of a file of ``size`` bytes.
+
+    Returns the format version and (name, offset, length, sha256) per section. Reads only
+    ``head`` (the first ``HEADER_SIZE`` bytes), so a file of the wrong kind is refused before
+    the rest of it is read.
+    """
+    if size < HEADER_SIZE or len(head) < HEADER_SIZE:
         raise _malformed(f"file is {size} bytes, smaller than the {HEADER_SIZE}-byte .nbc header")
-    magic, version, count, declared = _FIXED.unpack_from(data, 0)
+    magic, version, count, declared = _FIXED.unpack_from(head, 0)
     if magic != MAGIC:
         raise _malformed(
             "not an nbcompile frozen model (bad magic bytes)",
@@ -190,18 +213,17 @@ def check_sections(data: bytes) -> Sections:
             hint="upgrade nbcompile" if newer else "re-freeze the model with this nbcompile",
         )
     table_end = HEADER_SIZE - 32
-    if hashlib.sha256(data[:table_end]).digest() != data[table_end:HEADER_SIZE]:
+    if hashlib.sha256(head[:table_end]).digest() != head[table_end:HEADER_SIZE]:
         raise FreezeError("header digest mismatch: the header was modified", code="NBC501")
     if count != len(SECTION_KINDS):
         raise _malformed(f"section count is {count}, expected {len(SECTION_KINDS)}")
     if declared != size:
         what = "is truncated" if declared > size else "has trailing bytes"
         raise _malformed(f"file is {size} bytes but its header says {declared}: the file {what}")
-    table: dict[str, tuple[memoryview, bytes]] = {}
+    table = []
     expected = HEADER_SIZE
-    mem = memoryview(data)
     for i, kind in enumerate(SECTION_KINDS):
-        got, flags, offset, length, digest = _ENTRY.unpack_from(data, _FIXED.size + i * _ENTRY.size)
+        got, flags, offset, length, digest = _ENTRY.unpack_from(head, _FIXED.size + i * _ENTRY.size)
         name = SECTION_NAMES[kind]
         if got != kind:
             raise _malformed(f"section {i} is {got!r}, expected {kind!r} ({name})")
@@ -211,17 +233,27 @@ def check_sections(data: bytes) -> Sections:
             raise _malformed(f"section {name} starts at {offset}, expected {expected} (no holes)")
         if length > size - offset:
             raise _malformed(f"section {name} ({length} bytes at {offset}) runs past end of file")
-        table[name] = (mem[offset : offset + length], digest)
+        table.append((name, offset, length, digest))
         expected = offset + length
     if expected != size:
         raise _malformed(f"{size - expected} bytes after the last section (trailing garbage)")
-    for name, (view, digest) in table.items():
+    if table[0][2] > MAX_MANIFEST_BYTES:
+        raise _malformed(f"manifest is {table[0][2]} bytes, above the limit")
+    return version, table
+
+
+def check_sections(data: bytes | bytearray) -> Sections:
+    """Check header, table and section digests of a whole file; return the sections."""
+    size = len(data)
+    version, table = check_header(bytes(data[:HEADER_SIZE]), size)
+    mem = memoryview(data)
+    views = {}
+    for name, offset, length, digest in table:
+        view = mem[offset : offset + length]
         if hashlib.sha256(view).digest() != digest:
             raise FreezeError(
                 f"section {name}: SHA-256 mismatch (the file was modified or corrupted)",
                 code="NBC501",
             )
-    views = {name: view for name, (view, _) in table.items()}
-    if len(views["manifest"]) > MAX_MANIFEST_BYTES:
-        raise _malformed(f"manifest is {len(views['manifest'])} bytes, above the limit")
+        views[name] = view
     return Sections(version, views["manifest"], views["weights"], views["program"], size)

@@ -113,31 +113,89 @@ def inline_eval(jaxpr: Any, consts: Sequence[Any], *args: Any) -> list[Any]:
     return [read(v) for v in jaxpr.outvars]
 
 
-def _walk(exported: jax.export.Exported) -> tuple[int, list[str]]:
+@contextlib.contextmanager
+def single_threaded_context() -> Iterator[Any]:
+    """A JAX MLIR context that reads single-threaded (JAX 0.10 ``mlir.make_ir_context``).
+
+    JAX's contexts share a global MLIR thread pool. In a fork of a process that has run it
+    (a shape-polymorphic export does), the child has no pool threads and reading a module
+    with several functions would wait on them forever: read single-threaded.
+    """
     from jax._src.interpreters import mlir
+
+    context = mlir.make_ir_context()
+    context.enable_multithreading(False)
+    with context:
+        yield context
+
+
+def parse_artifact(serialized: bytes) -> Any:
+    """The ``ir.Module`` of a StableHLO portable artifact (inside an active context)."""
     from jax._src.lib import _jax
     from jax._src.lib.mlir import ir
 
+    module = _jax.mlir.deserialize_portable_artifact(serialized)
+    if isinstance(module, str | bytes):
+        module = ir.Module.parse(module)
+    return module
+
+
+def serialize_module(module: Any) -> bytes:
+    """A module as a portable artifact, the way ``jax.export`` writes it (JAX 0.10.2
+    ``jax._src.export._export._module_to_bytecode``)."""
+    from jax._src.export import _export
+
+    return _export._module_to_bytecode(module)
+
+
+def lowered_custom_calls(fn: Any, operands: Sequence[Any], platform: str) -> list[dict[str, Any]]:
+    """Custom calls JAX writes lowering ``fn`` on ``operands`` for ``platform``, read back
+    through the same portable-artifact round trip and walk as a frozen file's program."""
+    from jax._src import config
+
+    from nbcompile.frozen import _program
+
+    # The GPU threefry kernel is only written with this flag on (read at lowering time).
+    with config.threefry_gpu_kernel_lowering(True):
+        lowered = jax.jit(fn).trace(*operands).lower(lowering_platforms=(platform,))
+    with single_threaded_context():
+        serialized = serialize_module(lowered.compiler_ir("stablehlo"))
+    return _program.module_facts(serialized)["custom_calls"]
+
+
+def lax_linalg() -> Any:
+    """``jax._src.lax.linalg`` (JAX 0.10.2): ``jax.lax.linalg`` without ``geqrf``."""
+    from jax._src.lax import linalg
+
+    return linalg
+
+
+def threefry2x32(k0: Any, k1: Any, x0: Any, x1: Any) -> Any:
+    """The threefry primitive (JAX 0.10.2 ``jax._src.random.threefry2x32.threefry2x32_p``);
+    lowered by `lowered_custom_calls` with the GPU kernel on."""
+    from jax._src.random.threefry2x32 import threefry2x32_p
+
+    return threefry2x32_p.bind(k0, k1, x0, x1)
+
+
+def is_tracer(x: Any) -> bool:
+    """Whether ``x`` is a JAX tracer (inside the caller's jit/grad/vmap; JAX 0.10 core)."""
+    from jax._src import core
+
+    return isinstance(x, core.Tracer)
+
+
+def on_device_memory(aval: Any) -> bool:
+    """Whether an abstract value lives in device memory (JAX 0.10 ``core.MemorySpace``)."""
+    space = getattr(aval, "memory_space", None)
+    return space is None or getattr(space, "name", str(space)) == "Device"
+
+
+def _walk(exported: jax.export.Exported) -> tuple[int, list[str]]:
     from .._compat import stablehlo_ops
 
-    context = mlir.make_ir_context()
-    # JAX's contexts share a global MLIR thread pool. In a fork of a process that has run it
-    # (a shape-polymorphic export does), the child has no pool threads and reading a module
-    # with several functions would wait on them forever: read single-threaded.
-    context.enable_multithreading(False)
-    with context:
-        module = _jax.mlir.deserialize_portable_artifact(exported.mlir_module_serialized)
-        if isinstance(module, str | bytes):
-            module = ir.Module.parse(module)
-        return stablehlo_ops(module)
-
-
-def program_stats(exported: jax.export.Exported) -> tuple[int, list[str]]:
-    """(StableHLO op count, custom-call targets) of an Exported, without printing the module.
-
-    Ops counted: every ``stablehlo.*`` / ``chlo.*`` operation except ``stablehlo.return``.
-    """
-    return _walk(exported)
+    with single_threaded_context():
+        return stablehlo_ops(parse_artifact(exported.mlir_module_serialized))
 
 
 def export_platform(device: jax.Device) -> str:

@@ -3,7 +3,9 @@
 Checks run in this order, each refusal a FreezeError with a stable code: size bounds, magic,
 version, header digest, section table, section digests (`_format`); manifest schema; weight
 section layout (`_safetensors`); weights vs manifest; version window; platform and device
-count; then the program is deserialised and its custom calls and argument types are checked.
+count; then the program is probed in a forked child (`_program.probe`: every field of the
+artifact, limits, functions, custom calls), its custom calls are checked against JAX's own
+lowering (`_customcalls`), and only then is it deserialised here and its types checked.
 """
 
 from __future__ import annotations
@@ -16,7 +18,18 @@ import jax
 import numpy as np
 
 from nbcompile.errors import FreezeError
-from nbcompile.frozen import _batch, _format, _jaxcompat, _manifest, _safetensors, _sandbox
+from nbcompile.frozen import (
+    _batch,
+    _budget,
+    _customcalls,
+    _format,
+    _jaxcompat,
+    _manifest,
+    _program,
+    _safetensors,
+    _sandbox,
+)
+from nbcompile.frozen._model import FrozenModel
 
 #: Oldest writer JAX minor version accepted, counted back from the runtime's (~6 months).
 OLDER_MINORS = 2
@@ -127,7 +140,7 @@ def _match_weights(manifest: dict[str, Any], tensors: list[_safetensors.TensorIn
         )
 
 
-def check_file(data: bytes, platform: str | None = None) -> Checked:
+def check_file(data: bytes | bytearray, platform: str | None = None) -> Checked:
     """Every check that needs no deserialisation (header, digests, layout, versions, platform)."""
     sections = _format.check_sections(data)
     manifest = _manifest.parse(sections.manifest, sections.format_version)
@@ -138,42 +151,22 @@ def check_file(data: bytes, platform: str | None = None) -> Checked:
     return Checked(manifest, tensors, data_start, sections, chosen)
 
 
-def _deserialize(checked: Checked) -> jax.export.Exported:
+def check_program(checked: Checked) -> tuple[jax.export.Exported, _program.ProgramFacts]:
+    """Probe the program in a child, check its facts and custom calls, then deserialise it."""
     manifest = checked.manifest
     program = checked.sections.program
     if len(program) < 8:
         raise FreezeError("program section is empty or truncated", code="NBC500")
-
-    def parse() -> dict[str, Any]:
-        _, found = _jaxcompat.program_stats(jax.export.deserialize(bytearray(program)))
-        return {"targets": found}
-
     # Large (constants-mode) programs take longer to read: one extra second per 10 MB.
-    parsed = _sandbox.run_isolated(parse, _sandbox.PARSE_TIMEOUT_S + len(program) / 10e6)
-    try:
-        if "error" in parsed:
-            raise ValueError(parsed["error"])
-        targets = [str(t) for t in parsed["targets"]]
-        exported = jax.export.deserialize(bytearray(program))
-        platforms = tuple(exported.platforms)
-        in_avals, out_avals = list(exported.in_avals), list(exported.out_avals)
-        nr_devices = int(exported.nr_devices)
-    except Exception as err:  # the flatbuffer / MLIR readers raise many kinds
-        raise FreezeError(
-            f"program section is not a readable jax.export artifact ({type(err).__name__}: "
-            f"{str(err)[:200]})",
-            code="NBC500",
-        ) from None
-    if platforms != tuple(manifest["platforms"]) or nr_devices != manifest["device_count"]:
-        raise FreezeError("program platforms/devices differ from the manifest", code="NBC500")
-    allowed = _jaxcompat.allowed_custom_calls()
-    for target in targets:
-        if target not in allowed:
-            raise FreezeError(
-                f"program calls custom call {target!r}, which is not on the allowlist",
-                code="NBC505",
-                hint="only JAX's export-stable custom calls are accepted in frozen models",
-            )
+    timeout = _sandbox.PARSE_TIMEOUT_S + len(program) / 10e6
+    result = _sandbox.run_isolated(lambda: _program.probe(program), timeout)
+    facts = _program.check(result, manifest)
+    _customcalls.check_calls(facts.custom_calls, _jaxcompat.allowed_custom_calls())
+    _program.cross_check(facts, manifest)
+    # The child read this exact program without crashing and approved every field, so
+    # reading it here (deterministic) is safe.
+    exported = jax.export.deserialize(bytearray(program))
+    in_avals, out_avals = list(exported.in_avals), list(exported.out_avals)
     expected = manifest["weights"] + manifest["inputs"]["leaves"]
     if len(in_avals) != len(expected):
         raise FreezeError(
@@ -197,108 +190,36 @@ def _deserialize(checked: Checked) -> jax.export.Exported:
         {"shape": _batch.dims(a.shape), "dtype": np.dtype(a.dtype).name} for a in out_avals
     ] != outputs:
         raise FreezeError("program outputs differ from the manifest's signature", code="NBC500")
-    return exported
+    return exported, facts
 
 
-class FrozenModel:
-    """A loaded `.nbc` model: call it on the non-weight inputs (same structure as when frozen)."""
-
-    def __init__(self, checked: Checked, exported: jax.export.Exported, path: str) -> None:
-        manifest = checked.manifest
-        self.signature: dict[str, Any] = {
-            "inputs": manifest["inputs"],
-            "outputs": manifest["outputs"],
-        }
-        #: weight name -> shape, in program order
-        self.weights: dict[str, tuple[int, ...]] = {
-            w["name"]: tuple(w["shape"]) for w in manifest["weights"]
-        }
-        self.metadata: dict[str, Any] = {
-            key: manifest[key]
-            for key in (
-                "name",
-                "created_utc",
-                "writer",
-                "platforms",
-                "device_count",
-                "constants_mode",
-                "program",
-            )
-        }
-        self.metadata.update(
-            path=path,
-            format_version=checked.sections.format_version,
-            file_bytes=checked.sections.file_bytes,
-            platform=checked.platform,
-        )
-        self.platform = checked.platform
-        self.exported = exported
-        self._device = _jaxcompat.devices_for(checked.platform)[0]
-        views = _safetensors.arrays(checked.sections.weights, checked.tensors, checked.data_start)
-        self._weights = [
-            jax.device_put(views[w["name"]], self._device) for w in manifest["weights"]
-        ]
-        self._call = jax.jit(exported.call)
-
-    def __repr__(self) -> str:
-        return (
-            f"FrozenModel({self.metadata['name']!r}, platform={self.platform!r}, "
-            f"weights={len(self.weights)}, path={self.metadata['path']!r})"
-        )
-
-    def _inputs(self, inputs: tuple[Any, ...]) -> list[Any]:
-        spec = self.signature["inputs"]
-        leaves = _manifest.flatten(spec["tree"], inputs, "inputs")
-        out, batch = [], None  # batch: (size, leaf index) of the first leaf that set b
-        for i, (leaf, want) in enumerate(zip(leaves, spec["leaves"], strict=True)):
-            value = leaf if isinstance(leaf, jax.Array) else np.asarray(leaf)
-            shape, dtype = tuple(value.shape), np.dtype(value.dtype).name
-            takes = f"{want['dtype']}{_batch.show(want['shape'])}"
-            uses_b = bool(want["shape"]) and want["shape"][0] == _batch.BATCH_DIM
-            size = shape[0] if uses_b and shape else 1
-            if (
-                dtype != want["dtype"]
-                or size < 1
-                or shape != _batch.concrete_shape(want["shape"], size)
-            ):
-                hint_shape = _batch.show(want["shape"]) if uses_b else str(tuple(want["shape"]))
-                raise FreezeError(
-                    f"input leaf {i} is {dtype}{list(shape)}, the model takes {takes}"
-                    + (" (b: any batch size >= 1)" if uses_b else ""),
-                    code="NBC507",
-                    hint=f"pass an array of shape {hint_shape} and dtype {want['dtype']}",
-                )
-            if uses_b:
-                if batch is None:
-                    batch = (size, i)
-                elif size != batch[0]:
-                    raise FreezeError(
-                        f"input leaf {i} has batch size b={size}, but input leaf {batch[1]} "
-                        f"has b={batch[0]}: every leaf with dimension b must have the same size",
-                        code="NBC507",
-                    )
-            out.append(jax.device_put(value, self._device))
-        return out
-
-    def __call__(self, *inputs: Any) -> Any:
-        leaves = self._inputs(inputs)
-        custom_calls = self.metadata["program"].get("custom_calls") or []
-        with jax.default_device(self._device), _jaxcompat.lapack_not_needed(custom_calls):
-            outs = self._call(*self._weights, *leaves)
-        return _manifest.unflatten(self.signature["outputs"]["tree"], list(outs))
-
-
-def load(path: str | os.PathLike[str], *, platform: str | None = None) -> FrozenModel:
-    """Check and load a `.nbc` file; FreezeError (NBC500-NBC505) if it is refused.
+def load(
+    path: str | os.PathLike[str],
+    *,
+    platform: str | None = None,
+    max_bytes: int | None = None,
+) -> FrozenModel:
+    """Check and load a `.nbc` file; FreezeError (NBC500-NBC509) if it is refused.
 
     ``platform`` picks one of the file's platforms; default: this machine's default backend,
-    else the first of the file's platforms that is available.
+    else the first of the file's platforms that is available. ``max_bytes`` is the memory
+    budget (default: the memory available now): the file, the program's outputs and XLA's
+    memory analysis of the compiled program must fit in it (docs/format.md).
     """
-    return load_bytes(_format.read_file(path), platform=platform, path=os.fspath(path))
+    budget = _budget.resolve(max_bytes)
+    data = _format.read_file(path, budget)
+    return load_bytes(data, platform=platform, path=os.fspath(path), max_bytes=budget)
 
 
-def load_bytes(data: bytes, *, platform: str | None = None, path: str = "<bytes>") -> FrozenModel:
+def load_bytes(
+    data: bytes | bytearray,
+    *,
+    platform: str | None = None,
+    path: str = "<bytes>",
+    max_bytes: int | None = None,
+) -> FrozenModel:
     """`load` from the file's bytes (the weights stay views into ``data``)."""
+    budget = _budget.resolve(max_bytes)
     checked = check_file(data, platform)
-    exported = _deserialize(checked)
-    return FrozenModel(checked, exported, path)
+    exported, facts = check_program(checked)
+    return FrozenModel(checked, exported, facts, path, budget)

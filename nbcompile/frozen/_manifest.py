@@ -257,6 +257,9 @@ def parse(raw: memoryview | bytes, format_version: int) -> dict[str, Any]:
     program = _expect(manifest, "program", dict)
     if type(program.get("stablehlo_ops")) is not int:
         raise _bad("program.stablehlo_ops", "missing or not an integer")
+    calls = program.get("custom_calls", [])
+    if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
+        raise _bad("program.custom_calls", "must be a list of strings")
     return manifest
 
 

@@ -15,6 +15,7 @@ import json
 import os
 import select
 import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -72,6 +73,7 @@ def run_isolated(
             view = memoryview(data)
             while view:
                 view = view[os.write(write_fd, view) :]
+            os.close(write_fd)  # the parent sees the end now, not after this process's teardown
         except BaseException:
             status = 1
         finally:
@@ -85,13 +87,16 @@ def run_isolated(
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         raise _refuse(f"could not be parsed within {timeout:.0f} s (the reader did not finish)")
+    try:
+        result = json.loads(data) if data else None
+    except ValueError:
+        result = None
+    if isinstance(result, dict):
+        # A complete answer: reap the child in the background (tearing down a fork of a large
+        # process takes milliseconds the caller need not wait for).
+        threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
+        return result
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         raise _refuse(f"crashed the StableHLO reader (signal {os.WTERMSIG(status)})")
-    try:
-        result = json.loads(data)
-    except ValueError:
-        raise _refuse("reader returned no result") from None
-    if not isinstance(result, dict):
-        raise _refuse("reader returned no result")
-    return result
+    raise _refuse("reader returned no result")

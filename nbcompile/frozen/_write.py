@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -15,8 +14,20 @@ from typing import Any
 import jax
 import numpy as np
 
+from nbcompile.capture.names import param_names
 from nbcompile.errors import FreezeError
-from nbcompile.frozen import _batch, _format, _jaxcompat, _manifest, _safetensors
+from nbcompile.frozen import (
+    _atomic,
+    _batch,
+    _customcalls,
+    _format,
+    _jaxcompat,
+    _locations,
+    _manifest,
+    _program,
+    _safetensors,
+)
+from nbcompile.units import format_bytes
 
 #: Closed-over arrays larger than this are hoisted into the weight section (weights mode).
 HOIST_BYTES = 1024
@@ -61,9 +72,9 @@ class FreezeResult:
         overhead = self.file_bytes - self.weight_bytes
         lines = [
             f"frozen {self.name!r} -> {self.path}",
-            f"  file {_size(self.file_bytes)}, weights {_size(self.weight_bytes)} "
+            f"  file {format_bytes(self.file_bytes)}, weights {format_bytes(self.weight_bytes)} "
             f"in {self.n_weights} tensors ({self.n_hoisted} hoisted constants), "
-            f"overhead {_size(overhead)}",
+            f"overhead {format_bytes(overhead)}",
             f"  program: {self.program_ops} StableHLO ops, {mode}, "
             f"platforms {', '.join(self.platforms)}",
             "  batch: symbolic (any batch size b)"
@@ -82,23 +93,6 @@ class FreezeResult:
         return self.text()
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
-
-
-def _arg_names(fn: Callable[..., Any], count: int) -> list[str]:
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return [names[i] if i < len(names) else f"args[{i}]" for i in range(count)]
-
-
 def _as_numpy(leaf: Any, where: str) -> np.ndarray:
     try:
         arr = np.asarray(jax.device_get(leaf)) if isinstance(leaf, jax.Array) else None
@@ -113,7 +107,7 @@ def _as_numpy(leaf: Any, where: str) -> np.ndarray:
 
 
 def _weights(fn: Callable[..., Any], args: Sequence[Any], argnums: Sequence[int]):
-    names = _arg_names(fn, len(args))
+    names = param_names(fn, len(args))
     tensors, treedefs = [], {}
     for i in argnums:
         pairs, treedefs[i] = jax.tree_util.tree_flatten_with_path(args[i])
@@ -170,6 +164,7 @@ def freeze(
         raise FreezeError(
             f"platforms must be among {_manifest.PLATFORMS}, got {platforms!r}", code="NBC506"
         )
+    _atomic.check_target(path)
     n = len(example_args)
     argnums = (
         tuple(range(n - 1))
@@ -229,13 +224,13 @@ def freeze(
         built = build(marks, None)
         out_dims = [_batch.dims(a.shape) for a in built.exported.out_avals]
     exported, stored, export_specs = built.exported, built.stored, built.export_specs
-    hoisted_tensors = built.hoisted
+    hoisted_tensors, facts = built.hoisted, built.facts
+    ops, targets = facts.ops, facts.targets
     example_size = input_leaves[0].shape[0] if any(marks) else 0
     try:
         program_bytes = bytes(exported.serialize())
     except Exception as err:
         raise FreezeError(f"exporting the program failed: {err}", code="NBC506") from err
-    ops, targets = _jaxcompat.program_stats(exported)
     name = name or getattr(fn, "__name__", None) or type(fn).__name__
     signature = {
         "inputs": {
@@ -264,9 +259,9 @@ def freeze(
         "constants_mode": bool(constants),
         **signature,
         "weights": [{"name": nm, **_manifest.array_spec(a.shape, a.dtype)} for nm, a in stored],
-        "program": {"stablehlo_ops": ops, "custom_calls": _jaxcompat.unique(targets)},
+        "program": {"stablehlo_ops": ops, "custom_calls": list(targets)},
     }
-    file_bytes = _format.write_atomic(
+    file_bytes = _atomic.write_atomic(
         path, _manifest.encode(manifest), lambda: _safetensors.chunks(stored), program_bytes
     )
     return FreezeResult(
@@ -287,7 +282,7 @@ def freeze(
         if measure_compiled
         else None,
         reference_ops=reference_ops,
-        custom_calls=tuple(_jaxcompat.unique(targets)),
+        custom_calls=tuple(targets),
         batch="symbolic" if any(marks) else "static",
     )
 
@@ -298,6 +293,7 @@ class _Built:
     stored: list[tuple[str, np.ndarray]]
     hoisted: list[tuple[str, np.ndarray]]
     export_specs: list[jax.ShapeDtypeStruct]
+    facts: _program.ProgramFacts
 
 
 def _build(
@@ -353,7 +349,36 @@ def _build(
         raise
     except Exception as err:
         raise FreezeError(f"exporting the program failed: {err}", code="NBC506") from err
-    return _Built(exported, stored, hoisted_tensors, export_specs)
+    exported = _locations.strip_exported(exported)
+    return _Built(exported, stored, hoisted_tensors, export_specs, _own_facts(exported))
+
+
+def _own_facts(exported: jax.export.Exported) -> _program.ProgramFacts:
+    """The facts ``load`` will read from this program, checked by the same rules now, so that
+    ``freeze`` never writes a file ``load`` refuses (a refusal here is NBC506)."""
+    try:
+        as_loaded = jax.export.deserialize(exported.serialize())  # what load will read
+        result = {**_program.exported_facts(as_loaded)}
+        result.update(_program.module_facts(as_loaded.mlir_module_serialized))
+    except _program.Refused as refused:
+        raise FreezeError(
+            f"the exported program cannot be frozen: {refused}", code="NBC506"
+        ) from None
+    facts = _program.ProgramFacts(
+        ops=result["ops"],
+        chain=result["chain"],
+        nesting=result["nesting"],
+        custom_calls=result["custom_calls"],
+    )
+    try:
+        _customcalls.check_calls(facts.custom_calls, _jaxcompat.allowed_custom_calls())
+    except FreezeError as err:
+        raise FreezeError(
+            f"the program cannot be frozen: {err.message}",
+            code="NBC506",
+            hint="freeze for fewer platforms (platforms=('cpu',)) or avoid that operation",
+        ) from None
+    return facts
 
 
 def _concrete(specs: Sequence[jax.ShapeDtypeStruct], size: int) -> list[jax.ShapeDtypeStruct]:

@@ -1,0 +1,200 @@
+"""`FrozenModel`: a checked `.nbc` file, callable on its inputs within its memory budget.
+
+Each new input shape is compiled ahead of time (``jax.jit(...).lower(...).compile()``) so
+that XLA's memory analysis can be checked against the budget *before* the program first runs.
+Every failure of the call, in JAX or XLA, reaches the caller as a FreezeError with a code.
+Frozen models are inference programs: differentiating one raises FreezeError NBC507 (the file
+carries no gradient program, and none is ever read from it).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+
+from nbcompile.errors import FreezeError
+from nbcompile.frozen import _batch, _budget, _jaxcompat, _manifest, _safetensors
+
+if TYPE_CHECKING:
+    from nbcompile.frozen._load import Checked
+    from nbcompile.frozen._program import ProgramFacts
+
+#: Compiled programs kept per model, one per input shape (oldest dropped first).
+MAX_COMPILED_SHAPES = 32
+#: Exceptions JAX and XLA raise while lowering, compiling or running a program (a
+#: ``JaxRuntimeError`` is a RuntimeError; MLIR verifier and shape refinement errors are
+#: ValueError; a missing symbol KeyError; nanobind conversions TypeError).
+_CALL_ERRORS = (ValueError, TypeError, KeyError, IndexError, NotImplementedError, RuntimeError)
+
+
+def _no_derivatives(fn: Any) -> Any:
+    """``fn`` with a JVP rule that refuses: grad, jvp and linearize raise FreezeError."""
+
+    @jax.custom_jvp
+    def call(*args: Any) -> Any:
+        return fn(*args)
+
+    @call.defjvp
+    def _refuse(primals: Any, tangents: Any) -> Any:
+        raise FreezeError(
+            "frozen models cannot be differentiated: the file holds an inference program and "
+            "no gradient program",
+            code="NBC507",
+            hint="call it outside jax.grad/jvp, or on jax.lax.stop_gradient(inputs) inside a loss",
+        )
+
+    return call
+
+
+class FrozenModel:
+    """A loaded `.nbc` model: call it on the non-weight inputs (same structure as when frozen)."""
+
+    def __init__(
+        self,
+        checked: Checked,
+        exported: jax.export.Exported,
+        facts: ProgramFacts,
+        path: str,
+        max_bytes: int | None,
+    ) -> None:
+        manifest = checked.manifest
+        self.signature: dict[str, Any] = {
+            "inputs": manifest["inputs"],
+            "outputs": manifest["outputs"],
+        }
+        #: weight name -> shape, in program order
+        self.weights: dict[str, tuple[int, ...]] = {
+            w["name"]: tuple(w["shape"]) for w in manifest["weights"]
+        }
+        self.metadata: dict[str, Any] = {
+            key: manifest[key]
+            for key in ("name", "created_utc", "writer", "platforms", "device_count")
+        }
+        self.metadata.update(
+            constants_mode=manifest["constants_mode"],
+            # what the program holds, read from the program (never the manifest's claim)
+            program={
+                "stablehlo_ops": facts.ops,
+                "longest_chain": facts.chain,
+                "nesting": facts.nesting,
+                "custom_calls": facts.targets,
+            },
+            path=path,
+            format_version=checked.sections.format_version,
+            file_bytes=checked.sections.file_bytes,
+            platform=checked.platform,
+        )
+        #: the memory budget in bytes (None: unknown on this system, nothing is checked)
+        self.max_bytes = max_bytes
+        #: XLA's memory figure (bytes) per compiled input shape, None where XLA reports none
+        self.memory: dict[tuple[Any, ...], int | None] = {}
+        self.platform = checked.platform
+        self.exported = exported
+        self._facts = facts
+        self._device = _jaxcompat.devices_for(checked.platform)[0]
+        self._outputs = [(_batch.dims(a.shape) or [], a.dtype) for a in exported.out_avals]
+        self._symbolic = any(
+            _batch.BATCH_DIM in leaf["shape"] for leaf in manifest["inputs"]["leaves"]
+        )
+        # Outputs at the smallest batch: an absurd program is refused before any compile.
+        _budget.check_outputs(self._output_bytes(1), max_bytes, self._where(1))
+        views = _safetensors.arrays(checked.sections.weights, checked.tensors, checked.data_start)
+        self._weights = [
+            jax.device_put(views[w["name"]], self._device) for w in manifest["weights"]
+        ]
+        self._fn = _no_derivatives(exported.call)
+        self._compiled: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return (
+            f"FrozenModel({self.metadata['name']!r}, platform={self.platform!r}, "
+            f"weights={len(self.weights)}, path={self.metadata['path']!r})"
+        )
+
+    def _inputs(self, inputs: tuple[Any, ...]) -> tuple[list[Any], int]:
+        """Checked input leaves on the model's device, and the batch size b (1 if none)."""
+        spec = self.signature["inputs"]
+        leaves = _manifest.flatten(spec["tree"], inputs, "inputs")
+        out, batch = [], None  # batch: (size, leaf index) of the first leaf that set b
+        for i, (leaf, want) in enumerate(zip(leaves, spec["leaves"], strict=True)):
+            value = leaf if isinstance(leaf, jax.Array) else np.asarray(leaf)
+            shape, dtype = tuple(value.shape), np.dtype(value.dtype).name
+            takes = f"{want['dtype']}{_batch.show(want['shape'])}"
+            uses_b = bool(want["shape"]) and want["shape"][0] == _batch.BATCH_DIM
+            size = shape[0] if uses_b and shape else 1
+            if (
+                dtype != want["dtype"]
+                or size < 1
+                or shape != _batch.concrete_shape(want["shape"], size)
+            ):
+                hint_shape = _batch.show(want["shape"]) if uses_b else str(tuple(want["shape"]))
+                raise FreezeError(
+                    f"input leaf {i} is {dtype}{list(shape)}, the model takes {takes}"
+                    + (" (b: any batch size >= 1)" if uses_b else ""),
+                    code="NBC507",
+                    hint=f"pass an array of shape {hint_shape} and dtype {want['dtype']}",
+                )
+            if uses_b:
+                if batch is None:
+                    batch = (size, i)
+                elif size != batch[0]:
+                    raise FreezeError(
+                        f"input leaf {i} has batch size b={size}, but input leaf {batch[1]} "
+                        f"has b={batch[0]}: every leaf with dimension b must have the same size",
+                        code="NBC507",
+                    )
+            out.append(jax.device_put(value, self._device))
+        return out, batch[0] if batch else 1
+
+    def _output_bytes(self, size: int) -> int:
+        return _budget.array_bytes((_batch.concrete_shape(s, size), d) for s, d in self._outputs)
+
+    def _where(self, size: int) -> str:
+        return f"at batch size b={size}" if self._symbolic else ""
+
+    def _compiled_for(self, leaves: list[Any], size: int) -> Any:
+        """The program compiled for these input shapes, its memory checked (cached)."""
+        key = tuple((tuple(x.shape), np.dtype(x.dtype).name) for x in leaves)
+        compiled = self._compiled.get(key)
+        if compiled is not None:
+            self._compiled.move_to_end(key)
+            return compiled
+        where = self._where(size)
+        _budget.check_outputs(self._output_bytes(size), self.max_bytes, where)
+        compiled = jax.jit(self._fn).lower(*self._weights, *leaves).compile()
+        needed = _budget.compiled_bytes(compiled)
+        _budget.check_compiled(needed, self.max_bytes, where)
+        self.memory[key] = needed
+        self._compiled[key] = compiled
+        if len(self._compiled) > MAX_COMPILED_SHAPES:
+            self._compiled.popitem(last=False)
+        return compiled
+
+    def __call__(self, *inputs: Any) -> Any:
+        leaves, size = self._inputs(inputs)
+        traced = any(_jaxcompat.is_tracer(x) for x in leaves)
+        with (
+            jax.default_device(self._device),
+            _jaxcompat.lapack_not_needed(self._facts.targets),
+        ):
+            try:
+                if traced:  # inside the caller's jit/grad/vmap: their compile, our checks
+                    _budget.check_outputs(
+                        self._output_bytes(size), self.max_bytes, self._where(size)
+                    )
+                    outs = self._fn(*self._weights, *leaves)
+                else:
+                    outs = self._compiled_for(leaves, size)(*self._weights, *leaves)
+            except FreezeError:
+                raise
+            except _CALL_ERRORS as err:
+                first = (str(err).strip().splitlines() or [""])[0][:300]
+                raise FreezeError(
+                    f"the program failed to compile or run: {type(err).__name__}: {first}",
+                    code="NBC500",
+                    hint="the file's program is not one this JAX/XLA can run; re-freeze it",
+                ) from err
+        return _manifest.unflatten(self.signature["outputs"]["tree"], list(outs))
