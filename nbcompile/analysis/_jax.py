@@ -2,7 +2,8 @@
 
 Version notes (JAX 0.10.2): ``jax._src.core.Literal`` / ``Var`` / ``Jaxpr`` / ``ClosedJaxpr``;
 ``eqn.source_info.traceback`` is a ``jaxlib._jax.Traceback`` with ``raw_frames()`` and the
-static ``code_addr2line``; ``source_info_util.user_frame`` takes that traceback;
+static ``code_addr2line`` (``jax._src.lib._jax.Traceback``); ``source_info_util.is_user_filename``
+is JAX's test for frames outside JAX;
 ``jaxlib._jax.hlo_module_cost_analysis(client, module)`` and ``jaxlib._hlo.hlo_module_from_text``
 run XLA's HLO cost analysis on any module text. Each helper degrades to None / [] when an
 internal moved, so analysis loses a detail instead of failing.
@@ -10,14 +11,17 @@ internal moved, so analysis loses a detail instead of failing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from jax._src import core as _core
 from jax._src import source_info_util as _siu
+from jax._src.lib import _jax as _jaxlib
 
 Literal = _core.Literal
 Jaxpr = _core.Jaxpr
 ClosedJaxpr = _core.ClosedJaxpr
+_Traceback = _jaxlib.Traceback
 
 
 def is_literal(atom: Any) -> bool:
@@ -28,29 +32,27 @@ def is_dropvar(atom: Any) -> bool:
     return type(atom).__name__ == "DropVar"
 
 
-def cell_frame(traceback: Any, cell_file: str | None) -> int | None:
-    """The line of the innermost frame of ``traceback`` in ``cell_file`` (None if none)."""
-    if traceback is None or cell_file is None:
-        return None
+def raw_frames(traceback: Any) -> Iterator[tuple[str, Any, int]]:
+    """(file, code, lasti) of each frame of a ``jaxlib`` Traceback, innermost first (nothing
+    when the traceback is missing or its API moved)."""
+    if traceback is None:
+        return
     try:
         codes, lastis = traceback.raw_frames()
-        for code, lasti in zip(codes, lastis, strict=False):
-            if code.co_filename == cell_file:
-                return type(traceback).code_addr2line(code, lasti)
     except (AttributeError, TypeError):
-        return None
-    return None
+        return
+    for code, lasti in zip(codes, lastis, strict=False):
+        yield code.co_filename, code, lasti
 
 
-def user_frame(traceback: Any) -> tuple[str, int] | None:
-    """JAX's idea of the innermost user frame (file, line), outside JAX itself."""
-    if traceback is None:
-        return None
-    try:
-        frame = _siu.user_frame(traceback)
-    except (AttributeError, TypeError):
-        return None
-    return (frame.file_name, frame.start_line) if frame is not None else None
+def addr2line(code: Any, lasti: int) -> int:
+    """The source line of bytecode offset ``lasti`` in ``code`` (as JAX computes it)."""
+    return _Traceback.code_addr2line(code, lasti)
+
+
+def outside_jax(file: str) -> bool:
+    """Whether ``file`` is outside JAX itself (JAX's own test for user frames)."""
+    return _siu.is_user_filename(file)
 
 
 def arg_names(jaxpr: Any) -> list[str] | None:

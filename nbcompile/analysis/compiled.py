@@ -19,11 +19,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..capture.source import Location
 from . import _jax
 from .graph import Graph
 from .hlo import _NAME_REF, Computation, HloModule, Instruction, parse_replica_groups, shape_bytes
 from .hlo import shape_elements as _elements
-from .lines import LineMap
+from .lines import Locator
 
 __all__ = ["CompiledInfo", "Fusion", "analyse_compiled", "op_name_phase"]
 
@@ -71,13 +72,15 @@ def _module_path(op_name: str | None) -> str | None:
 
 @dataclass
 class Fusion:
-    """One fusion kernel. ``source_lines`` come from every member op's metadata."""
+    """One fusion kernel. ``locations`` are the nearest user frames (a cell of this kernel or a
+    user file) of every member op; ``source_lines`` the lines of the compiling cell among their
+    stacks (kept for compatibility: empty when the model is defined elsewhere)."""
 
     name: str
     kind: str
     ops: list[str]
     source_lines: list[int]
-    locations: list[tuple[str, int]]
+    locations: list[Location]
     modules: list[str]
     flops: float | None
     bytes: float | None
@@ -87,16 +90,21 @@ class Fusion:
     node: str | None = None
     op_names: list[str] = field(default_factory=list)
     lines_inferred: bool = False
+    cost_from: str = "XLA"  # "XLA" (its HLO cost model) or "estimate" (from shapes)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.name, "name": self.name, "kind": self.kind, "ops": list(self.ops),
             "nodes": [self.node] if self.node else [], "lines": list(self.source_lines),
-            "locations": [list(loc) for loc in self.locations], "modules": list(self.modules),
+            "locations": [loc.to_json() for loc in self.locations], "modules": list(self.modules),
             "flops": self.flops, "bytes": self.bytes, "bytes_saved": self.bytes_saved,
             "phase": self.phase, "computation": self.computation,
             "lines_inferred": self.lines_inferred,
+            "from": {"flops": self.cost_from, "bytes": self.cost_from, "bytes_saved": "estimate"},
         }  # fmt: skip
+
+
+Sites = tuple[list[int], list[Location]]  # compiling-cell lines, nearest user locations
 
 
 @dataclass
@@ -108,6 +116,10 @@ class CompiledInfo:
     phases: dict[str, str]  # "computation/instruction" -> forward | backward (grad only)
     collectives: list[dict[str, Any]]
     non_fused: list[str]
+    sites: dict[str, Sites] = field(default_factory=dict)  # instruction name -> its sources
+    modules: dict[str, list[str]] = field(default_factory=dict)  # instruction -> module paths
+    # (primitive, location) -> fusion it landed in, from every member op (traced-graph overlay)
+    landed: dict[tuple[str, Location | None], str] = field(default_factory=dict)
 
 
 def _non_fused(module: HloModule) -> list[Computation]:
@@ -260,23 +272,23 @@ def _cost(module: HloModule, instr: Instruction, shapes: dict[str, str], use_xla
     return dict(figures)
 
 
-def _lines(module: HloModule, instrs: list[Instruction], source: LineMap) -> tuple[list, list]:
+def _sites(module: HloModule, instrs: list[Instruction], source: Locator) -> Sites:
     lines: set[int] = set()
-    locations: set[tuple[str, int]] = set()
+    locations: set[Location] = set()
     for m in instrs:
-        stack = module.stack(m)
-        if not stack:
-            continue
-        locations.add(stack[0])
-        for file, line in stack:
-            visible = source.visible_line(file, line)
-            if visible is not None:
-                lines.add(visible)
-                break
-    return sorted(lines), sorted(locations)
+        location, visible = source.of_instruction(module, m)
+        if location is not None:
+            locations.add(location)
+        if visible is not None:
+            lines.add(visible)
+    return sorted(lines), sorted(locations, key=Location.sort_key)
 
 
-def analyse_compiled(module: HloModule, source: LineMap, grad: bool,
+def _primitive(op_name: str) -> str:
+    return op_name.split(";", 1)[0].rsplit("/", 1)[-1]
+
+
+def analyse_compiled(module: HloModule, source: Locator, grad: bool,
                      use_xla_cost: bool = True) -> CompiledInfo:  # fmt: skip
     """Fusions, kernels, per-kernel cost and the compiled graph of an optimised module."""
     graph = Graph()
@@ -294,14 +306,16 @@ def analyse_compiled(module: HloModule, source: LineMap, grad: bool,
                 for called in instr.called:
                     groups.setdefault(called, graph.group(groups.get(comp.name), f"{instr.name}"
                                       f" {called}", CONTROL_OPS[instr.opcode], unique=True))  # fmt: skip
+    sites: dict[str, Sites] = {}
+    paths: dict[str, list[str]] = {}
+    landed: dict[tuple[str, Location | None], str] = {}
     for comp in comps:
         ids: dict[str, str] = {}
         shapes = {i.name: i.shape for i in comp.instructions}
         group = groups.get(comp.name)
         for instr in comp.instructions:
             members = _members(module, instr) if instr.opcode == "fusion" else [instr]
-            line_list, locs = _lines(module, [instr, *members], source)
-            own = module.stack(instr)
+            line_list, locs = sites[instr.name] = _sites(module, [instr, *members], source)
             phase = _kernel_phase(instr, members) if grad else None
             kind = ("param" if instr.opcode == "parameter" else "const" if instr.opcode ==
                     "constant" else "fusion" if instr.opcode == "fusion" else "call"
@@ -310,8 +324,9 @@ def analyse_compiled(module: HloModule, source: LineMap, grad: bool,
                                   prefix="c", label=instr.name, shape=instr.shape,
                                   bytes=shape_bytes(instr.shape), group=group,
                                   line=line_list[0] if line_list else None,
-                                  file=own[0][0] if own else None,
-                                  file_line=own[0][1] if own else None,
+                                  location=locs[0] if locs else None,
+                                  file=locs[0].file if locs else None,
+                                  file_line=locs[0].line if locs else None,
                                   path=_module_path(instr.op_name) or "", phase=phase)  # fmt: skip
             node.extra["opcode"] = instr.opcode
             ids[instr.name] = node.id
@@ -341,75 +356,109 @@ def analyse_compiled(module: HloModule, source: LineMap, grad: bool,
             if unit or instr.opcode == "fusion":
                 cost = _cost(module, instr, shapes, use_xla_cost, structure)
                 node.flops = cost.get("flops")
+                if cost.get("source") != "xla":
+                    node.extra["from"] = {"flops": "estimate"}
                 if comp.is_entry:
                     unit_costs[instr.name] = cost
+            modules = sorted({p for m in members if (p := _module_path(m.op_name))})
+            if modules and instr.opcode not in ("parameter", "constant"):
+                paths[instr.name] = modules
             if instr.opcode == "fusion":
                 node.fusion = instr.name
+                for m in members:
+                    if m.op_name:
+                        key = (_primitive(m.op_name), source.of_instruction(module, m)[0])
+                        landed.setdefault(key, instr.name)
                 fusions.append(Fusion(
                     name=instr.name, kind=instr.kind or "loop",
                     ops=[m.opcode for m in members if m.opcode != "parameter"],
-                    source_lines=line_list, locations=locs,
-                    modules=sorted({p for m in members if (p := _module_path(m.op_name))}),
+                    source_lines=line_list, locations=locs, modules=modules,
                     flops=cost.get("flops"), bytes=cost.get("bytes accessed"),
                     bytes_saved=_bytes_saved(module, instr), phase=phase,
                     computation=comp.name, node=node.id,
                     op_names=sorted({m.op_name for m in members if m.op_name}),
+                    cost_from="XLA" if cost.get("source") == "xla" else "estimate",
                 ))  # fmt: skip
             if instr.is_root and comp.is_entry:
                 out = graph.add_node("output", "output", prefix="c", label="output",
                                      shape=instr.shape, bytes=node.bytes)  # fmt: skip
                 graph.add_edge(node.id, out.id, node.bytes, instr.shape)
-    _infer_missing_lines(module, fusions, graph, source)
+    _infer_missing_sites(module, fusions, graph, sites)
     return CompiledInfo(graph, fusions, kernels, unit_costs, phases, collectives,
-                        [c.name for c in comps])  # fmt: skip
+                        [c.name for c in comps], sites, paths, landed)  # fmt: skip
 
 
-def _infer_missing_lines(module: HloModule, fusions: list[Fusion], graph: Graph,
-                         source: LineMap) -> None:  # fmt: skip
+_NEAR_HOPS = 8  # how far to look for the code of an XLA-made kernel
+_NEAR_CAP = 64  # locations kept per inferred kernel (keeps the search linear)
+_Near = tuple[int, frozenset, frozenset]  # hops, compiling-cell lines, locations
+
+
+def _infer_missing_sites(module: HloModule, fusions: list[Fusion], graph: Graph,
+                         sites: dict[str, Sites]) -> None:  # fmt: skip
     """XLA-made fusions without metadata (a wrapped convert, iota, broadcast, layout copy) take
-    the lines of the nearest kernels that consume them, else of those that feed them (searched
-    breadth first through tuples and control flow); ``lines_inferred`` says so."""
-    users_of: dict[str, dict[str, list[Instruction]]] = {}
+    the sources of the nearest kernels that consume them, else of those that feed them (up to
+    eight hops through tuples and control flow of the same computation); ``lines_inferred``
+    says so.
+
+    "Nearest" is breadth-first distance, computed for every instruction of a computation in
+    one pass over its (topologically ordered) instructions: the sources at the smallest
+    distance from an instruction are the union of those of its neighbours at the smallest
+    distance, one hop further. Linear in the computation's size (a search per kernel was
+    quadratic: minutes for a 4,500-kernel program whose model is defined in another cell)."""
+    missing: dict[str, list[Fusion]] = {}
     for fusion in fusions:
-        comp = module.computations.get(fusion.computation)
-        if fusion.source_lines or comp is None:
+        if not fusion.locations and not fusion.source_lines:
+            missing.setdefault(fusion.computation, []).append(fusion)
+    for comp_name, todo in missing.items():
+        comp = module.computations.get(comp_name)
+        if comp is None:
             continue
-        by_name = {i.name: i for i in comp.instructions}
-        if comp.name not in users_of:
-            users: dict[str, list[Instruction]] = {}
-            for instr in comp.instructions:
-                for operand in instr.operands:
-                    users.setdefault(operand, []).append(instr)
-            users_of[comp.name] = users
-        users = users_of[comp.name]
-        for step in (lambda i, users=users: users.get(i.name, []),
-                     lambda i, by_name=by_name: [by_name[o] for o in i.operands if o in by_name]):  # fmt: skip
-            found = _nearest_lines(module, by_name[fusion.name], step, source)
-            if found:
-                fusion.source_lines = found
-                fusion.lines_inferred = True
-                node = graph.node(fusion.node or "")
-                if node is not None:
-                    node.line = found[0]
-                break
+        instrs = comp.instructions
+        users: dict[str, list[str]] = {}
+        for instr in instrs:
+            for operand in instr.operands:
+                users.setdefault(operand, []).append(instr.name)
+        by_users = _nearest(reversed(instrs), lambda i, users=users: users.get(i.name, ()), sites)
+        by_operands = _nearest(iter(instrs), lambda i: i.operands, sites)
+        for fusion in todo:
+            found = by_users.get(fusion.name) or by_operands.get(fusion.name)
+            if found is None:
+                continue
+            _, lines, locations = found
+            fusion.source_lines = sorted(lines)
+            fusion.locations = sorted(locations, key=Location.sort_key)
+            fusion.lines_inferred = True
+            sites[fusion.name] = (fusion.source_lines, fusion.locations)
+            node = graph.node(fusion.node or "")
+            if node is not None:
+                node.line = fusion.source_lines[0] if fusion.source_lines else None
+                node.location = fusion.locations[0] if fusion.locations else None
+                node.file = node.location.file if node.location else None
+                node.file_line = node.location.line if node.location else None
 
 
-def _nearest_lines(module: HloModule, start: Instruction, step: Any, source: LineMap) -> list[int]:
-    frontier, seen = [start], {start.name}
-    for _ in range(8):
-        following = []
-        for instr in frontier:
-            for near in step(instr):
-                if near.name not in seen:
-                    seen.add(near.name)
-                    following.append(near)
-        found: set[int] = set()
-        for instr in following:
-            found.update(_lines(module, [instr, *_members(module, instr)], source)[0])
-        if found:
-            return sorted(found)
-        frontier = following
-    return []
+def _nearest(order: Any, neighbours: Any, sites: dict[str, Sites]) -> dict[str, _Near]:
+    """Instruction name -> (hops, lines, locations) of the nearest instructions with sources,
+    following ``neighbours``; ``order`` visits every neighbour before the instructions that
+    refer to it. Instructions with sources of their own are at distance 0."""
+    near: dict[str, _Near] = {}
+    for instr in order:
+        own = sites.get(instr.name)
+        if own is not None and own[1]:
+            near[instr.name] = (0, frozenset(own[0]), frozenset(own[1]))
+            continue
+        best: _Near | None = None
+        for name in neighbours(instr):
+            candidate = near.get(name)
+            if candidate is None or candidate[0] >= _NEAR_HOPS:
+                continue
+            if best is None or candidate[0] + 1 < best[0]:
+                best = (candidate[0] + 1, candidate[1], candidate[2])
+            elif candidate[0] + 1 == best[0] and len(best[2]) < _NEAR_CAP:
+                best = (best[0], best[1] | candidate[1], best[2] | candidate[2])
+        if best is not None:
+            near[instr.name] = best
+    return near
 
 
 def _kernel_phase(instr: Instruction, members: list[Instruction]) -> str:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._compat import stablehlo_ops
+from ..capture.source import Location
 from .artifacts import Artifacts
 from .compiled import CompiledInfo, Fusion, analyse_compiled
 from .cost import analytic_cost, normalise_cost, normalise_memory
@@ -22,7 +24,8 @@ from .folding import Folded, find_folded, has_const_candidates
 from .gradient import Gradient, analyse_gradient
 from .graph import Graph
 from .hlo import HloModule, HloParseError, count_instructions, parse_hlo
-from .lines import LineMap
+from .lines import Locator
+from .located import line_maps, source_texts
 from .traced import Traced, trace_graph
 
 __all__ = ["Analysis", "analyse"]
@@ -30,7 +33,15 @@ __all__ = ["Analysis", "analyse"]
 
 @dataclass
 class Analysis:
-    """Everything nbcompile knows about one compile. See docs/report-schema.md for to_json()."""
+    """Everything nbcompile knows about one compile. See docs/report-schema.md for to_json().
+
+    ``lines`` maps lines of the compiling cell (plain numbers), ``located`` the lines of every
+    other contributing cell or user file (:class:`~nbcompile.capture.source.Location`) to what
+    came from them; ``sources`` holds those cells' and files' text. ``kernel_sites`` /
+    ``kernel_modules`` (read them through :func:`locations_of` / :func:`modules_of`) map every
+    kernel to its sources. ``timings`` gives seconds per analysis stage (they add up to the
+    whole analysis); ``fingerprint`` identifies the program (None when it was not compiled).
+    """
 
     traced_graph: Graph
     compiled_graph: Graph | None
@@ -45,15 +56,39 @@ class Analysis:
     collectives: list[dict[str, Any]] = field(default_factory=list)
     counts: dict[str, int | None] = field(default_factory=dict)
     kernel_costs: dict[str, dict[str, float]] = field(default_factory=dict)
+    located: dict[Location, dict[str, Any]] = field(default_factory=dict)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    kernel_sites: dict[str, tuple[list[int], list[Location]]] = field(default_factory=dict)
+    kernel_modules: dict[str, list[str]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    fingerprint: str | None = None
+    walk_order: list[str] = field(default_factory=list, repr=False)  # eqn node ids, walk order
+
+    @property
+    def cost_source(self) -> str | None:
+        """"XLA" (``cost_analysis()``), "estimate" (nbcompile's static figures) or None."""
+        if self.cost is None:
+            return None
+        return "estimate" if self.cost.get("estimate") else "XLA"
 
     def summary(self) -> dict[str, Any]:
         cost = self.cost or {}
         flops = cost.get("flops")
         nbytes = cost.get("bytes_accessed")
+        memory = self.memory or {}
+        cost_from = self.cost_source or "XLA"
+        labels = {
+            "flops": cost_from if flops is not None else "estimate",
+            "bytes_accessed": cost_from, "transcendentals": cost_from,
+            "analytic_flops": "estimate", "analytic_bytes": "estimate",
+            "bytes_saved_by_fusion": "estimate", "residual_bytes": "estimate",
+            "peak_bytes": "estimate" if memory.get("peak_bytes_is_bound") else "XLA",
+        }  # fmt: skip
         return {
             **self.counts,
             "fusions": len(self.fusions),
             "folded_constants": sum(1 for f in self.folded if f.folded),
+            # where XLA gives no cost, nbcompile's count from the jaxpr, labelled an estimate
             "flops": flops if flops is not None else self.analytic.get("flops"),
             "bytes_accessed": nbytes,
             "transcendentals": cost.get("transcendentals"),
@@ -62,21 +97,49 @@ class Analysis:
             "bytes_saved_by_fusion": sum(f.bytes_saved for f in self.fusions),
             "residual_bytes": self.gradient.residual_bytes if self.gradient else None,
             "collectives": len(self.collectives),
-            "peak_bytes": (self.memory or {}).get("peak_bytes"),
+            "peak_bytes": memory.get("peak_bytes"),
+            "from": labels,
         }
 
+    def lines_json(self) -> dict[str, dict[str, Any]]:
+        """The per-line map of every contributing source: compiling-cell lines under their
+        number, other cells and files under their location label (``In [3] line 7``)."""
+        out: dict[str, dict[str, Any]] = {str(k): v for k, v in sorted(self.lines.items())}
+        for loc in sorted(self.located, key=Location.sort_key):
+            out[loc.label] = {**self.located[loc], "location": loc.to_json()}
+        return out
+
     def to_json(self) -> dict[str, Any]:
+        cost = dict(self.cost, **{"from": self.cost_source}) if self.cost else self.cost
+        memory = self.memory
+        if memory:
+            bound = memory.get("peak_bytes_is_bound")
+            memory = dict(memory, **{"from": {"*": "XLA", "peak_bytes_is_bound": "XLA",
+                                              "peak_bytes": "estimate" if bound else "XLA"}})
         return {
             "summary": self.summary(),
-            "graphs": {"traced": self.traced_graph.to_json(),
-                       "compiled": self.compiled_graph.to_json() if self.compiled_graph else None},
+            "graphs": {"traced": _graph_json(self.traced_graph, "estimate"),
+                       "compiled": _graph_json(self.compiled_graph, "XLA")},
             "fusions": [f.to_json() for f in self.fusions],
             "folded": [f.to_json() for f in self.folded],
             "gradient": self.gradient.to_json() if self.gradient else None,
-            "cost": self.cost, "memory": self.memory, "analytic": self.analytic,
-            "lines": {str(k): v for k, v in sorted(self.lines.items())},
-            "collectives": self.collectives, "notes": list(self.notes),
+            "cost": cost, "memory": memory,
+            "analytic": dict(self.analytic, **{"from": "estimate"}),
+            "lines": self.lines_json(), "sources": list(self.sources),
+            "collectives": [dict(c, **{"from": "XLA"}) for c in self.collectives],
+            "notes": list(self.notes),
         }  # fmt: skip
+
+
+def _graph_json(graph: Graph | None, bytes_from: str) -> dict[str, Any] | None:
+    """A graph's JSON with where its figures come from: value sizes from the program's types
+    (XLA's shapes for the compiled graph), flops from nbcompile's count (traced graph) or XLA's
+    cost model per kernel (compiled graph; shape-based where XLA gave none: see fusions)."""
+    if graph is None:
+        return None
+    out = graph.to_json()
+    out["from"] = {"bytes": bytes_from, "flops": bytes_from}
+    return out
 
 
 def _pre_optimisation_text(lowered: Any, notes: list[str]) -> str | None:
@@ -140,53 +203,29 @@ def _stablehlo_ops(lowered: Any) -> int | None:
         return None
 
 
-def _line_map(traced: Traced, info: CompiledInfo | None) -> dict[int, dict[str, Any]]:
-    lines: dict[int, dict[str, Any]] = {}
-
-    def entry(line: int) -> dict[str, Any]:
-        return lines.setdefault(
-            line, {"fusions": [], "nodes": [], "kernels": [], "cost_share": 0.0}
-        )
-
-    for node in traced.graph.nodes:
-        if node.line is not None and node.kind in ("op", "call"):
-            entry(node.line)["nodes"].append(node.id)
-    if info is None:
-        return lines
-    weights: dict[int, float] = {}
-    use = (
-        "flops"
-        if any((c.get("flops") or 0) > 0 for c in info.unit_costs.values())
-        else "bytes accessed"
-    )
-    fusion_of = {f.name: f for f in info.fusions}
-    for node in info.graph.nodes:
-        fusion = fusion_of.get(node.label) if node.kind == "fusion" else None
-        node_lines = fusion.source_lines if fusion else ([node.line] if node.line else [])
-        for line in node_lines:
-            item = entry(line)
-            (item["fusions"] if fusion else item["kernels"]).append(node.label)
-        cost = info.unit_costs.get(node.label)
-        if cost and node_lines and node.group is None:
-            for line in node_lines:
-                weights[line] = weights.get(line, 0.0) + (cost.get(use) or 0.0) / len(node_lines)
-    total = sum((c.get(use) or 0.0) for c in info.unit_costs.values())
-    for line, weight in weights.items():
-        lines[line]["cost_share"] = weight / total if total else 0.0
-    return lines
-
-
-def _overlay_fusions(traced: Traced, fusions: list[Fusion]) -> None:
-    """Best match of each traced op to the fusion its (primitive, line) landed in."""
-    where: dict[tuple[str, int | None], str] = {}
-    for fusion in fusions:
-        prims = {n.split(";", 1)[0].rsplit("/", 1)[-1] for n in fusion.op_names}
-        for prim in prims:
-            for line in fusion.source_lines or [None]:
-                where.setdefault((prim, line), fusion.name)
+def _overlay_fusions(traced: Traced, info: CompiledInfo) -> None:
+    """Each traced op's fusion: the one its (primitive, location) landed in."""
+    landed = info.landed
     for node in traced.graph.nodes:
         if node.kind == "op":
-            node.fusion = where.get((node.op, node.line))
+            node.fusion = landed.get((node.op, node.location))
+
+
+class _Clock:
+    """Seconds per analysis stage, in ``Analysis.timings`` (keys ``analyse.<stage>``). ``timer``
+    is wall time (what the user waits); the scaling test swaps in CPU time."""
+
+    timer = staticmethod(time.perf_counter)
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._last = self.timer()
+
+    def lap(self, stage: str) -> None:
+        now = self.timer()
+        key = f"analyse.{stage}"
+        self.timings[key] = self.timings.get(key, 0.0) + now - self._last
+        self._last = now
 
 
 @contextlib.contextmanager
@@ -210,18 +249,25 @@ def analyse(artifacts: Artifacts) -> Analysis:
 
 def _analyse(artifacts: Artifacts) -> Analysis:
     notes: list[str] = []
+    clock = _Clock()
     grad = artifacts.grad_argnums is not None
-    source = LineMap(artifacts.source)
+    source = Locator(artifacts.source)
     traced = trace_graph(artifacts.closed_jaxpr, source, artifacts.name, grad=grad)
+    clock.lap("traced")
     post = _optimised(artifacts, notes)
+    clock.lap("parse")
     info = analyse_compiled(post, source, grad) if post is not None else None
+    clock.lap("kernels")
     pre_text = (_pre_optimisation_text(artifacts.lowered, notes)
                 if artifacts.lowered is not None else None)  # fmt: skip
     # the pre-optimisation module is parsed only when folding has candidates to check
     pre = (_pre_optimisation(pre_text, notes)
            if pre_text is not None and has_const_candidates(traced) else None)  # fmt: skip
+    clock.lap("pre_optimisation")
     folded = find_folded(traced, pre, post, source, artifacts.fn)
+    clock.lap("folding")
     gradient = analyse_gradient(artifacts.grad_argnums, traced, info) if grad else None
+    clock.lap("gradient")
     compiled = artifacts.compiled
     cost = normalise_cost(_call(compiled, "cost_analysis")) if compiled is not None else None
     memory = normalise_memory(_call(compiled, "memory_analysis")) if compiled is not None else None
@@ -229,26 +275,35 @@ def _analyse(artifacts: Artifacts) -> Analysis:
         cost = _static_cost_estimate(info.unit_costs)
         notes.append("XLA reports no cost for this backend: flops/bytes are static estimates "
                      "from XLA's HLO cost analysis of the optimised program (no timing model)")
+    stablehlo = _stablehlo_ops(artifacts.lowered) if artifacts.lowered is not None else None
+    clock.lap("xla")
     if info is not None:
-        _overlay_fusions(traced, info.fusions)
+        _overlay_fusions(traced, info)
+    lines, located = line_maps(traced, info, source)
+    sources = source_texts(located, source.cells)
+    clock.lap("lines")
     counts = {
         "jaxpr_eqns": len(traced.eqns),
-        "stablehlo_ops": _stablehlo_ops(artifacts.lowered)
-        if artifacts.lowered is not None
-        else None,
+        "stablehlo_ops": stablehlo,
         "hlo_ops_before": count_instructions(pre_text) if pre_text is not None else None,
         "hlo_ops_after": post.instruction_count() if post is not None else None,
         "kernels": len(info.kernels) if info is not None else None,
         "eager_kernels": traced.eager_kernels,
     }
+    analytic = analytic_cost(traced.eqns)
+    clock.lap("counts")
     return Analysis(
         traced_graph=traced.graph,
         compiled_graph=info.graph if info is not None else None,
         fusions=info.fusions if info is not None else [],
         folded=folded, gradient=gradient, cost=cost, memory=memory,
-        analytic=analytic_cost(traced.eqns),
-        lines=_line_map(traced, info), notes=notes,
+        analytic=analytic, lines=lines, notes=notes,
         collectives=info.collectives if info is not None else [],
         counts=counts,
         kernel_costs=info.unit_costs if info is not None else {},
+        located=located, sources=sources,
+        kernel_sites=info.sites if info is not None else {},
+        kernel_modules=info.modules if info is not None else {},
+        timings=clock.timings,
+        walk_order=[e.node.id for e in traced.eqns],
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """What changed between two analyses: ops, fusions, folded constants, cost, signature.
 
-Ops and fusions are matched by (module path, primitive / fusion ops, source line), so a renamed
+Ops and fusions are matched by (module path, primitive / fusion ops, source location), so a renamed
 HLO instruction (``fusion.3`` -> ``fusion.4``) is not a change but an edited line is.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from ..capture.source import cell_identity
 
 if TYPE_CHECKING:
     from .core import Analysis
@@ -74,12 +76,21 @@ class Diff:
         return "\n".join(out)
 
 
+def _where(file: str | None, line: int | None) -> tuple:
+    # a cell by its content hash and line, not its label: a re-run cell has a new number
+    return (cell_identity(file) if file else None, line)
+
+
 def _op_key(node: dict[str, Any]) -> tuple:
-    return (node["path"], node["op"], node["line"], node["shape"])
+    # the compiling cell's line where there is one (its file name changes with every run),
+    # else the location in the cell or file that defines the op
+    where = _where(node["file"], node["file_line"]) if node["line"] is None else ()
+    return (node["path"], node["op"], node["line"], where, node["shape"])
 
 
 def _fusion_key(f: dict[str, Any]) -> tuple:
-    return (tuple(f["modules"]), f["kind"], tuple(sorted(f["ops"])), tuple(f["lines"]))
+    where = () if f["lines"] else tuple(_where(loc["file"], loc["line"]) for loc in f["locations"])
+    return (tuple(f["modules"]), f["kind"], tuple(sorted(f["ops"])), tuple(f["lines"]), where)
 
 
 def _compare(before: list[dict], after: list[dict], key: Any) -> tuple[list, list]:

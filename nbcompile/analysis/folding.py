@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from ..capture.source import Location
 from .hlo import HloModule, Instruction, shape_bytes
-from .lines import LineMap
+from .lines import Locator
 from .traced import _MOVEMENT, Traced
 
 __all__ = ["LARGE_CONSTANT_BYTES", "Folded", "find_folded"]
@@ -46,7 +47,8 @@ class Folded:
     def to_json(self) -> dict[str, Any]:
         return {"what": self.what, "stage": self.stage, "bytes": self.bytes, "shape": self.shape,
                 "line": self.line, "hint": self.hint, "folded": self.folded,
-                "ops": list(self.ops), "name": self.name}  # fmt: skip
+                "ops": list(self.ops), "name": self.name,
+                "from": {"bytes": "XLA" if self.stage == "xla" else "estimate"}}  # fmt: skip
 
 
 def _names(fn: Any) -> dict[int, str]:
@@ -130,7 +132,7 @@ def has_const_candidates(traced: Traced) -> bool:
 
 
 def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
-                source: LineMap, fn: Any = None) -> list[Folded]:  # fmt: skip
+                source: Locator, fn: Any = None) -> list[Folded]:  # fmt: skip
     """Everything constant about the program, in trace / lowering / xla order.
 
     ``pre`` (the pre-optimisation module) may be a callable: it is only needed, and only
@@ -144,22 +146,23 @@ def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
     candidates = _const_eqns_from_graph(traced)
     if pre is None or not candidates:
         return out
-    pre_keys = {(_key(i), _line(pre, i, source)) for c in pre.computations.values()
+    pre_keys = {(_key(i), _where(pre, i, source)) for c in pre.computations.values()
                 for i in c.instructions if i.opcode != "constant"}  # fmt: skip
     for e in candidates:
-        if (e.primitive, e.node.line) not in pre_keys:
+        if (e.primitive, e.node.location) not in pre_keys:
             e.node.folded = True
             out.append(Folded(f"{e.primitive} on constants", "lowering", e.node.bytes,
                               e.node.shape, e.node.line, ops=(e.primitive,)))  # fmt: skip
     roots = _hlo_const_roots(pre)
     if post is None or not roots:
         return out
-    # Keyed by source line too: the folded `A @ B` and the `x @ M` that uses it are both
+    # Keyed by source location too: the folded `A @ B` and the `x @ M` that uses it are both
     # "dot_general" ops, and only their lines tell them apart.
-    post_keys = {(i.opcode, i.op_name, _line(post, i, source)) for c in post.computations.values()
+    post_keys = {(i.opcode, i.op_name, _where(post, i, source))
+                 for c in post.computations.values()
                  for i in c.instructions if i.opcode != "constant"}  # fmt: skip
     for root, members in roots:
-        survived = (root.opcode, root.op_name, _line(pre, root, source)) in post_keys
+        survived = (root.opcode, root.op_name, _where(pre, root, source)) in post_keys
         hint = (
             None
             if not survived
@@ -197,9 +200,9 @@ def _const_eqns_from_graph(traced: Traced) -> list[Any]:
     return found
 
 
-def _line(module: HloModule, instr: Instruction, source: LineMap) -> int | None:
-    for file, line in module.stack(instr):
-        visible = source.visible_line(file, line)
-        if visible is not None:
-            return visible
-    return None
+def _line(module: HloModule, instr: Instruction, source: Locator) -> int | None:
+    return source.of_instruction(module, instr)[1]
+
+
+def _where(module: HloModule, instr: Instruction, source: Locator) -> Location | None:
+    return source.of_instruction(module, instr)[0]

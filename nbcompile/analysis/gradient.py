@@ -61,6 +61,7 @@ class Gradient:
             "mixed_kernels": self.mixed_kernels, "kernels": dict(self.kernels),
             "residuals": [r.to_json() for r in self.residuals],
             "residual_bytes": self.residual_bytes, "hlo_instructions": dict(self.hlo_phases),
+            "from": "estimate",  # value sizes from the jaxpr's shapes
         }  # fmt: skip
 
 
@@ -85,8 +86,9 @@ def analyse_gradient(argnums: tuple[int, ...], traced: Traced,
     kernels = {"forward": 0, "backward": 0, "mixed": 0}
     hlo_phases = {"forward": 0, "backward": 0}
     if compiled is not None:
+        fusion_phase = {(f.computation, f.name): f.phase for f in compiled.fusions}
         for instr in compiled.kernels:
-            node_phase = _phase_of(compiled, instr)
+            node_phase = _phase_of(fusion_phase, instr)
             kernels[node_phase] = kernels.get(node_phase, 0) + 1
         for phase in compiled.phases.values():
             hlo_phases[phase] = hlo_phases.get(phase, 0) + 1
@@ -101,9 +103,8 @@ def analyse_gradient(argnums: tuple[int, ...], traced: Traced,
     )
 
 
-def _phase_of(compiled: CompiledInfo, instr: Any) -> str:
-    for fusion in compiled.fusions:
-        if fusion.name == instr.name and fusion.computation == instr.computation:
-            return fusion.phase or "forward"
-    phase = op_name_phase(instr.op_name) or "forward"
-    return phase
+def _phase_of(fusion_phase: dict[tuple[str, str], str | None], instr: Any) -> str:
+    key = (instr.computation, instr.name)
+    if key in fusion_phase:
+        return fusion_phase[key] or "forward"
+    return op_name_phase(instr.op_name) or "forward"

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..capture.source import Location
+
 __all__ = ["Edge", "Graph", "Group", "Node"]
 
 NODE_KINDS = ("op", "param", "const", "output", "fusion", "call")
@@ -34,6 +36,7 @@ class Node:
     phase: str | None = None
     flops: float | None = None
     folded: bool = False
+    location: Location | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -44,6 +47,10 @@ class Node:
             "fusion": self.fusion, "phase": self.phase, "flops": self.flops,
             "folded": self.folded,
         }  # fmt: skip
+        if self.location is not None:
+            out["loc"] = self.location.label
+            if self.location.detail:
+                out["detail"] = self.location.detail
         out.update(self.extra)
         return out
 

@@ -1,25 +1,60 @@
-"""Fast (file, line) -> visible cell line mapping for a SourceInfo (computed once per analysis)."""
+"""Source stacks -> :class:`~nbcompile.capture.source.Location` and compiling-cell lines.
+
+One :class:`Locator` per analysis. For a source stack (innermost frame first, as HLO metadata
+and jaxpr tracebacks give it) it answers two things at once:
+
+* the *location*: the nearest frame in the user's own code (a cell of this kernel, or a file
+  outside Python's library folders and nbcompile), with the innermost library frame below it
+  kept as ``detail`` (``flax/nnx/nn/linear.py:889``);
+* the *visible line* of the compiling cell (``Fusion.source_lines``, the ``%%compile`` cell's
+  numbering), from the innermost frame in that cell at any depth.
+
+Every answer is cached (per file, per HLO stack-frame id), so resolving all ops of a program is
+linear in its size.
+"""
 
 from __future__ import annotations
 
-from ..capture.source import SourceInfo
+from typing import Any
+
+from ..capture.source import CellFiles, Location, SourceInfo, short_path
+from ..capture.userfiles import is_user_file
+from . import _jax
+from .hlo import HloModule, Instruction
+
+__all__ = ["Locator"]
+
+Stack = tuple[tuple[str, int], ...]
+_NONE: tuple[Location | None, int | None] = (None, None)
 
 
-class LineMap:
-    """Same answers as ``SourceInfo.visible_line`` without re-splitting the text per call."""
+class Locator:
+    """Locations and compiling-cell lines of source stacks (same answers as
+    ``SourceInfo.visible_line`` for the compiling cell, without re-splitting its text)."""
 
     def __init__(self, source: SourceInfo) -> None:
         self.source = source
         self.filename = source.filename
         self.count = max(len(source.lines), 1)
+        self.cells = CellFiles(source.cells)
         self._is_cell: dict[str, bool] = {}
+        self._user: dict[str, bool] = {}
+        self._cell_count: dict[str, int | None] = {}
+        self._frames: dict[tuple[int, int], tuple[Location | None, int | None]] = {}
 
+    # --- files ---------------------------------------------------------------------------------
     def is_cell_file(self, file: str) -> bool:
-        # HLO restored from JAX's persistent cache names the cell file as the kernel that first
-        # compiled it did; SourceInfo matches such names by the cell's code hash.
+        """Whether ``file`` is the compiling cell (also as an earlier kernel named it)."""
         known = self._is_cell.get(file)
         if known is None:
             known = self._is_cell[file] = self.source.is_cell_file(file)
+        return known
+
+    def is_user(self, file: str) -> bool:
+        known = self._user.get(file)
+        if known is None:
+            known = self._user[file] = (file == self.filename or self.is_cell_file(file)
+                                        or is_user_file(file))  # fmt: skip
         return known
 
     def visible_line(self, file: str | None, line: int | None) -> int | None:
@@ -28,3 +63,59 @@ class LineMap:
         if file != self.filename and not self.is_cell_file(file):
             return None
         return line if 1 <= line <= self.count else None
+
+    def location(self, file: str, line: int, detail: tuple[str, int] | None = None) -> Location:
+        count = self._cell_count.get(file, -1)
+        if count == -1:
+            count = self._cell_count[file] = self.cells.count(file)
+        shown = f"{short_path(detail[0])}:{detail[1]}" if detail is not None else None
+        return Location(count, file, line, shown)
+
+    # --- stacks --------------------------------------------------------------------------------
+    def resolve(self, stack: Stack) -> tuple[Location | None, int | None]:
+        """(nearest user location, compiling-cell line) of a stack, innermost frame first."""
+        if not stack:
+            return _NONE
+        location = None
+        visible = None
+        for file, line in stack:
+            if location is None and self.is_user(file):
+                location = self.location(file, line, stack[0] if stack[0][0] != file else None)
+            if visible is None:
+                visible = self.visible_line(file, line)
+            if location is not None and (visible is not None or self.filename is None):
+                break
+        return location, visible
+
+    def of_instruction(self, module: HloModule, instr: Instruction) -> tuple[Location | None,
+                                                                             int | None]:  # fmt: skip
+        """:meth:`resolve` of an HLO instruction's stack, cached per stack-frame id."""
+        frame = instr.stack_frame_id
+        if frame is None:
+            return self.resolve(module.stack(instr))
+        key = (id(module), frame)
+        found = self._frames.get(key)
+        if found is None:
+            found = self._frames[key] = self.resolve(module.stack(instr))
+        return found
+
+    def of_traceback(self, traceback: Any) -> tuple[Location | None, int | None]:
+        """:meth:`resolve` of a jaxpr equation's traceback (which, unlike HLO metadata, still
+        holds JAX's own frames): the innermost frame outside JAX and the user's code is kept
+        as detail. Line numbers are computed only for the frames used."""
+        location = None
+        visible = None
+        library = None
+        for file, code, lasti in _jax.raw_frames(traceback):
+            if not self.is_user(file):
+                if library is None and location is None and _jax.outside_jax(file):
+                    library = (file, _jax.addr2line(code, lasti))
+                continue
+            if location is None:
+                location = self.location(file, _jax.addr2line(code, lasti), library)
+            if visible is None and self.filename is not None and (
+                    file == self.filename or self.is_cell_file(file)):  # fmt: skip
+                visible = self.visible_line(file, _jax.addr2line(code, lasti))
+            if visible is not None or self.filename is None:
+                break
+        return location, visible

@@ -20,9 +20,9 @@ from typing import Any
 
 from . import _jax
 from .graph import Graph, Node
-from .lines import LineMap
+from .lines import Locator
 
-__all__ = ["EqnInfo", "Traced", "trace_graph"]
+__all__ = ["EqnInfo", "Traced", "trace_graph", "walk_order"]
 
 _CALL_KINDS = {
     "pjit": "function", "jit": "function", "closed_call": "function", "core_call": "function",
@@ -158,7 +158,7 @@ def _subprograms(eqn: Any) -> list[tuple[str, Any, list[Any] | None]]:
 
 
 class _Walker:
-    def __init__(self, source: LineMap, grad: bool) -> None:
+    def __init__(self, source: Locator, grad: bool) -> None:
         self.source = source
         self.grad = grad
         self.traced = Traced(Graph())
@@ -201,17 +201,16 @@ class _Walker:
             for scope in scopes:
                 g = graph.group(g, scope, "scope")
             node_path = "/".join([*path, *scopes])
-            tb = si.traceback
-            line_raw = _jax.cell_frame(tb, self.source.filename)
-            raw = (self.source.filename, line_raw) if line_raw is not None else _jax.user_frame(tb)
+            location, visible = self.source.of_traceback(si.traceback)
             subs = _subprograms(eqn)
             kind = _CALL_KINDS.get(prim, "function") if subs else None
             out_shape = ", ".join(_short(v.aval) for v in eqn.outvars)
             out_bytes = sum(_nbytes(v.aval) for v in eqn.outvars)
             node = graph.add_node(prim, "call" if subs else "op", group=g, shape=out_shape,
                                   bytes=out_bytes, path=node_path,
-                                  line=self.source.visible_line(*raw) if raw else None,
-                                  file=raw[0] if raw else None, file_line=raw[1] if raw else None,
+                                  line=visible, location=location,
+                                  file=location.file if location else None,
+                                  file_line=location.line if location else None,
                                   phase=eqn_phase if self.grad else None,
                                   flops=None if subs else eqn_flops(prim, eqn) * mult)  # fmt: skip
             graph.eqn_nodes[id(eqn)] = node.id
@@ -262,7 +261,7 @@ class _Walker:
                     self.producer[var] = info
 
 
-def trace_graph(closed_jaxpr: Any, source: LineMap, name: str = "f",
+def trace_graph(closed_jaxpr: Any, source: Locator, name: str = "f",
                 grad: bool = False) -> Traced:  # fmt: skip
     """Walk ``closed_jaxpr`` once: the traced Graph plus per-equation records."""
     walker = _Walker(source, grad)
@@ -283,3 +282,20 @@ def trace_graph(closed_jaxpr: Any, source: LineMap, name: str = "f",
         if src is not None:
             graph.add_edge(src, out.id, _nbytes(var.aval), _short(var.aval))
     return walker.traced
+
+
+def walk_order(closed_jaxpr: Any) -> list[Any]:
+    """Every equation in the order :func:`trace_graph` makes their nodes (an equation, then the
+    equations of its nested programs): the k-th equation here is the k-th ``EqnInfo``."""
+    out: list[Any] = []
+    todo = [iter(closed_jaxpr.jaxpr.eqns)]
+    while todo:
+        eqn = next(todo[-1], None)
+        if eqn is None:
+            todo.pop()
+            continue
+        out.append(eqn)
+        subs = _subprograms(eqn)
+        for _label, sub, _bind in reversed(subs):
+            todo.append(iter((sub.jaxpr if isinstance(sub, _jax.ClosedJaxpr) else sub).eqns))
+    return out

@@ -1,0 +1,118 @@
+"""The analysis of a program, kept by fingerprint so that compiling the same program again
+(``-f`` on a warm JAX cache, a re-run after a kernel-level cache miss) costs a lookup.
+
+A program's *fingerprint* covers everything the analysis reads: XLA's optimised HLO text (which
+carries the source locations of every op), the traced program's structure (each equation's
+primitive, in walk order), argument names, the compiling cell's file and text, the backend and
+the ``value_and_grad`` argnums. What it may not cover is refreshed on a hit: the traced graph's
+equation -> node map (equations are new objects on every trace) and the cell execution counts
+in locations (re-running an unchanged cell gives it a new number).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+from collections import OrderedDict
+from typing import Any
+
+from ..capture.source import Location
+from .artifacts import Artifacts
+from .core import Analysis, analyse
+from .lines import Locator
+from .traced import walk_order
+
+__all__ = ["analyse_cached", "clear_analysis_cache", "fingerprint"]
+
+#: analyses kept (each holds two graphs: tens of MB for a GPT-2-sized train step)
+CAPACITY = 4
+_CACHE: OrderedDict[str, Analysis] = OrderedDict()
+
+
+def fingerprint(artifacts: Artifacts, eqns: list[Any] | None = None) -> str | None:
+    """A digest of what the analysis of ``artifacts`` depends on; None when the program has no
+    optimised HLO (not compiled: nothing cheap identifies it)."""
+    if artifacts.hlo_text is None:
+        return None
+    eqns = walk_order(artifacts.closed_jaxpr) if eqns is None else eqns
+    jaxpr = artifacts.closed_jaxpr.jaxpr
+    names = getattr(getattr(jaxpr, "debug_info", None), "arg_names", None)
+    source = artifacts.source
+    digest = hashlib.sha256(artifacts.hlo_text.encode())
+    parts = ("\0".join(e.primitive.name for e in eqns), repr(names),
+             repr([str(v.aval) for v in jaxpr.invars]), repr(len(artifacts.closed_jaxpr.consts)),
+             source.filename or "", source.text, artifacts.backend, artifacts.name,
+             repr(artifacts.grad_argnums), repr(type(artifacts.fn)))  # fmt: skip
+    for part in parts:
+        digest.update(b"\1" + part.encode())
+    return digest.hexdigest()
+
+
+def clear_analysis_cache() -> None:
+    _CACHE.clear()
+
+
+def analyse_cached(artifacts: Artifacts) -> Analysis:
+    """:func:`~nbcompile.analysis.analyse`, or the analysis of the same program done before
+    (refreshed for this trace: see the module docstring). ``timings`` says which:
+    ``analyse.cache_hit`` on a hit."""
+    t0 = time.perf_counter()
+    eqns = walk_order(artifacts.closed_jaxpr)
+    key = fingerprint(artifacts, eqns)
+    cached = _CACHE.get(key) if key is not None else None
+    if cached is None or len(cached.walk_order) != len(eqns):
+        analysis = analyse(artifacts)
+        analysis.timings["analyse.fingerprint"] = time.perf_counter() - t0 - sum(
+            analysis.timings.values())
+        analysis.fingerprint = key
+        if key is not None:
+            _CACHE[key] = analysis
+            while len(_CACHE) > CAPACITY:
+                _CACHE.popitem(last=False)
+        return analysis
+    _CACHE.move_to_end(key)
+    _relabel(cached, Locator(artifacts.source))
+    graph = copy.copy(cached.traced_graph)
+    graph.eqn_nodes = {id(e): node for e, node in zip(eqns, cached.walk_order, strict=True)}
+    hit = copy.copy(cached)
+    hit.traced_graph = graph
+    hit.timings = {"analyse.cache_hit": time.perf_counter() - t0}
+    return hit
+
+
+def _relabel(analysis: Analysis, locator: Locator) -> None:
+    """Give every location the execution count its cell has now (in place: the analysis is the
+    same program's, and its cells are the same code)."""
+    counts: dict[str, int | None] = {}
+    changed: dict[Location, Location] = {}
+
+    def check(loc: Location) -> None:
+        if loc.file not in counts:
+            counts[loc.file] = locator.cells.count(loc.file)
+        if counts[loc.file] != loc.cell:
+            changed[loc] = Location(counts[loc.file], loc.file, loc.line, loc.detail)
+
+    for loc in analysis.located:
+        check(loc)
+    for _lines, locations in analysis.kernel_sites.values():
+        for loc in locations:
+            check(loc)
+    if not changed:
+        return
+
+    def new(loc: Location | None) -> Location | None:
+        return changed.get(loc, loc) if loc is not None else None
+
+    for fusion in analysis.fusions:
+        fusion.locations = [changed.get(loc, loc) for loc in fusion.locations]
+    analysis.kernel_sites = {k: (lines, [changed.get(loc, loc) for loc in locs])
+                             for k, (lines, locs) in analysis.kernel_sites.items()}  # fmt: skip
+    analysis.located = {changed.get(loc, loc): e for loc, e in analysis.located.items()}
+    for graph in (analysis.traced_graph, analysis.compiled_graph):
+        for node in graph.nodes if graph is not None else ():
+            node.location = new(node.location)
+    for source in analysis.sources:
+        if source["file"] in counts:
+            probe = Location(counts[source["file"]], source["file"], 1)
+            source.update(cell=probe.cell, label=probe.source_label, key_prefix=probe.label[:-1])
