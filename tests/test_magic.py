@@ -5,60 +5,19 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
+from _magic import COUNTER, PREDICT, cell, failing, run, setup
 from IPython.core.error import UsageError
 
 from nbcompile.compilation import Compilation
-from nbcompile.errors import NbcompileError
-
-SETUP = """
-import jax, jax.numpy as jnp, numpy as np
-params = {"w": jnp.asarray(np.random.default_rng(0).normal(size=(3, 4)), jnp.float32),
-          "b": jnp.zeros((1, 4), jnp.float32)}
-x = jnp.asarray(np.random.default_rng(1).normal(size=(2, 3)), jnp.float32)
-"""
-
-PREDICT = """%%compile{opts}
-def predict(params, x):
-    h = jnp.tanh(x @ params["w"] + params["b"])
-    return h * 2.0 + 1.0
-predict(params, x){end}
-"""
-
-
-def cell(text: str) -> str:
-    """Cell text without its `%%compile` line (run_cell_magic takes the body)."""
-    return text.split("\n", 1)[1]
 
 
 @pytest.fixture
 def ip(shell):
-    shell.reset(new_session=False)
-    res = shell.run_cell(SETUP)
-    assert res.success, res.error_in_exec
-    return shell
-
-
-class CompileCounter:
-    """Counts XLA backend compiles through jax.monitoring."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-
-    def _listen(self, name: str, *_: object, **__: object) -> None:
-        if name == "/jax/core/compile/backend_compile_duration":
-            self.count += 1
-
-
-COUNTER = CompileCounter()
-
-
-def run(ip, text: str):
-    return ip.run_cell(text)
+    return setup(shell)
 
 
 def test_binds_compiled_function_with_same_outputs(ip):
-    res = run(ip, PREDICT.format(opts=" -q", end=""))
+    res = run(ip, PREDICT.format(opts=" -q -f", end=""))
     assert res.success, res.error_in_exec
     predict = ip.user_ns["predict"]
     assert type(predict).__name__ == "PjitFunction"
@@ -69,7 +28,7 @@ def test_binds_compiled_function_with_same_outputs(ip):
     p, x = ip.user_ns["params"], ip.user_ns["x"]
     np.testing.assert_array_equal(np.asarray(predict(p, x)), np.asarray(jax.jit(original)(p, x)))
     assert (c.jaxpr.eqns and "stablehlo" in c.stablehlo) or "func.func" in c.stablehlo
-    assert set(c.timings) >= {"trace", "lower", "compile"}
+    assert set(c.timings) >= {"trace", "lower", "compile"} and not c.cache_hit
 
 
 def test_cell_value_is_the_compilation_and_semicolon_silences(ip):
@@ -122,24 +81,6 @@ scale(x)
     assert COUNTER.count > before
     np.testing.assert_allclose(np.asarray(ip.user_ns["scale"](ip.user_ns["x"])),
                                3.0 * np.asarray(ip.user_ns["x"]))
-
-
-def failing(ip, text: str, code: str, line: int | None):
-    """Run a failing cell; check the error, its line, and that the namespace is unchanged."""
-    before = dict(ip.user_ns)
-    res = run(ip, text)
-    err = res.error_in_exec
-    assert isinstance(err, NbcompileError), repr(err)
-    assert err.code == code, str(err)
-    assert err.line == line, str(err)
-    after = ip.user_ns
-    added = set(after) - set(before) - {"_", "__", "___"}
-    added = {n for n in added if not n.startswith("_")}
-    assert not added, f"names leaked from a failed cell: {added}"
-    changed = [n for n in before if not n.startswith("_") and after.get(n) is not before[n]]
-    assert not changed, f"names changed by a failed cell: {changed}"
-    assert run(ip, PREDICT.format(opts=" -q -f", end="")).success, "next %%compile must work"
-    return err
 
 
 def test_syntax_error_names_visible_line(ip):

@@ -56,10 +56,11 @@ def _non_array_error(exc: BaseException, line: int | None,
 
 
 def _output_error(match: re.Match[str], line: int | None) -> NbcompileError:
-    kind, where = match.group(1), match.group(2)
+    kind = match.group(1).removeprefix("<class '").removesuffix("'>").rsplit(".", 1)[-1]
+    where = match.group(2)
     place = f" (output {where})" if where else ""
     return TraceError(
-        f"the function returns a {kind.removeprefix('<class ').rstrip('>')}{place}, which is "
+        f"the function returns a {kind}{place}, which is "
         "not an array: a compiled program can only return arrays (pytrees of arrays)",
         code="NBC207",
         line=line,
@@ -120,13 +121,13 @@ def translate(
             hint="return values instead of storing them in globals or lists outside the function",
         )
     text = str(exc)
+    output = _OUTPUT.search(text) if isinstance(exc, TypeError) else None
+    if output is not None:
+        return _output_error(output, line)
     if isinstance(exc, TypeError) and (
         "not a valid JAX type" in text or "as an abstract array" in text
     ):
         return _non_array_error(exc, line, arg_names)
-    output = _OUTPUT.search(text) if isinstance(exc, TypeError) else None
-    if output is not None:
-        return _output_error(output, line)
     if isinstance(exc, TypeError) and "scalar-output" in text:
         return TraceError(
             f"--grad needs a function that returns a scalar: {_first_line(exc)}",
