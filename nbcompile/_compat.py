@@ -128,3 +128,15 @@ def captured_stderr() -> Iterator[CapturedStderr]:
             os.close(saved)
             sink.seek(0)
             captured.text = sink.read().decode("utf-8", errors="replace")
+
+
+def cell_files(shell: Any = None) -> dict[str, int] | None:
+    """The kernel's cells as ``{cell file name: execution count}`` (IPython's compiler keeps
+    this map, ``shell.compile._filename_map``, for its own tracebacks: IPython >= 8, checked
+    with 9.18). ``shell`` defaults to the running IPython shell; None outside IPython or when
+    the map moved. A live mapping: cells run later appear in it."""
+    if shell is None:
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+    files = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    return files if isinstance(files, dict) else None

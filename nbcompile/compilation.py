@@ -24,6 +24,7 @@ from typing import Any
 
 import jax
 
+from ._compat import cell_files
 from .capture.models import Adapted, adapt
 from .capture.source import SourceInfo, source_of_function
 from .pipeline import CompileRequest, Program, build_program, describe_args
@@ -555,7 +556,8 @@ def compile(
         jit_kwargs=dict(jit_kwargs), compiler_options=dict(compiler_options or {}),
     )
     program = build_program(
-        adapted, request, source=source or source_of_function(adapted.fn), name=name,
+        adapted, request, source=source or source_of_function(adapted.fn, cells=cell_files()),
+        name=name,
         progress=progress,
     )
     return Compilation(program, adapted)

@@ -18,6 +18,7 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.utils.process import arg_split
 
+from ._compat import cell_files
 from .errors import NbcompileError
 from .history import RecompileWatcher
 from .session import CellOptions, Session
@@ -171,7 +172,8 @@ class CompileMagics(Magics):
         progress = _Progress(options.fn or "%%compile")
         try:
             result = self.session.run_cell(cell, options, self.shell.user_ns, filename,
-                                           progress=progress, cell_id=self.cell_id)
+                                           progress=progress, cell_id=self.cell_id,
+                                           cells=cell_files(self.shell))
         except NbcompileError as err:
             progress.done("failed")
             if err.code in _USAGE_CODES:

@@ -90,6 +90,13 @@ class Program:
             self.analysis_seconds = time.perf_counter() - t0
         return self._analysis
 
+    def refresh_locations(self) -> None:
+        """Cell numbers in the analysis as they are now (a cache hit after cells re-ran)."""
+        if self._analysis is not None:
+            from .analysis import refresh_locations
+
+            refresh_locations(self._analysis, self.source)
+
 
 def _short_dtype(dtype: Any) -> str:
     name = str(dtype)

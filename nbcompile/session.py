@@ -12,7 +12,7 @@ use (no shell) gets one process-wide session.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,11 +149,12 @@ class Session:
         filename: str,
         progress: Progress | None = None,
         cell_id: str | None = None,
+        cells: Mapping[str, int] | None = None,
     ) -> CellResult:
         __tracebackhide__ = True
         clock = _Clock()
         captured = capture(cell, filename, magic_line=options.line, fn=options.fn,
-                           args_expr=options.args_expr)
+                           args_expr=options.args_expr, cells=cells)
         if progress is not None and hasattr(progress, "name"):
             progress.name = captured.fn_expr  # the progress line names what compiles
         before = snapshot(namespace)
@@ -195,6 +196,7 @@ class Session:
             self._check_trace_side_effects(comp, captured, namespace, warnings)
             self.cache.put(key, program)
         else:
+            program.refresh_locations()
             comp = Compilation(program, adapted, cache_hit=True, display=self.display)
         clock.lap("compile")
         self._measure(comp, options, progress)

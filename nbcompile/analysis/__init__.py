@@ -19,7 +19,7 @@ from .gradient import Gradient, Residual
 from .graph import Edge, Graph, Group, Node
 from .hlo import HloModule, HloParseError, parse_hlo
 from .located import locations_of, modules_of
-from .memo import analyse_cached, clear_analysis_cache, fingerprint
+from .memo import analyse_cached, clear_analysis_cache, fingerprint, refresh_locations
 from .provenance import unlabelled
 
 __all__ = [
@@ -45,5 +45,6 @@ __all__ = [
     "locations_of",
     "modules_of",
     "parse_hlo",
+    "refresh_locations",
     "unlabelled",
 ]

@@ -17,13 +17,13 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from ..capture.source import Location
+from ..capture.source import Location, SourceInfo
 from .artifacts import Artifacts
 from .core import Analysis, analyse
 from .lines import Locator
 from .traced import walk_order
 
-__all__ = ["analyse_cached", "clear_analysis_cache", "fingerprint"]
+__all__ = ["analyse_cached", "clear_analysis_cache", "fingerprint", "refresh_locations"]
 
 #: analyses kept (each holds two graphs: tens of MB for a GPT-2-sized train step)
 CAPACITY = 4
@@ -116,3 +116,10 @@ def _relabel(analysis: Analysis, locator: Locator) -> None:
         if source["file"] in counts:
             probe = Location(counts[source["file"]], source["file"], 1)
             source.update(cell=probe.cell, label=probe.source_label, key_prefix=probe.label[:-1])
+
+
+def refresh_locations(analysis: Analysis, source: SourceInfo) -> None:
+    """Give the locations of an analysis the execution counts their cells have now (call it
+    when a cached program is shown again: re-running an unchanged cell renumbers it). Cheap:
+    one look-up per distinct location."""
+    _relabel(analysis, Locator(source))

@@ -11,7 +11,7 @@ import ast
 import linecache
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,11 +96,14 @@ def capture(
     magic_line: str = "",
     fn: str | None = None,
     args_expr: str | None = None,
+    cells: Mapping[str, int] | None = None,
 ) -> Captured:
-    """Parse ``cell`` and decide the target and its example call (no code is run)."""
+    """Parse ``cell`` and decide the target and its example call (no code is run). ``cells``
+    maps the kernel's cell files to execution counts (see ``SourceInfo``)."""
     __tracebackhide__ = True
     code_text = "\n" + cell
-    source = SourceInfo(filename=filename, text=f"%%compile {magic_line}".rstrip() + code_text)
+    source = SourceInfo(filename=filename, text=f"%%compile {magic_line}".rstrip() + code_text,
+                        cells=cells)
     linecache.cache[filename] = (len(code_text), None, code_text.splitlines(True), filename)
     try:
         module = ast.parse(code_text, filename=filename)

@@ -100,31 +100,36 @@ class Location:
 class CellFiles:
     """The kernel's cells: cell file name -> execution count, as IPython's compiler registered
     them (``_compat.cell_files(shell)``); cell text comes from ``linecache``, where IPython puts
-    it. Files from an earlier kernel (executables restored from JAX's persistent cache keep the
-    file names of the process that compiled them) are matched by content hash."""
+    it. A cell is matched by its content hash: an executable restored from JAX's persistent cache
+    names the files of the kernel that compiled it, and a re-run of an unchanged cell is the same
+    code, shown under its latest number."""
 
     def __init__(self, files: Mapping[str, int] | None = None) -> None:
         self.files = files if files is not None else {}
-        self._by_identity: dict[str, str] | None = None
 
-    def _current(self, file: str) -> str | None:
-        if file in self.files:
-            return file
-        if self._by_identity is None or len(self._by_identity) < len(self.files):
-            self._by_identity = {cell_identity(f): f for f in list(self.files)}
-        return self._by_identity.get(cell_identity(file))
+    def _latest(self, file: str) -> tuple[int, str] | None:
+        """(count, file) of the latest run of the cell with ``file``'s content: a re-run of an
+        unchanged cell is the same code (and ipykernel gives it the same file name)."""
+        identity = cell_identity(file)
+        best = None
+        for name, count in list(self.files.items()):
+            if (name == file or cell_identity(name) == identity) and (
+                    best is None or count > best[0]):  # fmt: skip
+                best = (int(count), name)
+        return best
 
     def count(self, file: str) -> int | None:
         """The execution count of the cell compiled as ``file`` (None when unknown)."""
-        current = self._current(file)
-        if current is not None:
-            return int(self.files[current])
+        latest = self._latest(file)
+        if latest is not None:
+            return latest[0]
         number = _INPUT_NUMBER.match(file)
         return int(number.group(1)) if number else None
 
     def lines(self, file: str) -> list[str]:
         """The text of the cell (or user file) ``file``, one string per line."""
-        current = self._current(file) or file
+        latest = self._latest(file)
+        current = latest[1] if latest is not None else file
         return [line.rstrip("\n") for line in linecache.getlines(current)]
 
 
