@@ -182,7 +182,8 @@ def run_stages(
         with _timed(timings, "trace"), _capture_stdout() as printed:
             traced = jitted.trace(*placement.args, **placement.kwargs)
     except Exception as exc:
-        raise translate(exc, "trace", source, arg_names=arg_names) from exc
+        raise translate(exc, "trace", source, arg_names=arg_names,
+                        target=target.label) from exc
 
     say(f"lowering{where}")
     platforms = (target.platform,) if target.lower_only else None

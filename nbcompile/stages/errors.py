@@ -135,6 +135,16 @@ def translate(
             line=line,
             hint="return a scalar loss (e.g. jnp.mean(...)), or compile without --grad",
         )
+    if isinstance(exc, ValueError) and "incompatible devices for jitted computation" in text:
+        from ..errors import TargetError
+
+        return TargetError(
+            f"the function is bound to devices of this machine (a mesh of concrete devices "
+            f"inside it, e.g. shard_map(mesh=...)), so it cannot be compiled for {target}",
+            code="NBC600", line=line,
+            hint="build it over the mesh's abstract form (shard_map(..., mesh=mesh.abstract_mesh)"
+            " or jax.sharding.get_abstract_mesh()), or compile it for the devices it names",
+        )
     where = f" for {target}" if target else ""
     if stage == "lower":
         return LowerError(

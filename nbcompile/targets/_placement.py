@@ -103,12 +103,26 @@ def _check_divisible(path: str, shape: tuple[int, ...], spec: Any, mesh: Any) ->
             )
 
 
-def _own_spec(leaf: Any) -> Any | None:
-    """The ``PartitionSpec`` a placed array already carries (``NamedSharding``), else None."""
+def _own_sharding(leaf: Any, mesh: Any) -> Any | None:
+    """The ``NamedSharding`` a placed array already carries over a mesh of ``mesh``'s shape
+    (the user's own sharding, to keep), else None."""
     from jax.sharding import NamedSharding
 
     sharding = getattr(leaf, "sharding", None)
-    return sharding.spec if isinstance(sharding, NamedSharding) else None
+    if not isinstance(sharding, NamedSharding):
+        return None
+    same = dict(sharding.mesh.shape) == dict(mesh.shape)
+    return sharding if same else None
+
+
+def _mesh_like(mesh: Any, other: Any) -> Any:
+    """``mesh``'s devices with ``other``'s axis types (JAX 0.10 meshes default to Explicit
+    axes, which a function written for them — ``shard_map`` — needs to see)."""
+    from jax.sharding import Mesh
+
+    if tuple(mesh.axis_types) == tuple(other.axis_types):
+        return mesh
+    return Mesh(mesh.devices, mesh.axis_names, axis_types=other.axis_types)
 
 
 def abstract_leaf(leaf: Any, sharding: Any = None) -> Any:
@@ -155,10 +169,14 @@ def place_args(
         if mesh is not None:
             where = _path_text(root, path)
             spec = _spec_for(where, specs, used)
-            if spec is None:
-                spec = _own_spec(leaf) or PartitionSpec()
+            own = _own_sharding(leaf, mesh) if spec is None else None
+            if own is not None and target.present:
+                placement.input_shardings[where] = spec_text(own.spec) or "replicated"
+                placement.per_device_shapes[where] = (shape, tuple(own.shard_shape(shape)))
+                return leaf  # already placed on these devices by the user: keep it
+            spec = own.spec if own is not None else spec or PartitionSpec()
             _check_divisible(where, shape, spec, mesh)
-            sharding = NamedSharding(mesh, spec)
+            sharding = NamedSharding(_mesh_like(mesh, own.mesh) if own else mesh, spec)
             placement.input_shardings[where] = spec_text(spec) or "replicated"
             placement.per_device_shapes[where] = (shape, tuple(sharding.shard_shape(shape)))
             return abstract_leaf(leaf, sharding)

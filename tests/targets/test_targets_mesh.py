@@ -69,3 +69,26 @@ def test_row_split_matmul_needs_an_all_reduce_over_model(mesh_result):
 
 def test_mesh_larger_than_the_devices_is_nbc601(mesh_result):
     assert mesh_result["too_big"] == "NBC601"
+
+
+@pytest.mark.slow
+def test_shard_map_guide_example_keeps_its_shardings():
+    """JAX's shard_map guide example: arguments sharded by the user over an Explicit mesh are
+    compiled with their own shardings (--mesh and the default), and a deviceless TPU compile
+    either works (abstract mesh) or says the function is bound to this machine's devices."""
+    child = Path(__file__).with_name("_targets_shardmap_child.py")
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+           "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, str(child)], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in ("here", "mesh"):
+        assert out[name]["runnable"]
+        assert out[name]["collectives"], out[name]
+    assert out["mesh"]["shardings"] == {"a_block": "x,y", "b_block": "y,None"}
+    assert out["tpu_concrete"] == ["NBC600", True]
+    tpu = out["tpu_abstract"]
+    assert tpu["mesh"] == {"x": 4, "y": 2}
+    assert tpu["shardings"] == {"a_block": "x,y", "b_block": "y,None"}
+    assert "all-reduce" in tpu["collectives"]

@@ -1,0 +1,71 @@
+"""Re-running cells the way people do: what a run shows belongs to that run only.
+
+Issue-14 §6 regressions: notes of earlier options lingering on a cache hit, ``--bench`` timing
+JAX's cache lookup as "compile time", nbcompile's own calls reported as user recompiles, and a
+"what changed" card listing every ``def`` line as removed when a function defined in one cell
+is compiled from another.
+"""
+
+from __future__ import annotations
+
+import pytest
+from _magic import PREDICT, run, setup
+
+
+@pytest.fixture
+def ip(shell):
+    return setup(shell)
+
+
+def test_a_cache_hit_shows_only_this_runs_options(ip, tmp_path):
+    import nbcompile
+
+    path = tmp_path / "m.nbc"
+    assert run(ip, PREDICT.format(opts=f" -q --freeze {path}", end="")).success
+    assert "freeze" in nbcompile.last().extras
+    assert run(ip, PREDICT.format(opts=" -q --debug", end="")).success
+    c = nbcompile.last()
+    assert c.cache_hit
+    assert "freeze" not in c.extras and "debug" in c.extras
+    assert not any("frozen" in n or str(path) in n for n in c.notes)
+    assert run(ip, PREDICT.format(opts=" -q", end="")).success
+    c = nbcompile.last()
+    assert c.cache_hit and "debug" not in c.extras and c.debug is None
+
+
+def test_bench_of_an_already_compiled_function_measures_a_real_compile(ip):
+    import nbcompile
+
+    assert run(ip, PREDICT.format(opts=" -q -f", end="")).success  # predict is now a jit object
+    res = run(ip, "%%compile -q --bench\npredict(params, x)\n")
+    assert res.success, res.error_in_exec
+    first = nbcompile.last()
+    # JAX had this program in its caches (a lookup takes microseconds): the figure must come
+    # from a real XLA compile
+    assert first.stages.xla_compiles == 1
+    assert first.bench.compile_seconds > 0.005, first.bench.compile_seconds
+    res = run(ip, "%%compile -q --bench\npredict(params, x)\n")  # a cache hit: nothing compiled
+    again = nbcompile.last()
+    assert again.cache_hit and "compile_measured" in again.timings
+    assert again.bench.compile_seconds > 0.005, again.bench.compile_seconds
+
+
+def test_freeze_from_a_normal_cell_is_not_reported_as_a_user_recompile(ip, tmp_path, capsys):
+    assert run(ip, PREDICT.format(opts=" -q -f", end="")).success
+    capsys.readouterr()
+    res = run(ip, f"import nbcompile\n_ = nbcompile.freeze(predict, params, x, "
+                  f"path={str(tmp_path / 'p.nbc')!r})\n")
+    assert res.success, res.error_in_exec
+    assert "compiled again" not in capsys.readouterr().err
+
+
+def test_compiling_from_another_cell_is_not_an_edit_of_the_defining_cell(ip):
+    import nbcompile
+
+    assert run(ip, PREDICT.format(opts=" -q -f", end="")).success
+    assert run(ip, "x = jnp.ones((5, 3), jnp.float32)").success
+    assert run(ip, "%%compile -q\npredict(params, x)\n").success
+    changes = "\n".join(nbcompile.last().changes)
+    assert "removed" not in changes, changes
+    assert "compiled from a different cell" in changes
+    assert "argument x: f32[2,3] → f32[5,3]" in changes
