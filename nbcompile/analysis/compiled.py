@@ -22,11 +22,19 @@ from typing import Any
 from ..capture.source import Location
 from . import _jax
 from .graph import Graph
-from .hlo import _NAME_REF, Computation, HloModule, Instruction, parse_replica_groups, shape_bytes
+from .hlo import (
+    _NAME_REF,
+    Computation,
+    HloModule,
+    Instruction,
+    array_shapes,
+    parse_replica_groups,
+    shape_bytes,
+)
 from .hlo import shape_elements as _elements
 from .lines import Locator
 
-__all__ = ["CompiledInfo", "Fusion", "analyse_compiled", "op_name_phase"]
+__all__ = ["CompiledInfo", "Fusion", "analyse_compiled", "is_scalar_kernel", "op_name_phase"]
 
 FREE_OPS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all",
             "add-dependency", "opt-barrier", "domain", "partition-id", "replica-id"}  # fmt: skip
@@ -282,6 +290,16 @@ def _sites(module: HloModule, instrs: list[Instruction], source: Locator) -> Sit
         if visible is not None:
             lines.add(visible)
     return sorted(lines), sorted(locations, key=Location.sort_key)
+
+
+def is_scalar_kernel(instr: Instruction) -> bool:
+    """An unfused op on one-element values (``u32[1]``, ``s32[]``): on TPU, XLA leaves the
+    threefry fold-in of every random-number stream as dozens of these, which run as a few
+    scalar-unit instructions inside the program, not as vector kernels."""
+    if instr.opcode in ("fusion", "custom-call") or instr.shape.startswith("("):
+        return False
+    arrays = array_shapes(instr.shape)
+    return len(arrays) == 1 and all(d <= 1 for d in arrays[0][1])
 
 
 def _primitive(op_name: str) -> str:

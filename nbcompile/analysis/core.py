@@ -18,7 +18,7 @@ from typing import Any
 from .._compat import stablehlo_ops
 from ..capture.source import Location
 from .artifacts import Artifacts
-from .compiled import CompiledInfo, Fusion, analyse_compiled
+from .compiled import CompiledInfo, Fusion, analyse_compiled, is_scalar_kernel
 from .cost import analytic_cost, normalise_cost, normalise_memory
 from .folding import Folded, find_folded, has_const_candidates
 from .gradient import Gradient, analyse_gradient
@@ -288,8 +288,16 @@ def _analyse(artifacts: Artifacts) -> Analysis:
         "hlo_ops_before": count_instructions(pre_text) if pre_text is not None else None,
         "hlo_ops_after": post.instruction_count() if post is not None else None,
         "kernels": len(info.kernels) if info is not None else None,
+        "scalar_kernels": (sum(1 for k in info.kernels if is_scalar_kernel(k))
+                           if info is not None else None),
         "eager_kernels": traced.eager_kernels,
     }
+    if artifacts.backend == "tpu" and counts["scalar_kernels"]:
+        notes.append(
+            f"{counts['scalar_kernels']} of the {counts['kernels']} kernels are unfused ops on "
+            "one-element values (e.g. the threefry fold-in of random-number streams, u32[1]): "
+            "XLA:TPU runs them as scalar-unit instructions, not vector kernels; compare "
+            f"{counts['kernels'] - counts['scalar_kernels']} kernels with the eager op count")
     analytic = analytic_cost(traced.eqns)
     clock.lap("counts")
     return Analysis(

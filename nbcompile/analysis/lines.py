@@ -39,7 +39,7 @@ class Locator:
         self.cells = CellFiles(source.cells)
         self._is_cell: dict[str, bool] = {}
         self._user: dict[str, bool] = {}
-        self._cell_count: dict[str, int | None] = {}
+        self._cell: dict[str, tuple[int | None, str]] = {}
         self._frames: dict[tuple[int, int], tuple[Location | None, int | None]] = {}
 
     # --- files ---------------------------------------------------------------------------------
@@ -65,11 +65,13 @@ class Locator:
         return line if 1 <= line <= self.count else None
 
     def location(self, file: str, line: int, detail: tuple[str, int] | None = None) -> Location:
-        count = self._cell_count.get(file, -1)
-        if count == -1:
-            count = self._cell_count[file] = self.cells.count(file)
+        # a cell under its name in this kernel (HLO from JAX's persistent cache names the
+        # files of the kernel that compiled it), so one cell is one source
+        resolved = self._cell.get(file)
+        if resolved is None:
+            resolved = self._cell[file] = self.cells.resolve(file)
         shown = f"{short_path(detail[0])}:{detail[1]}" if detail is not None else None
-        return Location(count, file, line, shown)
+        return Location(resolved[0], resolved[1], line, shown)
 
     # --- stacks --------------------------------------------------------------------------------
     def resolve(self, stack: Stack) -> tuple[Location | None, int | None]:

@@ -84,14 +84,15 @@ def analyse_cached(artifacts: Artifacts) -> Analysis:
 def _relabel(analysis: Analysis, locator: Locator) -> None:
     """Give every location the execution count its cell has now (in place: the analysis is the
     same program's, and its cells are the same code)."""
-    counts: dict[str, int | None] = {}
+    now: dict[str, tuple[int | None, str]] = {}
     changed: dict[Location, Location] = {}
 
     def check(loc: Location) -> None:
-        if loc.file not in counts:
-            counts[loc.file] = locator.cells.count(loc.file)
-        if counts[loc.file] != loc.cell:
-            changed[loc] = Location(counts[loc.file], loc.file, loc.line, loc.detail)
+        if loc.file not in now:
+            now[loc.file] = locator.cells.resolve(loc.file)
+        count, file = now[loc.file]
+        if (count, file) != (loc.cell, loc.file):
+            changed[loc] = Location(count, file, loc.line, loc.detail)
 
     for loc in analysis.located:
         check(loc)
@@ -101,8 +102,8 @@ def _relabel(analysis: Analysis, locator: Locator) -> None:
     if not changed:
         return
 
-    def new(loc: Location | None) -> Location | None:
-        return changed.get(loc, loc) if loc is not None else None
+    def new(loc: Location) -> Location:
+        return changed.get(loc, loc)
 
     for fusion in analysis.fusions:
         fusion.locations = [changed.get(loc, loc) for loc in fusion.locations]
@@ -111,11 +112,14 @@ def _relabel(analysis: Analysis, locator: Locator) -> None:
     analysis.located = {changed.get(loc, loc): e for loc, e in analysis.located.items()}
     for graph in (analysis.traced_graph, analysis.compiled_graph):
         for node in graph.nodes if graph is not None else ():
-            node.location = new(node.location)
+            if node.location is not None:
+                node.location = new(node.location)
+                node.file = node.location.file
     for source in analysis.sources:
-        if source["file"] in counts:
-            probe = Location(counts[source["file"]], source["file"], 1)
-            source.update(cell=probe.cell, label=probe.source_label, key_prefix=probe.label[:-1])
+        if source["file"] in now:
+            probe = Location(*now[source["file"]], 1)
+            source.update(cell=probe.cell, file=probe.file, label=probe.source_label,
+                          key_prefix=probe.label[:-1])
 
 
 def refresh_locations(analysis: Analysis, source: SourceInfo) -> None:

@@ -4,9 +4,10 @@ A *figure* is a quantity of work, traffic, memory or time (flops, bytes, seconds
 keys in :data:`FIGURE_KEYS`, or any key ending in ``_seconds`` / ``_bytes`` / ``_flops``. In the
 JSON of an analysis or a report, each dict that holds figures says where they came from in a
 ``"from"`` key: either one label for every figure in the dict and below it, or a map from figure
-key to label. A ``"from"`` applies to the dict it is in and everything nested in it, until a
-nested ``"from"`` says otherwise (so a graph labels all its nodes once). Counts of program
-structure (ops, kernels, fusions, line numbers, shapes) are not figures: they are exact.
+key (or from the key of a nested dict, for everything in it; ``"*"`` for the rest) to label. A
+``"from"`` applies to the dict it is in and everything nested in it, until a nested ``"from"``
+says otherwise (so a graph labels all its nodes once). Counts of program structure (ops,
+kernels, fusions, line numbers, shapes) are not figures: they are exact.
 
 * ``XLA``: reported by XLA (``cost_analysis()``, ``memory_analysis()``, its HLO cost model, or
   the shapes of XLA's optimised program);
@@ -69,7 +70,10 @@ def _walk(obj: Any, path: str, inherited: list[Any], all_figures: bool = False) 
                 if label not in SOURCES:
                     yield f"{path}.{key}"
             elif isinstance(value, dict | list):
-                yield from _walk(value, f"{path}.{key}", scopes, key in FIGURE_DICTS)
+                # a "from" map may label a whole nested dict: {"timings": "measured"}
+                inner = own.get(key) if isinstance(own, dict) else None
+                nested = [*scopes, inner] if isinstance(inner, str) else scopes
+                yield from _walk(value, f"{path}.{key}", nested, key in FIGURE_DICTS)
     elif isinstance(obj, list):
         for i, value in enumerate(obj):
             yield from _walk(value, f"{path}[{i}]", inherited)

@@ -120,11 +120,16 @@ class CellFiles:
 
     def count(self, file: str) -> int | None:
         """The execution count of the cell compiled as ``file`` (None when unknown)."""
+        return self.resolve(file)[0]
+
+    def resolve(self, file: str) -> tuple[int | None, str]:
+        """(execution count, file name in this kernel) of the cell compiled as ``file``; a
+        file that is no known cell keeps its name."""
         latest = self._latest(file)
         if latest is not None:
-            return latest[0]
+            return latest
         number = _INPUT_NUMBER.match(file)
-        return int(number.group(1)) if number else None
+        return (int(number.group(1)) if number else None), file
 
     def lines(self, file: str) -> list[str]:
         """The text of the cell (or user file) ``file``, one string per line."""

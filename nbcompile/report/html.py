@@ -174,10 +174,13 @@ def _fmt(x: Any) -> str:
 def _fallback(report: dict[str, Any], max_nodes: int) -> str:
     s = report.get("summary") or {}
     name = html.escape(str(report.get("name")))
+    # every figure says where it came from: XLA's cost analysis, or nbcompile's estimate
+    flops_from = (s.get("from") or {}).get("flops") if s.get("flops") is not None else None
     head = (
         f"<b>nbcompile · {name} · {html.escape(str(report.get('backend')))}</b> — "
         f"{_fmt(s.get('jaxpr_eqns'))} traced ops → {_fmt(s.get('kernels'))} kernels "
-        f"({_fmt(s.get('fusions'))} fusions), {_fmt(s.get('flops'))} flops, "
+        f"({_fmt(s.get('fusions'))} fusions), {_fmt(s.get('flops'))} flops"
+        f"{f' ({flops_from})' if flops_from else ''}, "
         f"compile {_fmt(s.get('compile_seconds'))} s"
     )
     parts = [f"<div>{head}</div>"]
