@@ -20,6 +20,18 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests that start JAX's profiler (``--profile``) run first: once a deviceless TPU compile
+    has loaded libtpu into the test process, starting the profiler would crash it (JAX 0.10.2),
+    so nbcompile refuses to. The sort is stable: every other order is kept."""
+    def first(item: pytest.Item) -> bool:
+        path, _, name = item.nodeid.partition("::")
+        in_process = not path.startswith("tests/notebooks/")  # a notebook has its own kernel
+        return "test_profile" in path or (in_process and "profile" in name.lower())
+
+    items.sort(key=lambda item: not first(item))
+
+
 @pytest.fixture
 def relaxed_dtypes():
     """For third-party model libraries that rely on standard dtype and rank promotion."""

@@ -60,10 +60,12 @@ class KernelTime:
 class Profile:
     """Measured (or estimated) time of one call, per kernel / location / module.
 
-    ``step_seconds``: median wall-clock time of one call. Per call it splits into time on named
-    kernels (``kernel_seconds``), ``unattributed_seconds`` (execution between kernels: thread
-    hand-offs, executor bookkeeping) and ``dispatch_seconds`` (outside execution: the Python
-    call, argument handling, waiting for the result). ``coverage``: median fraction of
+    ``step_seconds``: median wall-clock time of one call. It splits exactly (as differences of
+    medians over the same calls, each >= 0) into ``dispatch_seconds`` (outside execution: the
+    Python call, argument handling, waiting for the result), ``unattributed_seconds`` (execution
+    with no kernel running: thread hand-offs, executor bookkeeping) and
+    ``kernel_union_seconds`` (some kernel running), which is the sum of the per-kernel medians
+    (``kernel_seconds``) give or take ``spread_seconds``. ``coverage``: median fraction of
     execution time on named kernels. ``by_line`` is keyed like ``Fusion.locations``.
     """
 
@@ -83,7 +85,7 @@ class Profile:
     unattributed_seconds: float | None = None
     dispatch_seconds: float | None = None
     overlap_seconds: float | None = None
-    kernel_mean_seconds: float | None = None
+    kernel_union_seconds: float | None = None
     no_line_seconds: float = 0.0
     where: str = ""
     method: str = ""
@@ -93,6 +95,15 @@ class Profile:
     def kernel_seconds(self) -> float:
         """Sum of the per-kernel medians."""
         return sum(k.seconds for k in self.kernels)
+
+    @property
+    def spread_seconds(self) -> float | None:
+        """Median call's kernel time minus the sum of per-kernel medians (noise between calls).
+        With it the call adds up exactly: ``step_seconds = dispatch_seconds +
+        unattributed_seconds + spread_seconds + kernel_seconds``."""
+        if self.kernel_union_seconds is None:
+            return None
+        return self.kernel_union_seconds - self.kernel_seconds
 
     @property
     def gap(self) -> str | None:
@@ -109,10 +120,13 @@ class Profile:
         if self.unattributed_seconds:
             parts.append(f"{format_seconds(self.unattributed_seconds)} inside execution between "
                          "kernels (thread hand-offs, executor bookkeeping)")  # fmt: skip
-        mean = self.kernel_mean_seconds
-        if mean is not None and mean - self.kernel_seconds > 0.02 * self.step_seconds:
-            parts.append(f"per-kernel medians leave out slow calls (other processes, thread "
-                         f"wake-ups): the kernels' means add up to {format_seconds(mean)}")  # fmt: skip
+        spread = self.spread_seconds
+        if spread is not None and abs(spread) > 0.02 * self.step_seconds:
+            more = "less" if spread > 0 else "more"
+            parts.append(f"{format_seconds(abs(spread))} because per-kernel medians add up to "
+                         f"{more} than the median call's kernel time "
+                         f"({format_seconds(self.kernel_union_seconds)}): each kernel's slow calls "
+                         "fall on different calls (a busy machine)")  # fmt: skip
         return (f"the kernels' medians add up to {format_seconds(self.kernel_seconds)} of a "
                 f"{format_seconds(self.step_seconds)} call: " + "; ".join(parts or ["noise"]))
 
@@ -132,7 +146,8 @@ class Profile:
             "execution_seconds": self.execution_seconds,
             "unattributed_seconds": self.unattributed_seconds,
             "dispatch_seconds": self.dispatch_seconds, "overlap_seconds": self.overlap_seconds,
-            "kernel_mean_seconds": self.kernel_mean_seconds,
+            "kernel_union_seconds": self.kernel_union_seconds,
+            "spread_seconds": self.spread_seconds,
             "no_line_seconds": self.no_line_seconds, "coverage": self.coverage, "gap": self.gap,
             "kernels": [k.to_json() for k in self.kernels],
             "by_line": [{"location": location_json(loc), "label": location_label(loc),

@@ -210,8 +210,34 @@ def _group(windows: list[tuple[int, int]], spans: list[tuple[Span, Any]],
     return calls, outside
 
 
+def _tpu_runtime_without_tpu() -> bool:
+    """libtpu is loaded in this process but there is no TPU: a deviceless TPU compile ran here.
+
+    JAX then has libtpu's profiler plugin registered, and starting a profiler session crashes
+    the process with a segmentation fault (measured with JAX/jaxlib 0.10.2 and its libtpu; no
+    option avoids it), so this must be known before starting one. Read from the process's
+    memory map (Linux, the only platform libtpu ships for)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:  # not Linux: no libtpu
+        return False
+    if "libtpu" not in maps:
+        return False
+    try:
+        return not jax.devices("tpu")
+    except RuntimeError:  # documented: no TPU backend in this process
+        return True
+
+
 def capture(call: Callable[[], None], calls: int, names: set[str], module: str | None) -> Trace:
     """Run ``call`` (which blocks until the result is ready) ``calls`` times under the profiler."""
+    if _tpu_runtime_without_tpu():
+        raise TargetError(
+            "cannot profile in this process: a deviceless TPU compile (--topology) loaded libtpu "
+            "here, and JAX's profiler then crashes the process when it starts",
+            hint="restart the kernel and profile before compiling for a TPU topology, or do the "
+                 "TPU planning in another kernel",
+        )  # fmt: skip
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = 0  # Python frames are not needed and slow every call down
     options.enable_hlo_proto = False  # the HLO is known already

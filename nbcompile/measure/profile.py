@@ -37,7 +37,7 @@ from ._result import (
     quartiles,
     spread,
 )
-from ._timeline import attribute, union_ns
+from ._timeline import Span, attribute, union_ns
 from ._xplane import CallRecord, capture
 
 __all__ = ["KernelTime", "Profile", "ProfileDelta", "calibrate", "profile", "profile_delta"]
@@ -45,7 +45,10 @@ __all__ = ["KernelTime", "Profile", "ProfileDelta", "calibrate", "profile", "pro
 
 # --- measuring -----------------------------------------------------------------------------
 def _per_call(record: CallRecord, containers: frozenset[str]) -> dict[str, Any]:
-    spans = record.spans
+    # Everything is clipped to the call's window: a late completion marker must not make the
+    # call's kernels outlast the call itself.
+    spans = [Span(s.name, max(s.start, record.start), min(s.end, record.end), s.thread)
+             for s in record.spans if s.start < record.end]  # fmt: skip
     shares = attribute(spans, containers)
     own: dict[str, list[tuple[int, int]]] = {}
     counts: dict[str, int] = {}
@@ -94,7 +97,8 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         call()
     containers = frozenset(n for n, i in infos.items() if i.opcode in CONTAINERS)
     trace = capture(call, calls, set(infos), module_name(c.hlo))
-    per_call = [_per_call(r, containers) for r in trace.calls if r.spans]
+    per_call = [_per_call(r, containers) for r in trace.calls
+                if any(s.start < r.end for s in r.spans)]  # fmt: skip
     notes: list[str] = []
     if not per_call:
         raise TargetError(
@@ -128,16 +132,18 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
     rows.sort(key=lambda r: -r.seconds)
     by_line, by_cell, by_module, no_line = spread(rows, infos, step)
     q25, q75 = quartiles(walls)
+    # differences of medians over the same calls: exact, and >= 0 because per call
+    # wall >= busy >= kernel union
+    busy = median(p["busy"] * ns for p in per_call)
+    kernel_union = median(p["kernel_union"] * ns for p in per_call)
     coverage = median(p["kernel_union"] / p["busy"] for p in per_call if p["busy"])
     return Profile(
         source="measured", step_seconds=step, kernels=rows, by_line=by_line,
         by_cell_line=by_cell, by_module=by_module, coverage=coverage, peaks=peaks,
         calls=len(per_call), warmup=warmup, step_q25=q25, step_q75=q75,
-        execution_seconds=median(p["busy"] * ns for p in per_call),
-        unattributed_seconds=median((p["busy"] - p["kernel_union"]) * ns for p in per_call),
-        dispatch_seconds=median(max(p["wall"] - p["busy"], 0) * ns for p in per_call),
+        execution_seconds=busy, unattributed_seconds=busy - kernel_union,
+        dispatch_seconds=step - busy, kernel_union_seconds=kernel_union,
         overlap_seconds=median(p["overlap"] * ns for p in per_call), no_line_seconds=no_line,
-        kernel_mean_seconds=sum(sum(p["shares"].values()) for p in per_call) * ns / len(per_call),
         where=trace.where, method="jax.profiler trace, kernel events by HLO name",
         notes=notes,
     )  # fmt: skip

@@ -57,7 +57,7 @@ def test_tutorial_runs_checks_its_claims_and_prints_its_measurements(executed):
     assert seconds < 120, f"took {seconds:.0f} s (target ~40 s)"
 
 
-def test_the_profiled_cell_displays_the_view(executed):
+def test_the_measured_cell_displays_the_view(executed):
     nb, _ = executed
     (cell,) = [c for c in nb.cells if c.source.startswith("%%compile --profile")]
     bundles = [o.get("data", {}) for o in cell.outputs if o.output_type == "display_data"
