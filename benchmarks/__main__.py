@@ -30,7 +30,8 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results.json"
 OUT = HERE / "out"
 SCHEMA = "nbcompile.bench/1"
-FIGURES = ("overhead", "compile", "eager", "size", "paint", "frozen", "magic", "profile")
+FIGURES = ("overhead", "compile", "eager", "size", "paint", "frozen", "magic", "profile",
+           "growth")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Plan:
     magic: list[tuple[str, int, bool]] = field(default_factory=list)
     profile: list[tuple[str, int, int]] = field(default_factory=list)  # model, pairs, calls
     calibration: int = 0  # fresh CPU peak calibrations
+    growth: tuple[int, int] = (0, 0)  # cells per process, pairs of processes
 
 
 FULL = Plan(
@@ -68,6 +70,7 @@ FULL = Plan(
     frozen=[("MLP", 7), ("2-layer fwd", 7)],
     magic=[("MLP", 11, True), ("12-layer train", 11, False)],
     profile=[("12-layer train", 3, 20)],
+    growth=(200, 1),
     calibration=3,
 )
 
@@ -81,6 +84,7 @@ QUICK = Plan(
     frozen=[("MLP", 1)],
     magic=[("MLP", 2, True)],
     profile=[("1-layer train d32", 1, 5)],
+    growth=(20, 1),
     calibration=1,
 )
 
@@ -179,6 +183,11 @@ def run(
         if plan.calibration:
             step(f"CPU peak calibration ({plan.calibration} fresh)")
             rows.append(_profile_rows.calibration(plan.calibration))
+    if "growth" in figures and plan.growth[0]:
+        from benchmarks import _growth
+
+        step(f"RSS growth over {plan.growth[0]} recompiling cells ({plan.growth[1]} pairs)")
+        rows.append(_growth.growth(*plan.growth))
     return rows, facts
 
 

@@ -35,6 +35,8 @@ def _planned() -> list[tuple[str, str, int | None]]:
     out += [("%%compile re-run", m, p) for m, p, _ in QUICK.magic]
     out += [("--profile overhead", m, p) for m, p, _ in QUICK.profile]
     out += [("calibration", "CPU peaks", QUICK.calibration)] if QUICK.calibration else []
+    cells, pairs = QUICK.growth
+    out += [("RSS growth / recompile", f"{cells} cells, new shape each", pairs)] if cells else []
     return out
 
 
