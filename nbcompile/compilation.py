@@ -372,6 +372,8 @@ class Compilation:
         """Measure where the time goes: ``calls`` calls under JAX's profiler (``--profile``)."""
         from .measure.profile import profile
 
+        if self.target.present:  # deviceless targets get an estimate from XLA's cost model
+            self._require_runnable("profile")
         self._profile = profile(self, calls=calls)
         return self._profile
 

@@ -38,6 +38,7 @@ CODES: dict[str, str] = {
     "NBC207": "TARGET returns something that is not an array (a string, a function, a model)",
     "NBC208": "TARGET is not a plain function (async def, generator)",
     "NBC209": "tracing or compiling was interrupted",
+    "NBC210": "the compilation cannot run here (another device, or abstract example arguments)",
     "NBC300": "lowering to StableHLO failed",
     "NBC400": "XLA compilation failed",
     "NBC500": "the frozen-model file is malformed",

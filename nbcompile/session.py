@@ -164,10 +164,8 @@ class Session:
         except KeyboardInterrupt as exc:
             restore(namespace, before)
             raise TraceError(
-                "interrupted while tracing or compiling: nothing was bound or changed",
-                code="NBC209", line=captured.call_line,
-                hint="run the cell again; XLA finishes a compile it had started in the "
-                "background before it can take new work",
+                "interrupted (before XLA compiled anything): nothing was bound or changed",
+                code="NBC209", line=captured.call_line, hint="run the cell again when ready",
             ) from exc
         except BaseException:
             restore(namespace, before)

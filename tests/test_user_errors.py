@@ -124,3 +124,50 @@ def test_compilation_is_a_closed_type(ip, tmp_path):
     with pytest.raises(AttributeError):
         c.anything_new = 1  # nothing outside the class can add state
     assert set(c.extras) >= {"bench", "ablate", "debug", "freeze", "profile", "memory"}
+
+
+def test_interrupting_an_xla_compile_says_what_keeps_running(ip, monkeypatch):
+    """Ctrl-C during XLA's compile: XLA cannot cancel it; the error says it finishes in the
+    background and the next compile waits (measured: docs/guide.md, "Interrupting")."""
+    import jax
+
+    calls = []
+    real = jax.stages.Lowered.compile
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", interrupted)
+    err = failing_without_rerun(ip, PREDICT.format(opts=" -f", end=""))
+    monkeypatch.setattr(jax.stages.Lowered, "compile", real)
+    assert calls and err.code == "NBC209"
+    assert "background" in str(err) and "next compile" in str(err)
+    assert run(ip, PREDICT.format(opts=" -q -f", end="")).success
+
+
+def failing_without_rerun(ip, text):
+    from nbcompile.errors import NbcompileError
+
+    before = set(ip.user_ns)
+    res = run(ip, text)
+    assert isinstance(res.error_in_exec, NbcompileError), repr(res.error_in_exec)
+    assert not {n for n in set(ip.user_ns) - before if not n.startswith("_")}
+    return res.error_in_exec
+
+
+def test_compile_only_planning_refuses_to_run_in_the_users_words():
+    import jax
+    import jax.numpy as jnp
+
+    import nbcompile
+    from nbcompile.errors import TargetError
+
+    spec = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+    c = nbcompile.compile(lambda w, x: jnp.tanh(x @ w).sum(), spec, spec)
+    assert c.compiled is not None and not c.runnable and c.fusions
+    assert any("compile-only" in n for n in c.notes)
+    for run_it in (c.run_bench, c.run_debug, lambda: c.run_profile(3)):
+        with pytest.raises(TargetError) as info:
+            run_it()
+        assert info.value.code == "NBC210" and "ShapeDtypeStruct" in str(info.value)

@@ -199,9 +199,12 @@ def run_stages(
     if not target.lower_only:
         say(f"compiling{where}")
         cache = persistent_cache_disabled() if target.deviceless else contextlib.nullcontext()
+        started = time.perf_counter()
         try:
             with _timed(timings, "compile"), _native_noise(target), cache:
                 compiled = lowered.compile(compiler_options=compiler_options or None)
+        except KeyboardInterrupt as exc:
+            raise _interrupted_compile(target, time.perf_counter() - started) from exc
         except Exception as exc:
             raise translate(exc, "compile", source, arg_names=arg_names,
                             target=target.label) from exc
@@ -213,6 +216,18 @@ def run_stages(
         placement=placement, timings=timings, printed_at_trace=printed.getvalue(),
         output_shardings=outputs, xla_compiles=_COMPILES.count - before[0],
         xla_seconds=_COMPILES.seconds - before[1],
+    )
+
+
+def _interrupted_compile(target: Target, seconds: float) -> Exception:
+    from ..errors import CompileError
+
+    return CompileError(
+        f"interrupted after {seconds:.1f} s of XLA compiling for {target.label}: nothing was "
+        "bound or changed, but XLA cannot stop a compile it has started — it finishes in the "
+        "background (both cores stay busy), and the next compile in this kernel waits for it",
+        code="NBC209",
+        hint="let it finish (the kernel stays usable meanwhile), or restart the kernel to stop it",
     )
 
 
