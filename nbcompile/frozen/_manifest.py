@@ -136,6 +136,9 @@ def _check_tree(tree: Any, field: str, depth: int = 0) -> int:
             or len({(type(k), k) for k in keys}) != len(keys)
         ):
             raise _bad(field, "dict node needs unique str/int keys, one per child")
+        if len({type(k) for k in keys}) > 1 or keys != sorted(keys):
+            # JAX sorts a dict's keys: keys of two types (or out of order) are no JAX pytree
+            raise _bad(field, "dict keys must be all strings or all integers, in sorted order")
     elif set(tree) != {"type", "children"}:
         raise _bad(field, f"unexpected keys in a {kind} node")
     return sum(_check_tree(c, f"{field}[{i}]", depth + 1) for i, c in enumerate(children))

@@ -30,6 +30,18 @@ MAX_COMPILED_SHAPES = 32
 _CALL_ERRORS = (ValueError, TypeError, KeyError, IndexError, NotImplementedError, RuntimeError)
 
 
+def _first_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:300]}"
+
+
+def _failed(err: BaseException) -> FreezeError:
+    return FreezeError(
+        f"the program failed to compile or run: {_first_line(err)}",
+        code="NBC500",
+        hint="the file's program is not one this JAX/XLA can run; re-freeze it",
+    )
+
+
 def _no_derivatives(fn: Any) -> Any:
     """``fn`` with a JVP rule that refuses: grad, jvp and linearize raise FreezeError."""
 
@@ -190,11 +202,14 @@ class FrozenModel:
                     outs = self._compiled_for(leaves, size)(*self._weights, *leaves)
             except FreezeError:
                 raise
-            except _CALL_ERRORS as err:
-                first = (str(err).strip().splitlines() or [""])[0][:300]
+            except NotImplementedError as err:
+                if not traced:
+                    raise _failed(err) from err
                 raise FreezeError(
-                    f"the program failed to compile or run: {type(err).__name__}: {first}",
-                    code="NBC500",
-                    hint="the file's program is not one this JAX/XLA can run; re-freeze it",
+                    f"frozen models do not support this JAX transformation ({_first_line(err)})",
+                    code="NBC507",
+                    hint="call the model on the whole batch (jax.vmap is not supported)",
                 ) from err
+            except _CALL_ERRORS as err:
+                raise _failed(err) from err
         return _manifest.unflatten(self.signature["outputs"]["tree"], list(outs))

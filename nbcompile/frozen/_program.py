@@ -23,7 +23,7 @@ from typing import Any
 
 from nbcompile.errors import FreezeError
 
-MAX_OPS = 200_000
+MAX_OPS = 100_000
 MAX_CHAIN = 10_000
 MAX_NESTING = 64
 #: distinct custom-call signatures a program may hold (each is checked against JAX's lowering)

@@ -1,11 +1,13 @@
-"""Mutation fuzzing of the `.nbc` loader, run in its own process by test_fuzz.py.
+"""Mutation fuzzing of the `.nbc` loader, run under `_supervise.run` by test_fuzz.py.
 
-    python _fuzz_worker.py RESULT.json N SEED BASE.nbc [BASE.nbc ...]
+    python _fuzz_worker.py N SEED BASE.nbc [BASE.nbc ...] --from INDEX
 
-Each iteration mutates one base file (raw bytes of the whole file, or one section re-packed
-with valid digests so the deeper checks are reached) and loads it from bytes. Anything other
-than a FreezeError is recorded. Progress (iteration, seed) goes to RESULT.json.progress so a
-native crash can be reproduced.
+Iteration i mutates one base file (raw bytes of the whole file, or one section re-packed
+with valid digests so the deeper checks are reached) with its own generator seeded by
+(SEED, i), then loads it from bytes, calls the model on zeros and differentiates it. Each
+step's outcome (an NBC code, "loaded"/"ran", or "ESCAPED <exception>") is printed as
+``DONE i {json}``; a crash, hang or memory blow-up is seen by the supervisor, which resumes at
+i + 1.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ import random
 import struct
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 from _craft import repack, split, weights_raw
 
 from nbcompile.errors import FreezeError
-from nbcompile.frozen import _sandbox
+from nbcompile.frozen import _manifest, _sandbox
+from nbcompile.frozen._batch import concrete_shape
 from nbcompile.frozen._load import load_bytes
 
 # Mutated programs that send JAX's MLIR reader into an endless loop are refused after this
@@ -155,55 +160,53 @@ def mutate(rng: random.Random, base: bytes) -> tuple[str, bytes]:
     return "program-bytes", repack(base, program=_mutate_bytes(rng, program))
 
 
+def _outcome(fn: Any) -> str:
+    try:
+        jax.block_until_ready(fn())
+        return "ran"
+    except FreezeError as err:
+        return err.code
+    except BaseException as err:  # what the fuzz exists to find
+        return f"ESCAPED {type(err).__name__}: {str(err)[:300]}"
+
+
+def run_one(data: bytes) -> dict[str, str]:
+    """Load, call (zeros, b = 2) and differentiate one file: the outcome of each step."""
+    loaded: list[Any] = []
+    out = {"load": _outcome(lambda: loaded.append(load_bytes(data)))}
+    if not loaded:
+        return out
+    out["load"] = "loaded"
+    model = loaded[0]
+    leaves = [
+        np.zeros(concrete_shape(leaf["shape"], 2), leaf["dtype"])
+        for leaf in model.signature["inputs"]["leaves"]
+    ]
+    inputs = _manifest.unflatten(model.signature["inputs"]["tree"], leaves)
+    out["call"] = _outcome(lambda: model(*inputs))
+
+    def total(*xs: Any) -> Any:
+        return sum(
+            jnp.sum(jnp.real(o).astype(jnp.float32)) for o in jax.tree_util.tree_leaves(model(*xs))
+        )
+
+    argnums = tuple(range(len(inputs)))
+    out["grad"] = _outcome(lambda: jax.grad(total, argnums=argnums, allow_int=True)(*inputs))
+    return out
+
+
 def main() -> None:
-    result_path, count, seed, *bases = sys.argv[1:]
+    count, seed, *bases = sys.argv[1 : sys.argv.index("--from")]
+    start = int(sys.argv[sys.argv.index("--from") + 1])
     files = [Path(p).read_bytes() for p in bases]
-    rng = random.Random(int(seed))
-    stats: dict[str, dict[str, int]] = {}
-    failures = []
-    seconds: dict[str, float] = {}
-    slowest: list[Any] = [0.0]
-    start = time.perf_counter()
-    with open(result_path + ".progress", "w") as progress:
-        for i in range(int(count)):
-            kind, data = mutate(rng, rng.choice(files))
-            if i % 50 == 0:
-                progress.seek(0)
-                progress.write(f"{i} {seed} {kind}          \n")
-                progress.flush()
-            began = time.perf_counter()
-            try:
-                load_bytes(data)
-                outcome = "loaded"
-            except FreezeError as err:
-                outcome = err.code
-            except BaseException as err:
-                outcome = "ESCAPED"
-                if len(failures) < 20:
-                    failures.append(
-                        {
-                            "iteration": i,
-                            "kind": kind,
-                            "error": repr(err),
-                            "traceback": traceback.format_exc()[-2000:],
-                        }
-                    )
-            stats.setdefault(kind, {}).setdefault(outcome, 0)
-            stats[kind][outcome] += 1
-            took = time.perf_counter() - began
-            seconds[kind] = seconds.get(kind, 0.0) + took
-            if took > slowest[0]:
-                slowest[:] = [took, i, kind, outcome]
-    report = {
-        "count": int(count),
-        "seconds": time.perf_counter() - start,
-        "stats": stats,
-        "failures": failures,
-        "seconds_by_kind": seconds,
-        "slowest": slowest,
-    }
-    with open(result_path, "w") as out:
-        json.dump(report, out, indent=1)
+    for i in range(start, int(count)):
+        rng = random.Random(f"{seed}:{i}")  # one generator per file: a restart resumes exactly
+        kind, data = mutate(rng, rng.choice(files))
+        print(f"START {i}", flush=True)
+        began = time.perf_counter()
+        out = run_one(data)
+        out.update(kind=kind, seconds=round(time.perf_counter() - began, 3))
+        print(f"DONE {i} {json.dumps(out)}", flush=True)
 
 
 if __name__ == "__main__":
