@@ -68,7 +68,7 @@ def estimate(c: Any, infos: dict[str, KernelInfo], label: str) -> Profile:
     rows.sort(key=lambda r: -r.seconds)
     if any(i.container for i in infos.values()):
         notes.append("loop bodies are counted once: their trip counts are not known statically")
-    by_line, by_cell, by_module, no_line = spread(rows, infos, step)
+    by_line, by_cell, by_module, no_line = spread(rows, infos)
     return Profile(
         source="estimate", step_seconds=step, kernels=rows, by_line=by_line,
         by_cell_line=by_cell, by_module=by_module, coverage=None, peaks=peaks,

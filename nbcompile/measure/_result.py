@@ -223,6 +223,7 @@ def median(values: Iterable[float]) -> float:
 
 
 def quartiles(values: list[float]) -> tuple[float | None, float | None]:
+    """First and third quartile (inclusive method); the value itself for one sample."""
     if len(values) < 2:
         return (values[0], values[0]) if values else (None, None)
     q = statistics.quantiles(values, n=4, method="inclusive")
@@ -241,6 +242,7 @@ def dtype_of(c: Any) -> str:
 
 
 def place_on_roof(row: KernelTime, peaks: Peaks | None, measured: bool) -> None:
+    """Fill ``row``'s intensity, achieved rates (measured rows only), bound and roof fraction."""
     f, b = row.flops, row.bytes
     if f is None or b is None or (f == 0 and b == 0):
         return
@@ -259,7 +261,9 @@ def place_on_roof(row: KernelTime, peaks: Peaks | None, measured: bool) -> None:
         row.roof_fraction = row.achieved_bytes_per_s / peaks.bytes_per_s.value
 
 
-def spread(rows: list[KernelTime], infos: dict[str, KernelInfo], step: float) -> tuple:
+def spread(rows: list[KernelTime], infos: dict[str, KernelInfo]) -> tuple:
+    """``(by_line, by_cell_line, by_module, no_line_seconds)``: each kernel's seconds shared
+    evenly between its locations (cell lines, modules); time on kernels with no location."""
     by_line: dict[Any, float] = {}
     by_cell: dict[int, float] = {}
     by_module: dict[str, float] = {}
@@ -279,7 +283,8 @@ def spread(rows: list[KernelTime], infos: dict[str, KernelInfo], step: float) ->
 
 
 def make_row(info: KernelInfo, seconds: list[float], busy: list[float], counts: list[int],
-         step: float) -> KernelTime:  # fmt: skip
+             step: float) -> KernelTime:  # fmt: skip
+    """A measured row from per-call samples (medians; flops and bytes times executions)."""
     med = median(seconds)
     count = median(counts)
     q25, q75 = quartiles(seconds)

@@ -68,6 +68,18 @@ def _stats(event: Any) -> dict[str, Any]:
     return {k: v for k, v in event.stats if k is not None}
 
 
+def _device_lines(plane: Any) -> list[Any]:
+    """The lines of a device plane that hold each kernel once. A GPU's kernels are on its
+    ``Stream #N`` lines, and an exported trace may add summary lines (``XLA Ops``, ``XLA
+    Modules``, ``Steps``) that repeat them; a TPU's own op line is ``XLA Ops``."""
+    lines = list(plane.lines)
+    streams = [line for line in lines if line.name.startswith("Stream")]
+    if streams:
+        return streams
+    ops = [line for line in lines if line.name == "XLA Ops"]
+    return ops or lines
+
+
 def extract(space: Any, names: set[str], module: str | None) -> Trace:
     """Group the kernel events of ``space`` (a ProfileData) by call.
 
@@ -86,7 +98,7 @@ def extract(space: Any, names: set[str], module: str | None) -> Trace:
         on_device = plane.name.startswith("/device:")
         if not on_device and not plane.name.startswith("/host:"):
             continue
-        for line in plane.lines:
+        for line in _device_lines(plane) if on_device else plane.lines:
             for ev in line.events:
                 name = ev.name
                 if name == MARKER:

@@ -82,10 +82,14 @@ def _call_once(c: Any) -> Any:
     kwargs = dict(getattr(c, "kwargs", None) or {})
     donates = _donates(c)
 
+    def fresh(tree: Any) -> Any:  # donated buffers are consumed: each call gets fresh copies
+        return jax.tree.map(lambda x: x.copy() if isinstance(x, jax.Array) else x, tree)
+
     def call() -> None:
-        a = jax.tree.map(lambda x: x.copy() if isinstance(x, jax.Array) else x, args) \
-            if donates else args  # donated buffers are consumed: each call gets fresh copies
-        jax.block_until_ready(fn(*a, **kwargs))
+        if donates:
+            jax.block_until_ready(fn(*fresh(args), **fresh(kwargs)))
+        else:
+            jax.block_until_ready(fn(*args, **kwargs))
 
     return call
 
@@ -130,7 +134,7 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
                      "the peaks were measured on a busy machine; re-measure with "
                      "nbcompile.measure.calibrate(refresh=True)")  # fmt: skip
     rows.sort(key=lambda r: -r.seconds)
-    by_line, by_cell, by_module, no_line = spread(rows, infos, step)
+    by_line, by_cell, by_module, no_line = spread(rows, infos)
     q25, q75 = quartiles(walls)
     # differences of medians over the same calls: exact, and >= 0 because per call
     # wall >= busy >= kernel union
@@ -173,10 +177,16 @@ def _present(c: Any) -> bool:
         return False
 
 
-def _abstract(c: Any) -> list[int]:
-    """Positions of the example arguments that are shapes only (``jax.ShapeDtypeStruct``)."""
-    return [i for i, a in enumerate(c.args)
-            if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(a))]
+def _abstract(c: Any) -> list[str]:
+    """The user's names of the example arguments that are shapes only (``ShapeDtypeStruct``)."""
+    def shapes_only(value: Any) -> bool:
+        return any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(value))
+
+    signature = list(getattr(c, "signature", None) or [])  # "name: f32[4,3]" per argument
+    names = [signature[i].split(":", 1)[0] if i < len(signature) else f"arg{i}"
+             for i, a in enumerate(c.args) if shapes_only(a)]  # fmt: skip
+    kwargs = getattr(c, "kwargs", None) or {}
+    return names + [k for k, v in kwargs.items() if shapes_only(v)]
 
 
 def profile(c: Any, calls: int = 20, *, warmup: int = 2, roofline: bool = True) -> Profile:
@@ -201,10 +211,8 @@ def profile(c: Any, calls: int = 20, *, warmup: int = 2, roofline: bool = True) 
         )
     if not _present(c):
         return estimate(c, kernels_of(c), label)
-    abstract = _abstract(c)
-    if abstract:
-        names = [c.signature[i].split(":", 1)[0] for i in abstract] if getattr(
-            c, "signature", None) else [f"arg{i}" for i in abstract]  # fmt: skip
+    names = _abstract(c)
+    if names:
         raise TargetError(
             f"cannot profile: {', '.join(names)} "
             f"{'is' if len(names) == 1 else 'are'} only a shape (jax.ShapeDtypeStruct), so "

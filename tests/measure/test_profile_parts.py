@@ -115,6 +115,20 @@ def test_device_kernels_win_over_host_events_of_the_same_name():
     assert call.busy == [(60, 70)] and trace.where == "/device:GPU:0"
 
 
+def test_device_summary_lines_do_not_count_a_kernel_twice():
+    stats = [("hlo_op", "fusion.1"), ("hlo_module", "jit_f")]
+    gpu = Plane("/device:GPU:0", [
+        Line("Stream #7(Compute)", [Ev("loop_fusion", 20, 60, stats)]),
+        Line("XLA Ops", [Ev("fusion.1", 19, 61, stats)]),  # a summary of the same kernel
+    ])  # fmt: skip
+    tpu = Plane("/device:TPU:0", [Line("XLA Modules", [Ev("jit_f", 10, 90, [])]),
+                                  Line("XLA Ops", [Ev("fusion.1", 20, 60, stats)])])  # fmt: skip
+    host = Plane("/host:CPU", [Line("python", [Ev(MARKER, 0, 100)])])
+    for device in (gpu, tpu):
+        (call,) = extract(Space([host, device]), {"fusion.1"}, "jit_f").calls
+        assert [(s.start, s.end) for s in call.spans] == [(20, 60)], device.name
+
+
 def test_module_name_reads_the_hlo_header():
     assert module_name("HloModule jit_block, is_scheduled=true\n") == "jit_block"
     assert module_name(None) is None
@@ -197,7 +211,7 @@ def test_cpu_peaks_are_measured_once_and_read_back_from_json(tmp_path, monkeypat
 def _profile(rows: dict[str, float], infos: dict[str, KernelInfo], step: float) -> Profile:
     kernels = [KernelTime(name=n, opcode="fusion", seconds=s, share=s / step, busy_seconds=s,
                           count=1) for n, s in rows.items()]  # fmt: skip
-    by_line, by_cell, by_module, no_line = spread(kernels, infos, step)
+    by_line, by_cell, by_module, no_line = spread(kernels, infos)
     return Profile("measured", step, kernels, by_line, by_cell, by_module, 1.0, None,
                    no_line_seconds=no_line)  # fmt: skip
 
