@@ -111,19 +111,15 @@ class AblationResult:
 
 def _platform_of(args: Sequence[Any]) -> str:
     for leaf in jax.tree.leaves(args):
-        if isinstance(leaf, jax.Array):
-            try:
-                return next(iter(leaf.devices())).platform
-            except Exception:  # abstract or deleted arrays carry no device
-                continue
+        devices = getattr(getattr(leaf, "sharding", None), "device_set", None)
+        if devices and not (isinstance(leaf, jax.Array) and leaf.is_deleted()):
+            return next(iter(devices)).platform
     return jax.default_backend()
 
 
 def _cost(compiled: Any) -> dict[str, Any]:
-    try:
-        cost = compiled.cost_analysis()
-    except Exception:
-        return {}
+    """XLA's cost analysis; ``{}`` where the backend gives none (JAX returns None then)."""
+    cost = compiled.cost_analysis()
     if isinstance(cost, list | tuple):  # older JAX: one dict per program
         cost = cost[0] if cost else None
     return dict(cost) if cost else {}
@@ -179,7 +175,7 @@ def ablate(
         t0 = time.perf_counter()
         try:
             compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
-        except Exception as exc:
+        except jax.errors.JaxRuntimeError as exc:  # XLA refused this variant: say so, go on
             r.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             results.append(r)
             compiled_variants.append(None)
@@ -207,7 +203,7 @@ def ablate(
             budget = max(left / (len(runnable) - i), 0.02)
             try:
                 r.time = time_call(lambda c=compiled: jax.block_until_ready(c(*args)), budget)
-            except Exception as exc:  # e.g. donated arguments cannot be reused across calls
+            except RuntimeError as exc:  # e.g. donated arguments cannot be reused across calls
                 notes.append(f"{r.name}: timing failed ({type(exc).__name__}: {exc})"[:300])
         base = results[0].time
         for r in results:
