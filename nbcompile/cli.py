@@ -1,12 +1,15 @@
 """The ``nbcompile`` command: inspect and run frozen `.nbc` models; render notebooks.
 
-    nbcompile inspect model.nbc [--json] [--no-verify]
+    nbcompile inspect model.nbc [--json] [--no-verify] [--timeout S]
     nbcompile run model.nbc --input x.npy [--input y.npy ...] [--output out.npy|out.npz]
+                            [--timeout S] [--max-bytes N]
     nbcompile render notebook.ipynb -o out.html [--no-execute]
 
-Exit status: 0 ok, 1 the file (or an input) was refused — the error code is printed on stderr,
-no traceback —, 2 usage error. Each subcommand is one ``_add_*`` function registering its parser
-and handler, so adding one is a local change.
+Exit status: 0 ok, 1 the file (or an input) was refused or the model ran out of time — the
+error code is printed on stderr, no traceback —, 2 usage error. Every string that comes from a
+file (model, weight and input names, error messages quoting them) is printed with control,
+bidirectional-override and unpaired-surrogate characters escaped, so a file cannot drive the
+terminal. Each subcommand is one ``_add_*`` function registering its parser and handler.
 """
 
 from __future__ import annotations
@@ -14,106 +17,112 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np
 
 from nbcompile.errors import FreezeError
+from nbcompile.units import format_bytes
 
 Handler = Callable[[argparse.Namespace], int]
+
+#: seconds ``nbcompile run`` lets a model load and run before giving up (``--timeout``)
+RUN_TIMEOUT_S = 600
+#: seconds ``nbcompile inspect`` waits for its load-and-call check child (``--timeout``)
+INSPECT_TIMEOUT_S = 60
+
+# C0/C1 controls (ESC, BEL, CR, ...), bidirectional marks and overrides, unpaired surrogates.
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 class _Refused(Exception):
     """An input or output problem reported like a refused file (exit 1)."""
 
 
-def _fmt_size(n: int) -> str:
-    return f"{n} B" if n < 1000 else f"{n / 1000:.1f} KB" if n < 1e6 else f"{n / 1e6:.1f} MB"
+def safe(text: object) -> str:
+    """``text`` with every character that could drive a terminal written as an escape."""
+
+    def escape(match: re.Match[str]) -> str:
+        code = ord(match[0])
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    return _UNSAFE.sub(escape, str(text))
 
 
-def _describe(path: str) -> dict[str, Any]:
-    """Header facts of a file that passes the structural checks (no deserialisation)."""
-    from nbcompile.frozen import _format, _manifest, _safetensors
-
-    sections = _format.check_sections(_format.read_file(path))
-    manifest = _manifest.parse(sections.manifest, sections.format_version)
-    tensors, _ = _safetensors.parse(sections.weights)
-    return {
-        "path": path,
-        "format_version": sections.format_version,
-        "file_bytes": sections.file_bytes,
-        "sections": {
-            "header": _format.HEADER_SIZE,
-            "manifest": len(sections.manifest),
-            "weights": len(sections.weights),
-            "program": len(sections.program),
-        },
-        "weight_bytes": sum(t.end - t.start for t in tensors),
-        "manifest": manifest,
-    }
+def _say(text: str, file: TextIO | None = None) -> None:
+    """Print our own lines (every value in them passed through `safe`) in any encoding."""
+    out = file or sys.stdout
+    encoding = getattr(out, "encoding", None) or "utf-8"
+    clean = "\n".join(safe(line) for line in text.split("\n"))
+    print(clean.encode(encoding, "backslashreplace").decode(encoding), file=out)
 
 
-def _signature_lines(label: str, sig: dict[str, Any]) -> str:
-    from nbcompile.frozen import _batch, _manifest
+def _signature_line(label: str, sig: dict[str, Any]) -> str:
+    from nbcompile.frozen import leaf_names, shape_text
 
-    names = _manifest.leaf_paths(sig["tree"])
     parts = [
-        f"{n or '(value)'} {leaf['dtype']}{_batch.show(leaf['shape'])}"
-        for n, leaf in zip(names, sig["leaves"], strict=True)
+        f"{safe(n) or '(value)'} {safe(leaf['dtype'])}{safe(shape_text(leaf['shape']))}"
+        for n, leaf in zip(leaf_names(sig["tree"]), sig["leaves"], strict=True)
     ]
     return f"  {label}: " + (", ".join(parts) or "none")
 
 
 def _inspect_text(info: dict[str, Any], verification: dict[str, Any] | None) -> str:
-    m, s = info["manifest"], info["sections"]
+    m, s, prog = info["manifest"], info["sections"], info["program"]
     w = m["writer"]
     weights = m["weights"]
-    shown = ", ".join(f"{x['name']} {x['dtype']}{x['shape']}" for x in weights[:8])
+    shown = ", ".join(f"{safe(x['name'])} {safe(x['dtype'])}{x['shape']}" for x in weights[:8])
     more = f", ... ({len(weights) - 8} more)" if len(weights) > 8 else ""
     lines = [
-        f"{info['path']}: nbcompile frozen model, format {info['format_version']}",
-        f"  name: {m['name']}   created: {m['created_utc']}",
-        f"  written by: nbcompile {w['nbcompile']}, jax {w['jax']}, jaxlib {w['jaxlib']} "
-        f"(export serialization {w['export_serialization_version']}, "
+        f"{safe(info['path'])}: nbcompile frozen model, format {info['format_version']}",
+        f"  name: {safe(m['name'])}   created: {safe(m['created_utc'])}",
+        f"  written by: nbcompile {safe(w['nbcompile'])}, jax {safe(w['jax'])}, "
+        f"jaxlib {safe(w['jaxlib'])} (export serialization {w['export_serialization_version']}, "
         f"calling convention {w['calling_convention_version']})",
         f"  platforms: {', '.join(m['platforms'])} ({m['device_count']} device(s)); mode: "
         + ("constants baked in" if m["constants_mode"] else "weights as arguments"),
-        _signature_lines("inputs", m["inputs"]),
-        _signature_lines("outputs", m["outputs"]),
-        f"  weights: {len(weights)} tensors, {_fmt_size(info['weight_bytes'])}"
+        _signature_line("inputs", m["inputs"]),
+        _signature_line("outputs", m["outputs"]),
+        f"  weights: {len(weights)} tensors, {format_bytes(info['weight_bytes'])}"
         + (f": {shown}{more}" if weights else ""),
-        f"  sizes: file {_fmt_size(info['file_bytes'])} = header {s['header']} B + manifest "
-        f"{_fmt_size(s['manifest'])} + weights {_fmt_size(s['weights'])} + program {_fmt_size(s['program'])}",
-        f"  program: {m['program']['stablehlo_ops']} StableHLO ops; custom calls: "
-        + (", ".join(m["program"].get("custom_calls") or []) or "none"),
+        f"  sizes: file {format_bytes(info['file_bytes'])} = header {s['header']} B + manifest "
+        f"{format_bytes(s['manifest'])} + weights {format_bytes(s['weights'])} + program "
+        f"{format_bytes(s['program'])}",
+        f"  program (read from the program): {prog['stablehlo_ops']} StableHLO ops, longest "
+        f"chain {prog['longest_chain']}, nesting {prog['nesting']}; custom calls: "
+        + (", ".join(safe(t) for t in prog["custom_calls"]) or "none"),
     ]
     if verification is None:
         lines.append("  verification: skipped")
     elif verification["ok"]:
         lines.append(
-            f"  verification: ok (loaded and ran on {verification.get('platform')} in "
+            f"  verification: ok (loaded and ran on {safe(verification.get('platform'))} in "
             f"{verification.get('load_seconds', 0) + verification.get('call_seconds', 0):.2f} s)"
         )
     else:
-        lines.append(f"  verification: FAILED {verification.get('message', '')}")
+        lines.append(f"  verification: FAILED {safe(verification.get('message', ''))}")
     return "\n".join(lines)
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from nbcompile.frozen import verify
+    from nbcompile.frozen import describe, verify
 
-    info = _describe(args.path)
-    verification = None if args.no_verify else verify(args.path)
-    if args.json:
-        print(json.dumps({**info, "verification": verification}, indent=1))
+    info = describe(args.path)
+    verification = None if args.no_verify else verify(args.path, timeout=args.timeout)
+    if args.json:  # ensure_ascii: every non-ASCII character (controls included) is escaped
+        print(json.dumps({**info, "verification": verification}, indent=1, ensure_ascii=True))
     else:
-        print(_inspect_text(info, verification))
+        _say(_inspect_text(info, verification))
     if verification is not None and not verification["ok"]:
-        print(f"nbcompile: {verification.get('message', 'verification failed')}", file=sys.stderr)
+        _say(f"nbcompile: {safe(verification.get('message', 'verification failed'))}", sys.stderr)
         return 1
     return 0
 
@@ -123,6 +132,12 @@ def _add_inspect(sub: Any) -> None:
     p.add_argument("path", help="the .nbc file")
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
     p.add_argument("--no-verify", action="store_true", help="skip the load-and-call check")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=INSPECT_TIMEOUT_S,
+        help=f"seconds the load-and-call check may take (default {INSPECT_TIMEOUT_S})",
+    )
     p.set_defaults(handler=_cmd_inspect)
 
 
@@ -133,27 +148,43 @@ def _load_input(path: str) -> np.ndarray:
         raise _Refused(f"{path}: not a plain .npy array ({err})") from None
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    import jax
+def _watchdog(seconds: float) -> threading.Timer:
+    """End the process (exit 1, NBC508) if the model has not finished within ``seconds``.
 
-    from nbcompile.frozen import _manifest, load
+    A program can loop for ever inside XLA, where Python cannot interrupt it; a timer thread
+    runs while XLA holds no Python lock, reports and ends the process.
+    """
 
-    model = load(args.path, platform=args.platform)
-    sig = model.signature
-    leaves = [_load_input(p) for p in args.input]
-    if len(leaves) != len(sig["inputs"]["leaves"]):
-        raise FreezeError(
-            f"{len(leaves)} --input files given, the model takes {len(sig['inputs']['leaves'])} "
-            f"({', '.join(_manifest.leaf_paths(sig['inputs']['tree']))})",
-            code="NBC507",
+    def expire() -> None:
+        err = FreezeError(
+            f"the model did not finish within {seconds:g} s (--timeout)",
+            code="NBC508",
+            hint="give a larger --timeout if the model is known to be slow",
         )
-    out = model(*_manifest.unflatten(sig["inputs"]["tree"], leaves))
-    flat = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
-    names = _manifest.leaf_paths(sig["outputs"]["tree"])
+        _say(f"nbcompile: [{err.code}] {err.message}", sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from nbcompile.frozen import load
+
+    timer = _watchdog(args.timeout)
+    try:
+        model = load(args.path, platform=args.platform, max_bytes=args.max_bytes)
+        flat = [np.asarray(x) for x in model.call_leaves([_load_input(p) for p in args.input])]
+    finally:
+        timer.cancel()
+    names = model.output_names
     if args.output is None:
         for name, arr in zip(names, flat, strict=True):
             body = np.array2string(arr, threshold=20, edgeitems=3)
-            print(f"{name or 'output'} {arr.dtype}{list(arr.shape)}\n{body}")
+            _say(f"{safe(name) or 'output'} {arr.dtype}{list(arr.shape)}\n{body}")
     elif args.output.endswith(".npz"):
         np.savez(args.output, **{f"out{i}": a for i, a in enumerate(flat)})
     elif len(flat) == 1:
@@ -175,6 +206,18 @@ def _add_run(sub: Any) -> None:
     )
     p.add_argument("--output", metavar="Y.npy", help="write the output (.npz for several)")
     p.add_argument("--platform", help="run on this platform of the file (default: local)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=RUN_TIMEOUT_S,
+        help=f"seconds to load and run before giving up (default {RUN_TIMEOUT_S})",
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=int,
+        default=None,
+        help="memory budget in bytes (default: the memory available now)",
+    )
     p.set_defaults(handler=_cmd_run)
 
 
@@ -191,15 +234,19 @@ def _cmd_render(args: argparse.Namespace) -> int:
     remote = remote_references(out.read_text(encoding="utf-8"))
     if remote:
         raise _Refused(f"{out} references the network ({remote[0]}...)")
-    print(f"wrote {out} ({out.stat().st_size // 1024} KB, viewable offline)")
+    _say(f"wrote {safe(out)} ({out.stat().st_size // 1024} KB, viewable offline)")
     return 0
 
 
 def _add_render(sub: Any) -> None:
-    p = sub.add_parser("render", help="execute a notebook and export HTML with graphs visible offline")
+    p = sub.add_parser(
+        "render", help="execute a notebook and export HTML with graphs visible offline"
+    )
     p.add_argument("notebook", help="the .ipynb file")
     p.add_argument("-o", "--output", required=True, metavar="OUT.html", help="the HTML file")
-    p.add_argument("--no-execute", action="store_true", help="export the stored outputs as they are")
+    p.add_argument(
+        "--no-execute", action="store_true", help="export the stored outputs as they are"
+    )
     p.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     p.set_defaults(handler=_cmd_render)
 
@@ -219,10 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except FreezeError as err:
-        print(f"nbcompile: {err}", file=sys.stderr)
+        hint = f"\n  \N{RIGHTWARDS ARROW} {safe(err.hint)}" if err.hint else ""
+        _say(f"nbcompile: [{err.code}] {safe(err.message)}{hint}", sys.stderr)
         return 1
     except (_Refused, OSError) as err:
-        print(f"nbcompile: {err}", file=sys.stderr)
+        _say(f"nbcompile: {safe(err)}", sys.stderr)
         return 1
 
 

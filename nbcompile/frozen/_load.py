@@ -120,7 +120,7 @@ def _pick_platform(manifest: dict[str, Any], wanted: str | None) -> str:
     )
 
 
-def _match_weights(manifest: dict[str, Any], tensors: list[_safetensors.TensorInfo]) -> None:
+def match_weights(manifest: dict[str, Any], tensors: list[_safetensors.TensorInfo]) -> None:
     stored = {t.name: t for t in tensors}
     for spec in manifest["weights"]:
         got = stored.pop(spec["name"], None)
@@ -145,7 +145,7 @@ def check_file(data: bytes | bytearray, platform: str | None = None) -> Checked:
     sections = _format.check_sections(data)
     manifest = _manifest.parse(sections.manifest, sections.format_version)
     tensors, data_start = _safetensors.parse(sections.weights)
-    _match_weights(manifest, tensors)
+    match_weights(manifest, tensors)
     check_version_window(manifest["writer"])
     chosen = _pick_platform(manifest, platform)
     return Checked(manifest, tensors, data_start, sections, chosen)

@@ -10,6 +10,7 @@ carries no gradient program, and none is ever read from it).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -119,6 +120,28 @@ class FrozenModel:
         ]
         self._fn = _no_derivatives(exported.call)
         self._compiled: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+
+    @property
+    def input_names(self) -> list[str]:
+        """Key paths of the input leaves (``[0]``, ``[1]['mask']``), in signature order."""
+        return _manifest.leaf_paths(self.signature["inputs"]["tree"])
+
+    @property
+    def output_names(self) -> list[str]:
+        """Key paths of the output leaves, in signature order."""
+        return _manifest.leaf_paths(self.signature["outputs"]["tree"])
+
+    def call_leaves(self, leaves: Sequence[Any]) -> list[Any]:
+        """Call on the input leaves in signature order; return the output leaves in order."""
+        want = self.signature["inputs"]["leaves"]
+        if len(leaves) != len(want):
+            raise FreezeError(
+                f"{len(leaves)} inputs given, the model takes {len(want)} "
+                f"({', '.join(self.input_names) or 'none'})",
+                code="NBC507",
+            )
+        out = self(*_manifest.unflatten(self.signature["inputs"]["tree"], list(leaves)))
+        return _manifest.flatten(self.signature["outputs"]["tree"], out, "outputs")
 
     def __repr__(self) -> str:
         return (
