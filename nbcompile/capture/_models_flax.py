@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import flax.linen as nn
+import jax
 from flax import nnx
 
 from ..errors import CaptureError
@@ -38,6 +39,11 @@ class NnxSplit:
     @contextlib.contextmanager
     def bound(self, params: Any, state: Any) -> Iterator[Any]:
         """A fresh module holding ``params``/``state``, with module name scopes while in use."""
+        # nnx.merge keeps the Variable objects it is given, and a Variable may only be mutated
+        # at the trace level it was created at. Arguments a transform passes through untouched
+        # (the state under jax.value_and_grad, BatchNorm statistics) still hold Variables of an
+        # outer trace: rebuilding the trees here makes every Variable belong to this trace.
+        params, state = jax.tree.map(lambda leaf: leaf, (params, state))
         module = nnx.merge(self.graphdef, params, keys_from_data(state, self._key_impls))
         if not isinstance(module, nnx.Module):  # nnx.Rngs and other graph nodes: no scopes
             yield module
