@@ -130,7 +130,8 @@ def _trsm(left: bool, lower: bool, trans: bool, conj: bool, unit: bool) -> Calla
 
 def _svd_algorithms() -> tuple[Any, ...]:
     algorithms = _linalg().SvdAlgorithm
-    return (None, algorithms.QR, algorithms.JACOBI)
+    named = ("QR", "JACOBI", "DIVIDE_AND_CONQUER")  # DIVIDE_AND_CONQUER: gesdd on ROCm
+    return (None, *(getattr(algorithms, n) for n in named if hasattr(algorithms, n)))
 
 
 def _families() -> list[tuple[re.Pattern[str], str | None, Candidates]]:
