@@ -1,6 +1,6 @@
 """Rows for ``--profile``: its overhead against plain calls, and the CPU peak calibration.
 
-* **--profile overhead**: the wall time of ``profile(c, calls=N)`` (two warm-up calls, N calls
+* **--profile overhead**: the wall time of ``profile(c, calls=N)`` (one warm-up call, N calls
   under JAX's profiler, writing and reading the trace, attribution) against the budget
   ``1.5 × N plain calls + 1 s``, the plain calls timed right next to it (pairs alternate which
   side goes first). The analysis the profile reads (``c.fusions``) is computed before timing, as

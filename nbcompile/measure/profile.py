@@ -189,7 +189,7 @@ def _abstract(c: Any) -> list[str]:
     return names + [k for k, v in kwargs.items() if shapes_only(v)]
 
 
-def profile(c: Any, calls: int = 20, *, warmup: int = 2, roofline: bool = True) -> Profile:
+def profile(c: Any, calls: int = 20, *, warmup: int = 1, roofline: bool = True) -> Profile:
     """Where the time of one call of ``c`` (a :class:`nbcompile.Compilation`) goes.
 
     Calls the compiled program ``warmup`` times (not measured), then ``calls`` times under JAX's

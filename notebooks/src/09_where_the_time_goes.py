@@ -24,7 +24,7 @@ x = jax.random.normal(next(keys), (SEQ, D))
 
 # %% md
 # ## Profile a transformer block
-# `--profile 20` calls the compiled block 20 times (after two warm-up calls) under JAX's
+# `--profile 20` calls the compiled block 20 times (after a warm-up call) under JAX's
 # profiler, reads every kernel's execution from the trace and maps it back to the lines of this
 # cell. `--ablate` also recompiles it with fusion switched off (used further down).
 
