@@ -11,7 +11,6 @@ internal moved, so analysis loses a detail instead of failing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from jax._src import core as _core
@@ -32,17 +31,15 @@ def is_dropvar(atom: Any) -> bool:
     return type(atom).__name__ == "DropVar"
 
 
-def raw_frames(traceback: Any) -> Iterator[tuple[str, Any, int]]:
-    """(file, code, lasti) of each frame of a ``jaxlib`` Traceback, innermost first (nothing
-    when the traceback is missing or its API moved)."""
+def frames(traceback: Any) -> tuple[list[Any], list[int]] | None:
+    """(code objects, bytecode offsets) of a ``jaxlib`` Traceback, innermost first (None when
+    the traceback is missing or its API moved)."""
     if traceback is None:
-        return
+        return None
     try:
-        codes, lastis = traceback.raw_frames()
+        return traceback.raw_frames()
     except (AttributeError, TypeError):
-        return
-    for code, lasti in zip(codes, lastis, strict=False):
-        yield code.co_filename, code, lasti
+        return None
 
 
 def addr2line(code: Any, lasti: int) -> int:

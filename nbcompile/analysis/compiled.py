@@ -34,7 +34,8 @@ from .hlo import (
 from .hlo import shape_elements as _elements
 from .lines import Locator
 
-__all__ = ["CompiledInfo", "Fusion", "analyse_compiled", "is_scalar_kernel", "op_name_phase"]
+__all__ = ["CompiledInfo", "Fusion", "analyse_compiled", "infer_missing_sites", "is_scalar_kernel",
+           "op_name_phase"]
 
 FREE_OPS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all",
             "add-dependency", "opt-barrier", "domain", "partition-id", "replica-id"}  # fmt: skip
@@ -280,7 +281,10 @@ def _cost(module: HloModule, instr: Instruction, shapes: dict[str, str], use_xla
     return dict(figures)
 
 
-def _sites(module: HloModule, instrs: list[Instruction], source: Locator) -> Sites:
+def _sites(module: HloModule, instrs: list[Instruction], source: Locator,
+           landed: dict | None = None, fusion: str = "") -> Sites:  # fmt: skip
+    """The sources of ``instrs``; with ``landed``, also record (primitive, location) -> the
+    fusion they are in, for the traced-graph overlay."""
     lines: set[int] = set()
     locations: set[Location] = set()
     for m in instrs:
@@ -289,6 +293,8 @@ def _sites(module: HloModule, instrs: list[Instruction], source: Locator) -> Sit
             locations.add(location)
         if visible is not None:
             lines.add(visible)
+        if landed is not None and m.op_name:
+            landed.setdefault((_primitive(m.op_name), location), fusion)
     return sorted(lines), sorted(locations, key=Location.sort_key)
 
 
@@ -307,8 +313,9 @@ def _primitive(op_name: str) -> str:
 
 
 def analyse_compiled(module: HloModule, source: Locator, grad: bool,
-                     use_xla_cost: bool = True) -> CompiledInfo:  # fmt: skip
-    """Fusions, kernels, per-kernel cost and the compiled graph of an optimised module."""
+                     use_xla_cost: bool = True, infer: bool = True) -> CompiledInfo:  # fmt: skip
+    """Fusions, kernels, per-kernel cost and the compiled graph of an optimised module; with
+    ``infer`` also the sources of XLA-made kernels (else call :func:`infer_missing_sites`)."""
     graph = Graph()
     fusions: list[Fusion] = []
     kernels: list[Instruction] = []
@@ -333,7 +340,9 @@ def analyse_compiled(module: HloModule, source: Locator, grad: bool,
         group = groups.get(comp.name)
         for instr in comp.instructions:
             members = _members(module, instr) if instr.opcode == "fusion" else [instr]
-            line_list, locs = sites[instr.name] = _sites(module, [instr, *members], source)
+            line_list, locs = sites[instr.name] = _sites(
+                module, [instr, *members], source,
+                landed if instr.opcode == "fusion" else None, instr.name)
             phase = _kernel_phase(instr, members) if grad else None
             kind = ("param" if instr.opcode == "parameter" else "const" if instr.opcode ==
                     "constant" else "fusion" if instr.opcode == "fusion" else "call"
@@ -383,10 +392,6 @@ def analyse_compiled(module: HloModule, source: Locator, grad: bool,
                 paths[instr.name] = modules
             if instr.opcode == "fusion":
                 node.fusion = instr.name
-                for m in members:
-                    if m.op_name:
-                        key = (_primitive(m.op_name), source.of_instruction(module, m)[0])
-                        landed.setdefault(key, instr.name)
                 fusions.append(Fusion(
                     name=instr.name, kind=instr.kind or "loop",
                     ops=[m.opcode for m in members if m.opcode != "parameter"],
@@ -401,9 +406,16 @@ def analyse_compiled(module: HloModule, source: Locator, grad: bool,
                 out = graph.add_node("output", "output", prefix="c", label="output",
                                      shape=instr.shape, bytes=node.bytes)  # fmt: skip
                 graph.add_edge(node.id, out.id, node.bytes, instr.shape)
-    _infer_missing_sites(module, fusions, graph, sites)
-    return CompiledInfo(graph, fusions, kernels, unit_costs, phases, collectives,
+    info = CompiledInfo(graph, fusions, kernels, unit_costs, phases, collectives,
                         [c.name for c in comps], sites, paths, landed)  # fmt: skip
+    if infer:
+        infer_missing_sites(module, info)
+    return info
+
+
+def infer_missing_sites(module: HloModule, info: CompiledInfo) -> None:
+    """Sources for the fusions XLA made without any (see :func:`_infer_missing_sites`)."""
+    _infer_missing_sites(module, info.fusions, info.graph, info.sites)
 
 
 _NEAR_HOPS = 8  # how far to look for the code of an XLA-made kernel

@@ -18,7 +18,7 @@ from typing import Any
 from .._compat import stablehlo_ops
 from ..capture.source import Location
 from .artifacts import Artifacts
-from .compiled import CompiledInfo, Fusion, analyse_compiled, is_scalar_kernel
+from .compiled import CompiledInfo, Fusion, analyse_compiled, infer_missing_sites, is_scalar_kernel
 from .cost import analytic_cost, normalise_cost, normalise_memory
 from .folding import Folded, find_folded, has_const_candidates
 from .gradient import Gradient, analyse_gradient
@@ -256,8 +256,11 @@ def _analyse(artifacts: Artifacts) -> Analysis:
     clock.lap("traced")
     post = _optimised(artifacts, notes)
     clock.lap("parse")
-    info = analyse_compiled(post, source, grad) if post is not None else None
+    info = analyse_compiled(post, source, grad, infer=False) if post is not None else None
     clock.lap("kernels")
+    if info is not None:
+        infer_missing_sites(post, info)
+    clock.lap("inferred_sources")
     pre_text = (_pre_optimisation_text(artifacts.lowered, notes)
                 if artifacts.lowered is not None else None)  # fmt: skip
     # the pre-optimisation module is parsed only when folding has candidates to check

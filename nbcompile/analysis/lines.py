@@ -26,6 +26,7 @@ __all__ = ["Locator"]
 
 Stack = tuple[tuple[str, int], ...]
 _NONE: tuple[Location | None, int | None] = (None, None)
+_JAX, _LIBRARY, _USER, _COMPILING = range(4)  # kinds of code in a traceback
 
 
 class Locator:
@@ -41,6 +42,7 @@ class Locator:
         self._user: dict[str, bool] = {}
         self._cell: dict[str, tuple[int | None, str]] = {}
         self._frames: dict[tuple[int, int], tuple[Location | None, int | None]] = {}
+        self._kinds: dict[int, int] = {}  # id(code object) -> kind
 
     # --- files ---------------------------------------------------------------------------------
     def is_cell_file(self, file: str) -> bool:
@@ -104,20 +106,36 @@ class Locator:
     def of_traceback(self, traceback: Any) -> tuple[Location | None, int | None]:
         """:meth:`resolve` of a jaxpr equation's traceback (which, unlike HLO metadata, still
         holds JAX's own frames): the innermost frame outside JAX and the user's code is kept
-        as detail. Line numbers are computed only for the frames used."""
-        location = None
-        visible = None
-        library = None
-        for file, code, lasti in _jax.raw_frames(traceback):
-            if not self.is_user(file):
-                if library is None and location is None and _jax.outside_jax(file):
-                    library = (file, _jax.addr2line(code, lasti))
+        as detail. Line numbers are computed only for the frames used; what kind of code each
+        code object is, is looked up once per analysis."""
+        frames = _jax.frames(traceback)
+        if frames is None:
+            return _NONE
+        codes, lastis = frames
+        kinds = self._kinds
+        location = visible = library = None
+        for i, code in enumerate(codes):
+            kind = kinds.get(id(code))
+            if kind is None:
+                kind = kinds[id(code)] = self._kind(code.co_filename)
+            if kind == _JAX:
                 continue
+            if kind == _LIBRARY:
+                if library is None and location is None:
+                    library = (code.co_filename, _jax.addr2line(code, lastis[i]))
+                continue
+            line = _jax.addr2line(code, lastis[i])
             if location is None:
-                location = self.location(file, _jax.addr2line(code, lasti), library)
-            if visible is None and self.filename is not None and (
-                    file == self.filename or self.is_cell_file(file)):  # fmt: skip
-                visible = self.visible_line(file, _jax.addr2line(code, lasti))
+                location = self.location(code.co_filename, line, library)
+            if kind == _COMPILING:
+                visible = self.visible_line(code.co_filename, line)
             if visible is not None or self.filename is None:
                 break
         return location, visible
+
+    def _kind(self, file: str) -> int:
+        if not self.is_user(file):
+            return _LIBRARY if _jax.outside_jax(file) else _JAX
+        if self.filename is not None and (file == self.filename or self.is_cell_file(file)):
+            return _COMPILING
+        return _USER

@@ -1,0 +1,90 @@
+"""No analysis stage is quadratic: each stage's time grows at most ~2.5x per doubling of the
+program (fitted over programs of 1x, 2x and 4x the size: a picoGPT-style GPT-2 train step with
+2, 4 and 8 layers, ~350 -> ~1,300 kernels).
+
+"Size" is what the stage reads: jaxpr equations for the traced graph, HLO instructions before
+optimisation for the pre-optimisation stage, optimised HLO instructions for the rest. (XLA's
+optimised program itself grows faster than the layer count: 3.6k -> 7.7k -> 18.9k instructions
+for 2 -> 4 -> 8 layers here, as some fused computations grow with depth; analysis can only be
+linear in what it is given.)
+
+Timed in CPU time of the analysing thread (``time.thread_time``), the best of three runs per
+size, so that other work on a shared machine does not count. Two ways through the analysis:
+the model in a user file (every kernel has a source), and the model seen as library code (no
+kernel has a user frame: every fusion's source is inferred from its neighbours, the search that
+was quadratic before). XLA's own analyses (``cost_analysis()``, ``memory_analysis()``, the
+StableHLO -> HLO conversion) are timed apart, with a looser bound: they grow as n^1.4 in XLA
+itself (measured), and a quadratic one would still fail.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import jax
+import pytest
+
+from benchmarks._gpt2 import gpt2_train_step
+from nbcompile.analysis import Artifacts, analyse, core, lines
+from nbcompile.capture.source import SourceInfo
+
+pytestmark = pytest.mark.slow
+
+LAYERS = (2, 4, 8)
+NBCOMPILE_LIMIT = 2.5  # per doubling
+XLA_LIMIT = 3.0  # per doubling, for stages that are mostly XLA's own work (quadratic: 4)
+XLA_STAGES = {"analyse.xla", "analyse.pre_optimisation"}
+FLOOR = 0.01  # seconds at the largest size: below this, timer noise dominates
+
+
+@pytest.fixture(scope="module")
+def programs():
+    out = []
+    for n in LAYERS:
+        fn, args = gpt2_train_step(n_layer=n, d=64, n_head=4, vocab=256, n_ctx=16)
+        with jax.numpy_rank_promotion("allow"):  # picoGPT's code broadcasts by rank
+            traced = jax.jit(fn).trace(*args)
+        lowered = traced.lower()
+        compiled = lowered.compile()
+        out.append(Artifacts(closed_jaxpr=traced.jaxpr, lowered=lowered, compiled=compiled,
+                             hlo_text=compiled.as_text(), source=SourceInfo(), fn=fn,
+                             name="train_step"))  # fmt: skip
+    return out
+
+
+SIZE_OF = {"analyse.traced": "jaxpr_eqns", "analyse.pre_optimisation": "hlo_ops_before"}
+
+
+def _stage_times(artifacts: Artifacts, repeats: int = 3) -> tuple[dict[str, float], dict]:
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        analysis = analyse(artifacts)
+        for stage, seconds in analysis.timings.items():
+            best[stage] = min(seconds, best.get(stage, math.inf))
+    return best, analysis.counts
+
+
+@pytest.mark.parametrize("model_is_user_code", [True, False])
+def test_every_stage_is_at_most_n_log_n(programs, monkeypatch, model_is_user_code):
+    monkeypatch.setattr(core._Clock, "timer", staticmethod(time.thread_time))
+    if not model_is_user_code:  # nothing is the user's: every source must be inferred
+        monkeypatch.setattr(lines, "is_user_file", lambda file: False)
+    measured = [_stage_times(a) for a in programs]
+    kernels = [counts["kernels"] for _, counts in measured]
+    assert kernels[0] * 1.5 < kernels[1] and kernels[1] * 1.5 < kernels[2], kernels
+    if not model_is_user_code:
+        assert all(f.lines_inferred or not f.locations for f in analyse(programs[0]).fusions)
+    report = []
+    for stage in measured[0][0]:
+        times = [m[0][stage] for m in measured]
+        if times[-1] < FLOOR:
+            continue
+        # growth per doubling of the size, fitted between the smallest and largest program
+        size = [counts[SIZE_OF.get(stage, "hlo_ops_after")] for _, counts in measured]
+        growth = 2 ** (math.log(times[-1] / max(times[0], 1e-6)) / math.log(size[-1] / size[0]))
+        limit = XLA_LIMIT if stage in XLA_STAGES else NBCOMPILE_LIMIT
+        report.append((stage, [round(t * 1000, 1) for t in times], round(growth, 2), limit))
+    failed = [r for r in report if r[2] > r[3]]
+    assert report, "no stage took long enough to measure"
+    assert not failed, f"kernels {kernels}; stage, ms per size, growth per doubling, limit: {report}"
