@@ -4,7 +4,7 @@ Displayed size = every payload of the cell's display bundle (``text/plain``, the
 ``text/html`` fallback, any widget mime entry) + the widget state the front end receives (the
 live widget's state where ``nbcompile.widgets`` exists, else the report JSON, which is what that
 state carries). First paint = navigation start to the graph's first drawn node in headless
-Chromium, opening the page from ``nbcompile.report.html.render_static_html``.
+Chromium, opening the page from ``nbcompile.widgets.static_page``.
 """
 
 from __future__ import annotations
@@ -109,11 +109,9 @@ def displayed_size(model: str, peer: dict[str, Any] | None, peer_note: str) -> R
 
 
 def _render_static_html() -> Any | None:
-    try:
-        from nbcompile.report.html import render_static_html
-    except ImportError:
-        return None
-    return render_static_html
+    from nbcompile.widgets import static_page
+
+    return static_page
 
 
 def first_paint(
@@ -137,7 +135,7 @@ def first_paint(
     ]
     if render is None:
         for row in rows:
-            row.note = "not available: nbcompile.report.html.render_static_html does not exist yet"
+            row.note = "not available: nbcompile.widgets.static_page is missing"
         return rows
     if not Path(CHROMIUM).exists():
         for row in rows:

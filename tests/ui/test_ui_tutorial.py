@@ -64,22 +64,20 @@ def test_debug_value_summary_on_node_click(ui_page, tmp_path):
     import jax.numpy as jnp
 
     import nbcompile
-    from nbcompile.measure_hooks import run as run_measures
-    from nbcompile.report.html import render_static_html
-    from nbcompile.session import CellOptions
+    from nbcompile.widgets import static_page
 
     def unstable(x):
         big = jnp.exp(x * 100.0)
         return (big / big).sum()
 
     c = nbcompile.compile(unstable, jnp.linspace(-1.0, 1.0, 64, dtype=jnp.float32))
-    run_measures(c, CellOptions(debug=True))
+    c.run_debug()
     report = c.report()
     div = next(n for n in report["graphs"]["traced"]["nodes"] if n["op"] == "div")
     assert div["value"]["first_nan"] and div["value"]["nan"] > 0
     page = ui_page
     path = tmp_path / "debug.html"
-    path.write_text(render_static_html(report), encoding="utf-8")
+    path.write_text(static_page(report), encoding="utf-8")
     page.goto(path.as_uri())
     node = page.locator(f'[data-testid=nbc-node][data-id="{div["id"]}"]').first
     node.wait_for(timeout=20_000)

@@ -149,10 +149,10 @@ def test_saved_notebook_shows_the_static_picture_without_a_kernel(
 
 
 def _static_page(tmp_path: Path, report: dict[str, Any]) -> str:
-    from nbcompile.report.html import render_static_html
+    from nbcompile.widgets import static_page
 
     path = tmp_path / "view.html"
-    path.write_text(render_static_html(report), encoding="utf-8")
+    path.write_text(static_page(report), encoding="utf-8")
     return path.as_uri()
 
 

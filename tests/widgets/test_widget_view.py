@@ -14,15 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nbcompile.report.html import (
-    bundle_path,
-    pack_report,
-    render_html,
-    render_static_html,
-    unpack_report,
-)
+from nbcompile.report.html import pack_report, render_html, unpack_report
 from nbcompile.report.svg import graph_svg
-from nbcompile.widgets import CompilationView
+from nbcompile.widgets import CompilationView, renderer_script, static_page
 
 IMG = re.compile(r'<img src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"')
 SVG_NS = "http://www.w3.org/2000/svg"
@@ -63,7 +57,7 @@ def test_tab_is_validated(small_report):
 
 def test_widget_front_end_is_bundled():
     assert "nbc-" in str(CompilationView._esm), "the widget's _esm is not the built front end"
-    assert bundle_path().exists() and bundle_path().stat().st_size > 10_000
+    assert renderer_script() is not None and len(renderer_script()) > 10_000
 
 
 json_values = st.recursive(
@@ -122,7 +116,7 @@ def _svgs(html: str) -> list[ET.Element]:
 
 
 def test_html_fallback_has_data_uri_pictures_and_no_network(small_report):
-    html = render_html(small_report)
+    html = render_html(small_report, renderer=renderer_script())
     svgs = _svgs(html)
     assert len(svgs) == 2  # traced and compiled
     texts = " ".join(t.text or "" for t in svgs[0].iter(f"{{{SVG_NS}}}text"))
@@ -136,12 +130,12 @@ def test_html_fallback_has_data_uri_pictures_and_no_network(small_report):
     assert "<script>" in html and "nbcompileView" in html
     static = render_html(small_report, interactive=False)
     assert "<script" not in static and IMG.search(static)
-    later = render_html(small_report, include_script=False)
+    later = render_html(small_report)  # a later output: the page already has the renderer
     assert len(later) < len(html) - 10_000 and "window.nbcompileView" in later
 
 
 def test_standalone_page(small_report):
-    page = render_static_html(small_report)
+    page = static_page(small_report)
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "data-nbc-standalone" in page and IMG.search(page)
 
@@ -156,8 +150,8 @@ def test_mimebundle_has_widget_plain_text_and_fallback(small_report):
 def test_size_budget_for_the_12_layer_train_step(big_report):
     view = CompilationView(big_report)
     state = len(json.dumps(view.get_state()))
-    first = len(render_html(big_report))
-    later = len(render_html(big_report, include_script=False))
+    first = len(render_html(big_report, renderer=renderer_script()))
+    later = len(render_html(big_report))
     assert state + first <= 400_000, (state, first)
     assert state + later <= 400_000 - 40_000, (state, later)
 
@@ -237,5 +231,5 @@ def test_real_report_from_nbcompile(report_fixtures, relaxed_dtypes):
     report = nbcompile.compile(predict, params, jnp.ones((8, 16))).report()
     report_fixtures.check_report(report)
     assert unpack_report(json.loads(json.dumps(pack_report(report)))) == report
-    assert len(_svgs(render_html(report))) == 2
+    assert len(_svgs(render_html(report, renderer=renderer_script()))) == 2
     assert CompilationView(report).report == report
