@@ -24,7 +24,9 @@ __all__ = ["KernelTime", "Profile", "dtype_of", "make_row", "median", "place_on_
 class KernelTime:
     """One kernel's row. ``seconds``: median wall-clock time per call given to it (instants
     shared with concurrently running kernels are split evenly); ``busy_seconds``: median time
-    it was running (its own span; the achieved rates use it); ``count``: executions per call;
+    it was running (its own span; the achieved rates use it); ``q25`` / ``q75`` / ``mean_seconds``:
+    spread and mean of ``seconds`` over the calls (means add up across kernels, medians need
+    not on a busy machine); ``count``: executions per call;
     ``flops`` / ``bytes``: XLA's figures per call; ``roof_fraction``: achieved FLOP/s over the
     roof at this kernel's intensity (bytes/s over peak for a kernel with no flops)."""
 
@@ -36,6 +38,7 @@ class KernelTime:
     count: float
     q25: float | None = None
     q75: float | None = None
+    mean_seconds: float | None = None
     flops: float | None = None
     bytes: float | None = None
     cost_source: str | None = None
@@ -292,6 +295,7 @@ def make_row(info: KernelInfo, seconds: list[float], busy: list[float], counts: 
     return KernelTime(
         name=info.name, opcode=info.opcode, seconds=med, share=med / step if step else 0.0,
         busy_seconds=median(busy) if busy else None, count=count, q25=q25, q75=q75,
+        mean_seconds=sum(seconds) / len(seconds) if seconds else None,
         flops=info.flops * scale if info.flops is not None else None,
         bytes=info.bytes * scale if info.bytes is not None else None,
         cost_source=info.cost_source, lines=list(info.locations),

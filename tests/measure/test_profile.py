@@ -48,6 +48,7 @@ def test_kernel_rows_are_the_programs_kernels_with_xla_costs(block):
     assert names == [k.name for k in sorted(p.kernels, key=lambda k: -k.seconds)]
     for k in p.kernels:
         assert k.count == 1 and k.seconds >= 0 and k.busy_seconds > 0
+        assert k.q25 <= k.seconds <= k.q75 and k.mean_seconds > 0
         assert k.share == pytest.approx(k.seconds / p.step_seconds)
         if k.name in fusions:
             assert k.flops == fusions[k.name].flops and k.bytes == fusions[k.name].bytes
