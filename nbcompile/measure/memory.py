@@ -38,7 +38,8 @@ from ..analysis.memory_xla import (
 from ..errors import CompileError, TargetError
 from ..targets._capacity import device_capacity
 
-__all__ = ["XlaMemoryFiles", "memory_map", "memory_map_of_lowered", "xla_memory_files"]
+__all__ = ["XlaMemoryFiles", "compile_for_memory", "memory_map", "memory_map_of_lowered",
+           "xla_memory_files"]
 
 
 @dataclass
@@ -87,8 +88,12 @@ def _read(path: str) -> str | None:
 
 def xla_memory_files(lowered: Any) -> XlaMemoryFiles:
     """Compile ``lowered`` once more with ``xla_dump_to`` and read XLA's memory dumps."""
+    return _compile_with_dumps(lowered)[0]
+
+
+def _compile_with_dumps(lowered: Any) -> tuple[XlaMemoryFiles, Any | None]:
     with tempfile.TemporaryDirectory(prefix="nbcompile-memory-") as folder:
-        _compiled, error = _dump(lowered, folder)
+        compiled, error = _dump(lowered, folder)
         # the program's own module is the largest (XLA:CPU also dumps small helper modules)
         found = sorted(glob.glob(os.path.join(folder, "*after_optimizations.txt")),
                        key=os.path.getsize, reverse=True)  # fmt: skip
@@ -104,7 +109,55 @@ def xla_memory_files(lowered: Any) -> XlaMemoryFiles:
         hlo_text=hlo, live_range=parse_live_range(live) if live else None,
         memory_usage=parse_memory_usage_report(usage) if usage else {},
         allocations=parse_buffer_assignment(allocations) if allocations else [], error=error,
-    )  # fmt: skip
+    ), compiled  # fmt: skip
+
+
+def compile_for_memory(
+    lowered: Any,
+    *,
+    target: Any = None,
+    program: str = "forward",
+    capacity: tuple[int | None, str | None, str | None] | None = None,
+) -> tuple[MemoryMap, Any | None]:
+    """Compile ``lowered`` and map its memory: ``(map, compiled)``, ``compiled`` None when XLA
+    refused the program for lack of device memory (the map then comes from XLA's dumps). On
+    TPU the dump costs nothing extra and is always taken (one compile either way)."""
+    import jax
+
+    platform = getattr(target, "platform", None) or "cpu"
+    cap = capacity or device_capacity(target, platform)
+    if platform != "tpu":
+        try:
+            compiled = lowered.compile()
+        except jax.errors.JaxRuntimeError as err:
+            if "RESOURCE_EXHAUSTED" not in str(err):
+                raise
+        else:
+            m = memory_map_from_hlo(compiled.as_text(), platform=platform,
+                                    xla_memory=normalise_memory(compiled.memory_analysis()) or {},
+                                    capacity=cap, devices=_devices(target), program=program)  # fmt: skip
+            return m, compiled
+    files, compiled = _compile_with_dumps(lowered)
+    return _from_files(files, target, platform, cap, program, compiled), compiled
+
+
+def _from_files(files: XlaMemoryFiles, target: Any, platform: str,
+                cap: tuple[int | None, str | None, str | None], program: str,
+                compiled: Any | None) -> MemoryMap:  # fmt: skip
+    raw = compiled.memory_analysis() if compiled is not None else None
+    m = memory_map_from_hlo(files.hlo_text, platform=platform,
+                            xla_memory=normalise_memory(raw) or {}, capacity=cap,
+                            devices=_devices(target), program=program)  # fmt: skip
+    if m.allocated_bytes is None:
+        m.allocated_bytes = files.memory_usage.get(0)
+    if files.error is not None:
+        figures = hbm_oom_figures(files.error)
+        m.xla["refused"] = True
+        if figures is not None:
+            m.xla["oom_required_bytes"], m.xla["oom_available_bytes"] = figures
+        m.notes.append("XLA refused to compile this program for the target: "
+                       + files.error.split("\n")[0].split(": ", 1)[-1])  # fmt: skip
+    return m
 
 
 def memory_map_of_lowered(
@@ -117,21 +170,13 @@ def memory_map_of_lowered(
 ) -> MemoryMap:
     """The map of a lowered program, compiled here with XLA's dumps (see the module docstring):
     works for a TPU program XLA refuses for lack of HBM (then ``fits`` is False)."""
-    files = xla_memory_files(lowered)
+    files, compiled = _compile_with_dumps(lowered)
     platform = getattr(target, "platform", None) or "cpu"
     cap = capacity or device_capacity(target, platform)
-    allocated = files.memory_usage.get(0)
-    m = memory_map_from_hlo(files.hlo_text, source=source, platform=platform,
-                            xla_memory={}, capacity=cap, devices=_devices(target),
-                            program=program)  # fmt: skip
-    m.allocated_bytes = allocated
-    if files.error is not None:
-        figures = hbm_oom_figures(files.error)
-        m.xla["refused"] = True
-        if figures is not None:
-            m.xla["oom_required_bytes"], m.xla["oom_available_bytes"] = figures
-        m.notes.append("XLA refused to compile this program for the target: "
-                       + files.error.split("\n")[0].split(": ", 1)[-1])  # fmt: skip
+    m = _from_files(files, target, platform, cap, program, compiled)
+    if source is not None:  # locations in the compiling cell's numbering
+        m.at_peak = memory_map_from_hlo(files.hlo_text, source=source, platform=platform,
+                                        program=program).at_peak  # fmt: skip
     return m
 
 
