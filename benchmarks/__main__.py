@@ -31,7 +31,7 @@ RESULTS = HERE / "results.json"
 OUT = HERE / "out"
 SCHEMA = "nbcompile.bench/1"
 FIGURES = ("overhead", "compile", "eager", "size", "paint", "frozen", "magic", "profile",
-           "growth")
+           "growth", "scale")
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,8 @@ class Plan:
     profile: list[tuple[str, int, int]] = field(default_factory=list)  # model, pairs, calls
     calibration: int = 0  # fresh CPU peak calibrations
     growth: tuple[int, int] = (0, 0)  # cells per process, pairs of processes
+    # GPT-2 at real scale: model, pairs, compile+analysis target, usable-function target
+    scale: list[tuple[str, int, float | None, float | None]] = field(default_factory=list)
 
 
 FULL = Plan(
@@ -72,6 +74,7 @@ FULL = Plan(
     profile=[("12-layer train", 3, 20)],
     growth=(200, 1),
     calibration=3,
+    scale=[("GPT-2 small train", 3, 1.25, 1.05), ("GPT-2 24-layer train", 2, 1.5, 1.05)],
 )
 
 QUICK = Plan(
@@ -86,6 +89,7 @@ QUICK = Plan(
     profile=[("1-layer train d32", 1, 5)],
     growth=(20, 1),
     calibration=1,
+    scale=[("GPT-2 1-layer train d64", 1, None, None)],
 )
 
 
@@ -188,6 +192,16 @@ def run(
 
         step(f"RSS growth over {plan.growth[0]} recompiling cells ({plan.growth[1]} pairs)")
         rows.append(_growth.growth(*plan.growth))
+    if "scale" in figures:
+        from benchmarks import _scale
+
+        for model, pairs, total, usable in plan.scale:
+            step(f"at scale: {model} ({pairs} pairs)")
+            rows.extend(_scale.scale_rows(model, pairs, total, usable))
+            rows.append(_display.displayed_size(model, None, "not measured at this size"))
+        step(f"first paint at scale: {', '.join(m for m, *_ in plan.scale)}")
+        rows.extend(_display.first_paint([m for m, *_ in plan.scale], plan.paint_repeats, OUT,
+                                         {}))
     return rows, facts
 
 

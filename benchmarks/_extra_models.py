@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from benchmarks import models
+from benchmarks import _gpt2, models
 
 __all__ = ["MODELS", "build", "tiny"]
 
@@ -45,6 +45,11 @@ MODELS: dict[str, Callable[[], Model]] = {
     # --quick: the same code paths at toy sizes
     "1-layer fwd d32": lambda: models.transformer(n_layers=1, d=32, seq=8, heads=2),
     "1-layer train d32": lambda: models.transformer_train_step(n_layers=1, d=32, seq=8, heads=2),
+    # picoGPT-style GPT-2 (a Python loop over heads: many small kernels), benchmarks/_gpt2.py
+    "GPT-2 small train": lambda: _gpt2.gpt2_train_step(n_layer=12),
+    "GPT-2 24-layer train": lambda: _gpt2.gpt2_train_step(n_layer=24),
+    "GPT-2 1-layer train d64": lambda: _gpt2.gpt2_train_step(n_layer=1, d=64, n_head=4,
+                                                             vocab=256, n_ctx=16),
 }
 
 

@@ -37,6 +37,10 @@ def _planned() -> list[tuple[str, str, int | None]]:
     out += [("calibration", "CPU peaks", QUICK.calibration)] if QUICK.calibration else []
     cells, pairs = QUICK.growth
     out += [("RSS growth / recompile", f"{cells} cells, new shape each", pairs)] if cells else []
+    for model, pairs, _, _ in QUICK.scale:
+        out += [("compile+analysis", model, pairs), ("usable function", model, pairs),
+                ("displayed bytes", model, 1)]
+    out += [("first paint", model, QUICK.paint_repeats) for model, *_ in QUICK.scale]
     return out
 
 
