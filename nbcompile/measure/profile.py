@@ -198,8 +198,9 @@ def profile(c: Any, calls: int = 20, *, warmup: int = 1, roofline: bool = True) 
     cost model and datasheet peaks (``source="estimate"``). ``roofline=False`` skips the peaks
     (on a CPU: the one-off calibration, about a second, cached per machine).
 
-    Raises :class:`nbcompile.errors.TargetError` when there is nothing to run or estimate:
-    no compiled program, or example arguments that are shapes only (``jax.ShapeDtypeStruct``).
+    Raises :class:`nbcompile.errors.TargetError` ``NBC210`` when there is nothing to run or
+    estimate (no compiled program, or example arguments that are shapes only:
+    ``jax.ShapeDtypeStruct``), ``NBC600`` when JAX's profiler cannot start in this process.
     """
     if calls < 1 or warmup < 0:
         raise ValueError(f"calls must be >= 1 and warmup >= 0 (got {calls}, {warmup})")
@@ -207,16 +208,18 @@ def profile(c: Any, calls: int = 20, *, warmup: int = 1, roofline: bool = True) 
     if c.compiled is None or c.hlo is None:
         raise TargetError(
             f"nothing to profile: no compiled program for {label} (lowered only)",
+            code="NBC210",
             hint="install the backend's JAX plugin to compile for it, or profile on this machine",
         )
     if not _present(c):
         return estimate(c, kernels_of(c), label)
     names = _abstract(c)
     if names:
+        verb = "is" if len(names) == 1 else "are"
         raise TargetError(
-            f"cannot profile: {', '.join(names)} "
-            f"{'is' if len(names) == 1 else 'are'} only a shape (jax.ShapeDtypeStruct), so "
-            "there is nothing to run",
+            f"cannot profile: {', '.join(names)} {verb} only a shape (jax.ShapeDtypeStruct), "
+            "so there is nothing to run",
+            code="NBC210",
             hint="compile with real arrays as example arguments to measure time; shapes only "
                  "suit compile-only planning (--memory, the compiled graph)",
         )  # fmt: skip
