@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import keyword
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -178,6 +179,36 @@ def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     return fn
 
 
+def _signed(fn: Callable[..., Any], names: Any, keywords: Any = (),
+            wraps: Any = None) -> Callable[..., Any]:
+    """Give a ``*values`` wrapper the user's parameter names, positional ``names`` then the
+    call's ``keywords``. JAX names arguments from the signature in its messages and in the
+    program (``argument n``, ``path static.activation``), and ``jax.jit`` resolves
+    ``static_argnames`` with it: without this they read ``values[2]``. Names that are not
+    plain identifiers (``args[0]``: the user's own signature is unknown) keep the wrapper's.
+    With a signature set, ``wraps`` (the user's callable) becomes ``__wrapped__``, so JAX's
+    messages place the function in the user's code, not in this file (``inspect.signature``
+    stops at ``__signature__`` and never reads the user's own through it)."""
+    names = list(names)
+    if len(set(names)) != len(names) or not all(
+        n.isidentifier() and not keyword.iskeyword(n) for n in names
+    ):
+        return fn
+    kind = inspect.Parameter
+    params = [kind(n, kind.POSITIONAL_OR_KEYWORD) for n in names]
+    extra = [k for k in keywords if k not in names]
+    if all(k.isidentifier() and not keyword.iskeyword(k) for k in extra):
+        params += [kind(k, kind.KEYWORD_ONLY) for k in extra]
+    elif "kwargs" not in names:
+        params.append(kind("kwargs", kind.VAR_KEYWORD))
+    else:
+        return fn
+    fn.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    if wraps is not None:
+        fn.__wrapped__ = wraps  # type: ignore[attr-defined]
+    return fn
+
+
 def _model_adapted(
     kind: str,
     name: str,
@@ -204,14 +235,15 @@ def _model_adapted(
     names += [f"args[{i}]" for i in range(len(names), len(args))]
     arg_names = ("params", "state", *(names[i] for i in dynamic))
     extra = (dyn_kwargs,) if dyn_kwargs else ()
+    arg_names += ("kwargs",) if dyn_kwargs else ()
     return Adapted(
-        fn=_named(fn, name),
+        fn=_signed(_named(fn, name), arg_names, wraps=signature_of),
         args=(split.params, split.state, *(args[i] for i in dynamic), *extra),
         params_argnums=(0,),
         state_argnums=(1,),
         kind=kind,
         name=name,
-        arg_names=arg_names + (("kwargs",) if dyn_kwargs else ()),
+        arg_names=arg_names,
         models=(split.model,),
         structure=(
             split.structure(),
@@ -276,15 +308,16 @@ def _adapt_function(target: Any, args: tuple, kwargs: dict, *, rebindable: bool)
             return target(*call_args, **kw)
 
     values = [splits[i].params if i in splits else a for i, a in enumerate(args)]
+    arg_names = (*names, *(f"{names[i]}_state" for i in splits))
     return Adapted(
-        fn=_named(fn, name),
+        fn=_signed(_named(fn, name), arg_names, kwargs, wraps=target),
         args=(*values, *(split.state for split in splits.values())),
         params_argnums=tuple(splits),
         state_argnums=tuple(range(n_args, n_args + len(splits))),
         kind="function",
         name=name,
         kwargs=dict(kwargs),
-        arg_names=(*names, *(f"{names[i]}_state" for i in splits)),
+        arg_names=arg_names,
         models=tuple(split.model for split in splits.values()),
         structure=tuple((i, split.structure()) for i, split in splits.items()),
     )
@@ -359,17 +392,22 @@ def _adapt_closure(target: Any, args: tuple, kwargs: dict) -> Adapted:
     """A callable holding models in its closure (``jax.vmap(model)``): models become inputs."""
     build, models = _lift_closure_models(target)
     name = _display_name(target)
+    if not name.isidentifier():  # jax.vmap(model) is "<unnamed_function>": name its models
+        name = "_".join(type(m).__name__ for m in models)
     n_models = len(models)
 
     def with_models(*values: Any, **kw: Any) -> Any:
         return build(*values[:n_models])(*values[n_models:], **kw)
 
-    inner = _adapt_function(_named(with_models, name), (*models, *args), kwargs,
-                            rebindable=False)
     names = ["model" if n_models == 1 else f"model{i}" for i in range(n_models)]
+    # the call's own names (``x`` of ``jax.vmap(model)(x)``: vmap keeps the model's signature)
+    user = [n if n not in names else f"{n}_arg" for n in call_arg_names(target, args, kwargs)]
+    _signed(_named(with_models, name), [*names, *user], kwargs, wraps=target)
+    inner = _adapt_function(with_models, (*models, *args), kwargs, rebindable=False)
     arg_names = list(inner.arg_names)
     arg_names[:n_models] = names
     n_all = n_models + len(args)
+    arg_names[n_models:n_all] = user
     arg_names[n_all:] = [f"{n}_state" for n in names]
     return dataclasses.replace(inner, arg_names=tuple(arg_names))
 
