@@ -22,7 +22,10 @@ import hashlib
 import os
 import stat
 import struct
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from nbcompile.errors import FreezeError
 
@@ -61,6 +64,10 @@ class Sections:
     weights: memoryview
     program: memoryview
     file_bytes: int
+    #: the program section's SHA-256 (checked against its bytes)
+    program_sha256: bytes = b""
+    #: raises NBC501 unless the weight section's digest matched (waits for a deferred check)
+    weights_checked: Callable[[], None] = lambda: None
 
 
 def header(version: int, file_size: int, entries: list[tuple[bytes, int, int, bytes]]) -> bytes:
@@ -116,7 +123,7 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> bytearray:
+def read_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> bytes:
     """Read a container file, checking what it is before reading any byte of it.
 
     Order: ``stat`` (a regular file, not a directory, pipe or device: NBC509), its size
@@ -144,15 +151,16 @@ def read_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> byt
             raise _unreadable(path, f"it is {_kind(opened.st_mode)}")
         size = opened.st_size
         _check_size(size, max_bytes)
-        head = bytearray(HEADER_SIZE)
-        if _read_into(fd, memoryview(head)) != HEADER_SIZE:
-            raise _malformed("the file changed size while being read")
-        check_header(bytes(head), size)
-        data = bytearray(size)  # only now: the header says the whole file is an .nbc file
-        data[:HEADER_SIZE] = head
-        got = HEADER_SIZE + _read_into(fd, memoryview(data)[HEADER_SIZE:])
-        if got != size or _read_into(fd, memoryview(bytearray(1))):
-            raise _malformed("the file changed size while being read")
+        with open(fd, "rb", buffering=0, closefd=False) as f:
+            head = _read_exactly(f, HEADER_SIZE)
+            check_header(head, size)
+            # Only now (the header says this is an .nbc file of this size) read it whole, in
+            # one read into a fresh buffer (no zero-filled or concatenated copy); the header is
+            # checked again with the sections.
+            f.seek(0)
+            data = _read_exactly(f, size)
+            if f.read(1):
+                raise _malformed("the file changed size while being read")
     except OSError as err:
         raise _unreadable(path, err.strerror or type(err).__name__) from None
     finally:
@@ -177,16 +185,17 @@ def _check_size(size: int, max_bytes: int | None) -> None:
         )
 
 
-def _read_into(fd: int, view: memoryview) -> int:
-    """Fill ``view`` from ``fd``; return the bytes read (fewer at end of file)."""
-    done = 0
-    with open(fd, "rb", buffering=0, closefd=False) as f:
-        while done < len(view):
-            n = f.readinto(view[done:])
-            if not n:  # 0 at end of file; None if it would block (never for a regular file)
-                break
-            done += n
-    return done
+def _read_exactly(f: Any, n: int) -> bytes:
+    """``n`` bytes from ``f`` (a regular file never returns short reads before its end)."""
+    data = f.read(n)
+    while data is not None and len(data) < n:
+        more = f.read(n - len(data))
+        if not more:
+            break
+        data += more
+    if data is None or len(data) != n:
+        raise _malformed("the file changed size while being read")
+    return data
 
 
 def check_header(head: bytes, size: int) -> tuple[int, list[tuple[str, int, int, bytes]]]:
@@ -242,18 +251,56 @@ def check_header(head: bytes, size: int) -> tuple[int, list[tuple[str, int, int,
     return version, table
 
 
-def check_sections(data: bytes | bytearray) -> Sections:
-    """Check header, table and section digests of a whole file; return the sections."""
+#: weight sections at least this large are hashed in a thread while loading goes on
+DEFER_DIGEST_BYTES = 4 << 20
+
+
+def _mismatch(name: str) -> FreezeError:
+    return FreezeError(
+        f"section {name}: SHA-256 mismatch (the file was modified or corrupted)", code="NBC501"
+    )
+
+
+def check_sections(data: bytes | bytearray, *, defer_weights: bool = False) -> Sections:
+    """Check header, table and section digests of a whole file; return the sections.
+
+    With ``defer_weights`` a large weight section is hashed in a background thread (hashlib
+    releases the GIL) while the caller checks the program and places the weights; the caller
+    must call ``weights_checked()`` before handing anything out.
+    """
     size = len(data)
     version, table = check_header(bytes(data[:HEADER_SIZE]), size)
     mem = memoryview(data)
-    views = {}
+    views, digests = {}, {}
+    deferred: Callable[[], None] = lambda: None  # noqa: E731
     for name, offset, length, digest in table:
         view = mem[offset : offset + length]
-        if hashlib.sha256(view).digest() != digest:
-            raise FreezeError(
-                f"section {name}: SHA-256 mismatch (the file was modified or corrupted)",
-                code="NBC501",
-            )
-        views[name] = view
-    return Sections(version, views["manifest"], views["weights"], views["program"], size)
+        views[name], digests[name] = view, digest
+        if name == "weights" and defer_weights and length >= DEFER_DIGEST_BYTES:
+            deferred = _digest_in_thread(view, digest, name)
+        elif hashlib.sha256(view).digest() != digest:
+            raise _mismatch(name)
+    return Sections(
+        version,
+        views["manifest"],
+        views["weights"],
+        views["program"],
+        size,
+        digests["program"],
+        deferred,
+    )
+
+
+def _digest_in_thread(view: memoryview, digest: bytes, name: str) -> Callable[[], None]:
+    result: list[bool] = []
+    worker = threading.Thread(
+        target=lambda: result.append(hashlib.sha256(view).digest() == digest), daemon=True
+    )
+    worker.start()
+
+    def wait() -> None:
+        worker.join()
+        if result != [True]:
+            raise _mismatch(name)
+
+    return wait

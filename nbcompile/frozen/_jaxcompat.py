@@ -157,7 +157,9 @@ def lowered_custom_calls(fn: Any, operands: Sequence[Any], platform: str) -> lis
 
     # The GPU threefry kernel is only written with this flag on (read at lowering time);
     # 64-bit operands keep their types only with x64 on (as when the file was written).
-    wide = any(getattr(a.dtype, "itemsize", 0) == 8 or str(a.dtype) == "complex128" for a in operands)
+    wide = any(
+        getattr(a.dtype, "itemsize", 0) == 8 or str(a.dtype) == "complex128" for a in operands
+    )
     with config.threefry_gpu_kernel_lowering(True), config.enable_x64(wide):
         lowered = jax.jit(fn).trace(*operands).lower(lowering_platforms=(platform,))
     with single_threaded_context():

@@ -21,6 +21,7 @@ from nbcompile.errors import FreezeError
 from nbcompile.frozen import (
     _batch,
     _budget,
+    _checked,
     _customcalls,
     _format,
     _jaxcompat,
@@ -140,9 +141,15 @@ def match_weights(manifest: dict[str, Any], tensors: list[_safetensors.TensorInf
         )
 
 
-def check_file(data: bytes | bytearray, platform: str | None = None) -> Checked:
-    """Every check that needs no deserialisation (header, digests, layout, versions, platform)."""
-    sections = _format.check_sections(data)
+def check_file(
+    data: bytes | bytearray, platform: str | None = None, *, defer_weights: bool = False
+) -> Checked:
+    """Every check that needs no deserialisation (header, digests, layout, versions, platform).
+
+    ``defer_weights``: the weight digest may still be running; ``sections.weights_checked()``
+    must be called before the model is handed out (`FrozenModel` does).
+    """
+    sections = _format.check_sections(data, defer_weights=defer_weights)
     manifest = _manifest.parse(sections.manifest, sections.format_version)
     tensors, data_start = _safetensors.parse(sections.weights)
     match_weights(manifest, tensors)
@@ -157,11 +164,17 @@ def check_program(checked: Checked) -> tuple[jax.export.Exported, _program.Progr
     program = checked.sections.program
     if len(program) < 8:
         raise FreezeError("program section is empty or truncated", code="NBC500")
-    # Large (constants-mode) programs take longer to read: one extra second per 10 MB.
-    timeout = _sandbox.PARSE_TIMEOUT_S + len(program) / 10e6
-    result = _sandbox.run_isolated(lambda: _program.probe(program), timeout)
-    facts = _program.check(result, manifest)
-    _customcalls.check_calls(facts.custom_calls, _jaxcompat.allowed_custom_calls())
+    digest = checked.sections.program_sha256
+    record = _checked.recall(digest)  # these exact bytes passed every program check before
+    if record is None:
+        # Large (constants-mode) programs take longer to read: one extra second per 10 MB.
+        timeout = _sandbox.PARSE_TIMEOUT_S + len(program) / 10e6
+        result = _sandbox.run_isolated(lambda: _program.probe(program), timeout)
+        facts = _program.check(result, manifest)
+        _customcalls.check_calls(facts.custom_calls, _jaxcompat.allowed_custom_calls())
+        _checked.remember(digest, result)
+    else:
+        facts = _program.check(record, manifest)
     _program.cross_check(facts, manifest)
     # The child read this exact program without crashing and approved every field, so
     # reading it here (deterministic) is safe.
@@ -220,6 +233,9 @@ def load_bytes(
 ) -> FrozenModel:
     """`load` from the file's bytes (the weights stay views into ``data``)."""
     budget = _budget.resolve(max_bytes)
-    checked = check_file(data, platform)
-    exported, facts = check_program(checked)
+    checked = check_file(data, platform, defer_weights=True)
+    try:
+        exported, facts = check_program(checked)
+    finally:
+        checked.sections.weights_checked()  # a digest mismatch outranks any later refusal
     return FrozenModel(checked, exported, facts, path, budget)

@@ -199,7 +199,8 @@ class FrozenModel:
             return compiled
         where = self._where(size)
         _budget.check_outputs(self._output_bytes(size), self.max_bytes, where)
-        compiled = jax.jit(self._fn).lower(*self._weights, *leaves).compile()
+        # concrete arrays cannot be differentiated: lower the bare call (no custom_jvp checks)
+        compiled = jax.jit(self.exported.call).lower(*self._weights, *leaves).compile()
         needed = _budget.compiled_bytes(compiled)
         _budget.check_compiled(needed, self.max_bytes, where)
         self.memory[key] = needed

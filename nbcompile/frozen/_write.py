@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from nbcompile.errors import FreezeError
 from nbcompile.frozen import (
     _atomic,
     _batch,
+    _checked,
     _customcalls,
     _format,
     _jaxcompat,
@@ -264,6 +266,8 @@ def freeze(
     file_bytes = _atomic.write_atomic(
         path, _manifest.encode(manifest), lambda: _safetensors.chunks(stored), program_bytes
     )
+    # freeze ran every program check on exactly these bytes: loading them need not probe again
+    _checked.remember(hashlib.sha256(program_bytes).digest(), built.record)
     return FreezeResult(
         path=str(path),
         file_bytes=file_bytes,
@@ -294,6 +298,8 @@ class _Built:
     hoisted: list[tuple[str, np.ndarray]]
     export_specs: list[jax.ShapeDtypeStruct]
     facts: _program.ProgramFacts
+    #: the probe result ``load`` would compute (recorded as checked once written)
+    record: dict[str, Any]
 
 
 def _build(
@@ -350,10 +356,11 @@ def _build(
     except Exception as err:
         raise FreezeError(f"exporting the program failed: {err}", code="NBC506") from err
     exported = _locations.strip_exported(exported)
-    return _Built(exported, stored, hoisted_tensors, export_specs, _own_facts(exported))
+    facts, record = _own_facts(exported)
+    return _Built(exported, stored, hoisted_tensors, export_specs, facts, record)
 
 
-def _own_facts(exported: jax.export.Exported) -> _program.ProgramFacts:
+def _own_facts(exported: jax.export.Exported) -> tuple[_program.ProgramFacts, dict[str, Any]]:
     """The facts ``load`` will read from this program, checked by the same rules now, so that
     ``freeze`` never writes a file ``load`` refuses (a refusal here is NBC506)."""
     try:
@@ -378,7 +385,7 @@ def _own_facts(exported: jax.export.Exported) -> _program.ProgramFacts:
             code="NBC506",
             hint="freeze for fewer platforms (platforms=('cpu',)) or avoid that operation",
         ) from None
-    return facts
+    return facts, result
 
 
 def _concrete(specs: Sequence[jax.ShapeDtypeStruct], size: int) -> list[jax.ShapeDtypeStruct]:

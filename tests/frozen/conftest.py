@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,9 @@ from nbcompile.frozen import freeze
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+# Records of checked programs (nbcompile/frozen/_checked.py) go to a folder of this run only,
+# shared with the child processes the tests start.
+os.environ["NBCOMPILE_CHECKED_DIR"] = tempfile.mkdtemp(prefix="nbc-checked-")
 
 import _models  # noqa: E402
 

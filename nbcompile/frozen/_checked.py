@@ -1,0 +1,93 @@
+"""Programs this machine has already checked, so a file is not probed again on every load.
+
+Probing a program in a forked child and checking its custom calls against JAX's lowering
+costs tens of milliseconds, most of a small model's load. Once a program has passed every
+program check (or ``freeze`` has written it, after running the same checks), its probe result
+is recorded under the SHA-256 of the program bytes, in a folder named after everything the
+checks depend on (nbcompile, jax and jaxlib versions, ``RULES``, the limits). A later load of
+the same program bytes reuses the record and skips the child and the custom-call lowering;
+the manifest is still checked against the record as against a fresh probe.
+
+Folder: ``$NBCOMPILE_CHECKED_DIR``, else ``$XDG_CACHE_HOME/nbcompile/checked`` (``~/.cache``);
+``NBCOMPILE_CHECKED_DIR=off`` turns the record off. Whoever can write that folder can make a
+program skip the probe, which is no more than what they could do to the user's files anyway.
+A folder that cannot be written is silently not used (the records only save time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+#: bump when a program check changes, so older records are not reused
+RULES = 1
+
+
+def _folder() -> Path | None:
+    configured = os.environ.get("NBCOMPILE_CHECKED_DIR")
+    if configured == "off":
+        return None
+    if configured:
+        base = Path(configured)
+    else:
+        base = (
+            Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+            / "nbcompile"
+            / "checked"
+        )
+    return base / _scope()
+
+
+def _scope() -> str:
+    from importlib import metadata
+
+    import jax
+    import jaxlib
+
+    from nbcompile.frozen import _program
+
+    try:
+        own = metadata.version("nbcompile")
+    except metadata.PackageNotFoundError:
+        own = "unknown"
+    parts = (
+        own, jax.__version__, jaxlib.__version__, RULES,
+        _program.MAX_OPS, _program.MAX_CHAIN, _program.MAX_NESTING,
+    )  # fmt: skip
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+
+
+def recall(program_sha256: bytes) -> dict[str, Any] | None:
+    """The recorded probe result of a program checked before, or None."""
+    folder = _folder()
+    if folder is None or len(program_sha256) != 32:
+        return None
+    try:
+        record = json.loads((folder / f"{program_sha256.hex()}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and "ops" in record else None
+
+
+def remember(program_sha256: bytes, result: dict[str, Any]) -> None:
+    """Record that a program passed every program check (best effort)."""
+    folder = _folder()
+    if folder is None or len(program_sha256) != 32:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(result, out)
+        os.replace(tmp, folder / f"{program_sha256.hex()}.json")
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
