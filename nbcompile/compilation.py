@@ -231,10 +231,11 @@ class Compilation:
         return out
 
     def diff(self, other: Compilation) -> Any:
-        """What changed from ``other`` to this compilation (ops, fusions, costs, signature)."""
-        from .analysis import diff
+        """What changed from ``other`` to this compilation: ops, fusions, costs, signature, and
+        per-kernel / per-line time when both were profiled (``CompilationDiff``)."""
+        from .comparison import diff_compilations
 
-        return diff(other.analysis, self.analysis)
+        return diff_compilations(other, self)
 
     # --- this run's results --------------------------------------------------------------------
     @property
@@ -316,7 +317,8 @@ class Compilation:
                 stages.timings["compile"]
         t0 = time.perf_counter()
         # a no-op debug option gives a fresh cache key, so XLA really compiles
-        stages.lowered.compile(compiler_options={"xla_dump_max_hlo_modules": -1})
+        options = {**self.program.request.compiler_options, "xla_dump_max_hlo_modules": -1}
+        stages.lowered.compile(compiler_options=options)
         compile_s = time.perf_counter() - t0
         self._timings["compile_measured"] = compile_s
         return stages.timings.get("trace", 0.0) + stages.timings.get("lower", 0.0) + compile_s
@@ -327,12 +329,9 @@ class Compilation:
 
         if progress:
             progress("ablating (recompiling without fusion / constant folding)")
-        self._ablation = ablate(self.lowered, (*self.args, *self._kwargs_leaves()),
+        self._ablation = ablate(self.lowered, self.args, kwargs=self.kwargs,
                                 time_it=self.runnable, platform=self.backend)
         return self._ablation
-
-    def _kwargs_leaves(self) -> tuple[Any, ...]:
-        return (self.kwargs,) if self.kwargs else ()
 
     def run_debug(self, progress: Progress | None = None) -> Any:
         """Run the traced program op by op, keeping every intermediate (``--debug``)."""
@@ -384,6 +383,11 @@ class Compilation:
             from .measure.memory import memory_map
 
             self._memory_map = memory_map(self)
+        return self._memory_map
+
+    @property
+    def memory_map_if_computed(self) -> Any | None:
+        """The memory map if it was computed already (``--memory`` or ``c.memory_map``)."""
         return self._memory_map
 
     def memory_options(self) -> Any:

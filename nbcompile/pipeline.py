@@ -78,7 +78,7 @@ class Program:
         if self._analysis is None:
             from .analysis import Artifacts, analyse
 
-            recompile_with_metadata(self.stages)
+            recompile_with_metadata(self.stages, self.request.compiler_options)
             stages = self.stages
             t0 = time.perf_counter()
             self._analysis = analyse(Artifacts(
@@ -254,15 +254,18 @@ def build_program(
     placement = place_args(adapted.args, adapted.kwargs, target, names=names, static=static,
                            static_names=static_names, specs=specs)
     label = name or adapted.name
-    common = {"source": source, "arg_names": names,
-              "compiler_options": request.compiler_options or None}
-    stages = run_stages(make_jitted(adapted.fn, jit_kwargs=jit_kwargs), placement, target,
-                        progress=progress, **common)
+    common = {"source": source, "arg_names": names}
+    options = request.compiler_options or None
+    stages = run_stages(
+        make_jitted(adapted.fn, jit_kwargs=jit_kwargs, compiler_options=options), placement,
+        target, progress=progress, **common,
+    )
     grad = None
     if argnums is not None:
         say = (lambda m: progress(f"{m} (gradient)")) if progress else None
         gstages = run_stages(
-            make_jitted(adapted.fn, grad_argnums=argnums, jit_kwargs=jit_kwargs),
+            make_jitted(adapted.fn, grad_argnums=argnums, jit_kwargs=jit_kwargs,
+                        compiler_options=options),
             replace(placement, per_device_shapes=dict(placement.per_device_shapes)), target,
             progress=say, **common,
         )

@@ -86,3 +86,24 @@ def test_tpu_deviceless_through_the_magic(ip):
     c = nbcompile.last()
     assert c.backend == "tpu" and c.cost and c.cost.get("optimal_seconds")
     assert any(f.source_lines for f in c.fusions)
+
+
+def test_compiler_options_shape_the_bound_function_too():
+    """c.fn must run the program that was compiled: options live on the jit object itself."""
+    import jax.numpy as jnp
+
+    import nbcompile
+
+    def chain(x, *, scale):
+        return jnp.tanh(x * scale + 1.0) * 3.0
+
+    x = jnp.ones((64, 64), jnp.float32)
+    off = {"xla_disable_hlo_passes": "fusion,fusion-wrapper"}
+    c = nbcompile.compile(chain, x, example_kwargs={"scale": jnp.float32(2.0)},
+                          compiler_options=off)
+    assert c.hlo.count(" fusion(") == 0
+    again = c.fn.lower(x, scale=jnp.float32(2.0)).compile().as_text()
+    assert again.count(" fusion(") == 0, "the bound function compiles a different program"
+    ablation = c.run_ablation()  # keyword arguments reach every variant's timed calls
+    assert all(v.time is not None for v in ablation.variants if v.error is None)
+    assert not any("timing failed" in n for n in ablation.notes), ablation.notes

@@ -69,3 +69,21 @@ def test_compiling_from_another_cell_is_not_an_edit_of_the_defining_cell(ip):
     assert "removed" not in changes, changes
     assert "compiled from a different cell" in changes
     assert "argument x: f32[2,3] → f32[5,3]" in changes
+
+
+def test_diff_of_two_profiled_runs_has_time_deltas_per_kernel_and_line(ip):
+    import nbcompile
+
+    assert run(ip, PREDICT.format(opts=" -q -f --profile 5", end="")).success
+    before = nbcompile.last()
+    changed = PREDICT.replace("return h * 2.0 + 1.0", "return jnp.tanh(h @ h.T) * 2.0 + 1.0")
+    assert run(ip, changed.format(opts=" -q --profile 5", end="")).success
+    after = nbcompile.last()
+    d = after.diff(before)
+    assert d.changed and d.fusions_added  # the program diff reads through
+    assert d.time is not None
+    data = d.to_json()
+    assert data["time"] and data["program"]["fusions"]["added"]
+    assert "vs" in d.text()
+    plain = after.diff(nbcompile.compile(lambda x: x, ip.user_ns["x"]))
+    assert plain.time is None  # only when both sides were profiled

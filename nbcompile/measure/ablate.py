@@ -140,6 +140,7 @@ def ablate(
     lowered: Any,
     args: Sequence[Any],
     *,
+    kwargs: dict[str, Any] | None = None,
     variants: Sequence[Variant | tuple[str, Sequence[str]]] | None = None,
     time_it: bool = True,
     max_seconds: float = 20.0,
@@ -202,7 +203,9 @@ def ablate(
             left = max_seconds - (time.perf_counter() - start)
             budget = max(left / (len(runnable) - i), 0.02)
             try:
-                r.time = time_call(lambda c=compiled: jax.block_until_ready(c(*args)), budget)
+                r.time = time_call(
+                    lambda c=compiled: jax.block_until_ready(c(*args, **(kwargs or {}))), budget
+                )
             except RuntimeError as exc:  # e.g. donated arguments cannot be reused across calls
                 notes.append(f"{r.name}: timing failed ({type(exc).__name__}: {exc})"[:300])
         base = results[0].time

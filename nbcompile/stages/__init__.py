@@ -97,23 +97,30 @@ def make_jitted(
     *,
     grad_argnums: tuple[int, ...] | None = None,
     jit_kwargs: dict[str, Any] | None = None,
+    compiler_options: dict[str, Any] | None = None,
 ) -> Any:
     """``jax.jit(fn)``, or ``jax.jit(jax.value_and_grad(fn, argnums))`` with ``--grad``.
 
-    JAX caches traces per *function object*: ``jax.jit(f)`` of an ``f`` traced before reuses
-    that trace even when a global ``f`` reads has changed since. Compiling must see the live
-    objects, so a plain function is traced through a fresh wrapper (same name, signature and
-    ``__wrapped__``), and a ``fn`` that already is a ``jax.jit`` object (kept, with its own
-    options: static arguments, donation, shardings) has its caches cleared first.
+    ``compiler_options`` (XLA debug options such as ``xla_disable_hlo_passes``) go to
+    ``jax.jit`` itself, so the compiled program and every later call of the jit object are the
+    same program. JAX caches traces per *function object*: ``jax.jit(f)`` of an ``f`` traced
+    before reuses that trace even when a global ``f`` reads has changed since. Compiling must see
+    the live objects, so a plain function is traced through a fresh wrapper (same name,
+    signature and ``__wrapped__``), and a ``fn`` that already is a ``jax.jit`` object (kept, with
+    its own options: static arguments, donation, shardings) has its caches cleared first.
     """
-    if grad_argnums is None and not jit_kwargs and hasattr(fn, "trace") and hasattr(fn, "lower"):
+    is_jit = hasattr(fn, "trace") and hasattr(fn, "lower")
+    if grad_argnums is None and not jit_kwargs and not compiler_options and is_jit:
         fn.clear_cache()
         return fn
     target = _fresh(fn)
     if grad_argnums is not None:
         argnums = grad_argnums[0] if len(grad_argnums) == 1 else grad_argnums
-        target = jax.value_and_grad(fn, argnums=argnums)
-    return jax.jit(target, **(jit_kwargs or {}))
+        target = jax.value_and_grad(target, argnums=argnums)
+    options = {**(jit_kwargs or {})}
+    if compiler_options:
+        options["compiler_options"] = dict(compiler_options)
+    return jax.jit(target, **options)
 
 
 def _fresh(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -162,7 +169,6 @@ def run_stages(
     *,
     source: SourceInfo | None = None,
     arg_names: list[str] | None = None,
-    compiler_options: dict[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> Stages:
     """Trace, lower and compile ``jitted(*placement.args, **placement.kwargs)`` for ``target``.
@@ -202,7 +208,7 @@ def run_stages(
         started = time.perf_counter()
         try:
             with _timed(timings, "compile"), _native_noise(target), cache:
-                compiled = lowered.compile(compiler_options=compiler_options or None)
+                compiled = lowered.compile()
         except KeyboardInterrupt as exc:
             raise _interrupted_compile(target, time.perf_counter() - started) from exc
         except Exception as exc:
