@@ -5,7 +5,8 @@ Every primitive that is not a container is evaluated with ``eqn.primitive.bind(*
 under ``jax.disable_jit()``. Containers are opened: ``scan`` and ``while`` loop in Python,
 ``cond`` evaluates the chosen branch, call-like primitives (``jit``, ``closed_call``, ``remat``,
 ``custom_jvp_call``, ``custom_vjp_call``) run their jaxpr inline. A primitive with sub-jaxprs this
-interpreter does not know is bound whole and reported in :attr:`Interpreter.opaque`.
+interpreter does not know (``shard_map``: its body runs per device, with collectives) is bound
+whole and reported in :attr:`Interpreter.opaque`.
 
 A hook sees every equation after it ran (containers too, after their body):
 ``hook(node_id, eqn, invals, outvals, iteration, leaf)``. ``iteration`` is a tuple with one loop
@@ -99,7 +100,13 @@ class Interpreter:
             return self.eval_jaxpr(subs[0][1], invals, f"{node_id}/call/", iteration), False
         if subs:
             self.opaque[node_id] = name
-        out = eqn.primitive.bind(*invals, **eqn.params)
+        # A primitive carrying a sub-program (shard_map, ...) is bound with the callable JAX
+        # derives from its parameters, as jax.core.eval_jaxpr does: binding the jaxpr parameter
+        # itself raises KeyError('subfuns'). JAX 0.10: get_bind_params returns the parameters
+        # with "subfuns" inside (before 0.4.36 it returned (subfuns, params)).
+        params = eqn.primitive.get_bind_params(eqn.params)
+        with eqn.ctx.manager:
+            out = eqn.primitive.bind(*invals, **params)
         return (list(out) if eqn.primitive.multiple_results else [out]), True
 
     def _scan(

@@ -77,16 +77,36 @@ def summarise(value: Any) -> dict[str, Any]:
     if finite.size == 0:
         return out
     lo, hi = float(finite.min()), float(finite.max())
-    counts, edges = np.histogram(
-        finite, bins=BINS, range=(lo, hi) if hi > lo else (lo - 0.5, lo + 0.5)
-    )
+    counts, edges = _histogram(finite, lo, hi)
     out.update(
         min=lo,
         max=hi,
-        mean=float(finite.mean()),
+        mean=_mean(finite),
         hist={"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]},
     )
     return out
+
+
+def _histogram(finite: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """BINS counts over [lo, hi]. Values too close together for BINS distinct edges at their
+    magnitude (one constant such as an attention mask's ``finfo(float32).min``: ``lo ± 0.5`` is
+    ``lo`` again) get one bin-width around their middle that is representable there; a range
+    wider than float64 can hold (``hi - lo`` overflows) is binned at half scale."""
+    if not np.isfinite(hi - lo):
+        counts, edges = np.histogram(finite / 2, bins=BINS, range=(lo / 2, hi / 2))
+        return counts, edges * 2
+    mid = lo / 2 + hi / 2
+    if hi - lo <= abs(mid) * 1e-12:  # one value, at float64 precision (2e-16) and BINS
+        half = max(0.5, abs(mid) * 1e-6)
+        return np.histogram(finite, bins=BINS, range=(mid - half, mid + half))
+    return np.histogram(finite, bins=BINS, range=(lo, hi))
+
+
+def _mean(finite: np.ndarray) -> float:
+    """The mean, without overflowing where the sum of huge values would (float64 near 1e308)."""
+    with np.errstate(over="ignore"):
+        mean = float(finite.mean())
+    return mean if np.isfinite(mean) else float(np.sum(finite / finite.size))
 
 
 def short(summary: dict[str, Any]) -> str:
