@@ -62,3 +62,28 @@ def test_the_record_folder_depends_on_versions_and_limits(monkeypatch) -> None:
     monkeypatch.setattr(_program, "MAX_CHAIN", _program.MAX_CHAIN + 1)
     assert _checked._scope() != before
     assert os.environ["NBCOMPILE_CHECKED_DIR"]  # the tests never write the user's cache
+
+
+def test_no_gradient_program_runs_under_the_callers_grad(tmp_path: Path) -> None:
+    """jit(grad(...)) with the caller's own debug callback: the frozen model refuses to be
+    differentiated before anything runs, so no callback sees data chosen by the file."""
+    import jax
+
+    from nbcompile.errors import FreezeError
+
+    path = tmp_path / "m.nbc"
+    freeze(lambda p, x: x @ p, W, X, path=path, measure_compiled=False)
+    model = load(path)
+    seen: list[object] = []
+
+    def loss(x):
+        jax.debug.callback(lambda v: seen.append(v), x)
+        return model(x).sum()
+
+    with pytest.raises(FreezeError) as info:
+        jax.jit(jax.grad(loss))(X)  # refused while tracing: nothing runs at all
+    assert info.value.code == "NBC507" and "differentiated" in str(info.value)
+    assert seen == []
+    with pytest.raises(FreezeError):
+        jax.grad(loss)(X)  # eager: the callback sees only the caller's own input
+    assert all(np.array_equal(np.asarray(v), X) for v in seen)

@@ -1,7 +1,7 @@
 """Mutation fuzzing of the loader: each mutated file is loaded, called and differentiated in a
 supervised child; only FreezeError may escape, and no death by signal, hang or memory blow-up.
 
-Default run: 3,000 mutated files. Full run (>= 10^5 files, `make test-fuzz`):
+Default run: 1,500 mutated files. Full run (>= 10^5 files, `make test-fuzz`):
 
     JAX_PLATFORMS=cpu .venv/bin/pytest tests/frozen/test_fuzz.py -m fuzz_full -q
 """
@@ -70,7 +70,7 @@ def _fuzz(bases: list[str], count: int, seed: int) -> dict[str, dict[str, int]]:
 
 
 def test_fuzz_loader(bases: list[str]) -> None:
-    stats = _fuzz(bases, count=3000, seed=20261130)
+    stats = _fuzz(bases, count=1500, seed=20261130)
     # Every kind of mutation ran, and the structure-aware ones got past the digests into
     # the deeper checks (otherwise the fuzz would only exercise SHA-256).
     assert set(stats) == {
