@@ -198,20 +198,29 @@ def _fallback(report: dict[str, Any], max_nodes: int) -> str:
 
 
 def _source_table(report: dict[str, Any]) -> str:
-    lines = (report.get("source") or {}).get("lines") or []
+    """The compiling cell's lines, then every other contributing cell's (and the annotated lines
+    of user files: report["sources"]), with their cost share and kernels."""
     info = report.get("lines") or {}
-    if not lines:
+    sources = [("", "", (report.get("source") or {}).get("lines") or [], True)]
+    sources += [(s.get("label", ""), s.get("key_prefix", ""), s.get("lines") or [],
+                 s.get("cell") is not None) for s in report.get("sources") or []]  # fmt: skip
+    if not sources[0][2] and len(sources) == 1:
         return ""
     rows = []
-    for i, text in enumerate(lines[:300], start=1):
-        entry = info.get(str(i)) or {}
-        share = entry.get("cost_share")
-        fusions = entry.get("fusions") or []
-        ann = ", ".join(fusions[:4]) + (f" +{len(fusions) - 4}" if len(fusions) > 4 else "")
-        rows.append(
-            f"<tr><td>{i}</td><td>{'' if share is None else f'{share * 100:.0f}%'}</td>"
-            f"<td><code>{html.escape(text)}</code></td><td>{html.escape(ann)}</td></tr>"
-        )
+    for label, prefix, lines, whole in sources:
+        if label:
+            rows.append(f'<tr><th colspan="4">{html.escape(label)}</th></tr>')
+        for i, text in enumerate(lines[:300] if whole else lines, start=1):
+            entry = info.get(f"{prefix}{i}") or {}
+            if not whole and not entry:
+                continue  # a user file: only the lines the program came from
+            share = entry.get("cost_share")
+            fusions = entry.get("fusions") or []
+            ann = ", ".join(fusions[:4]) + (f" +{len(fusions) - 4}" if len(fusions) > 4 else "")
+            rows.append(
+                f"<tr><td>{i}</td><td>{'' if share is None else f'{share * 100:.0f}%'}</td>"
+                f"<td><code>{html.escape(text)}</code></td><td>{html.escape(ann)}</td></tr>"
+            )
     return (
         "<details><summary>source lines, their cost share and kernels</summary>"
         "<table><tr><th>line</th><th>share</th><th>source</th><th>kernels</th></tr>"

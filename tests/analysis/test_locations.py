@@ -12,6 +12,7 @@ import pytest
 import nbcompile
 from nbcompile.analysis import Location, locations_of, modules_of
 from nbcompile.capture.source import CellFiles
+from nbcompile.report.html import render_html
 
 DEFINE = '''import jax, jax.numpy as jnp
 import equinox as eqx
@@ -125,6 +126,9 @@ def test_report_lines_and_sources_cover_the_defining_cell(defined):
     assert sum(e["cost_share"] for e in keyed.values()) == pytest.approx(1.0)
     tanh = _defining_lines(DEFINE, "jnp.tanh(x @ w)").pop()
     assert keyed[f"In [{number}] line {tanh}"]["nodes"], "traced ops are keyed by location too"
+    page = render_html(report)  # the static fallback shows the defining cell, annotated
+    assert f"<th colspan=\"4\">In [{number}]</th>" in page
+    assert "h = jnp.tanh(x @ w)" in page
 
 
 def test_rerun_of_the_defining_cell_relabels_a_reused_analysis(defined):
