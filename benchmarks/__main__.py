@@ -31,7 +31,7 @@ RESULTS = HERE / "results.json"
 OUT = HERE / "out"
 SCHEMA = "nbcompile.bench/1"
 FIGURES = ("overhead", "compile", "eager", "size", "paint", "frozen", "magic", "profile",
-           "growth", "scale")
+           "growth", "scale", "memory")
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class Plan:
     growth: tuple[int, int] = (0, 0)  # cells per process, pairs of processes
     # GPT-2 at real scale: model, pairs, compile+analysis target, usable-function target
     scale: list[tuple[str, int, float | None, float | None]] = field(default_factory=list)
+    memory: list[tuple[str, int, float | None]] = field(default_factory=list)  # --memory overhead
 
 
 FULL = Plan(
@@ -75,6 +76,7 @@ FULL = Plan(
     growth=(200, 1),
     calibration=3,
     scale=[("GPT-2 small train", 3, 1.25, 1.05), ("GPT-2 24-layer train", 2, 1.5, 1.05)],
+    memory=[("12-layer train", 5, 1.5)],
 )
 
 QUICK = Plan(
@@ -90,6 +92,7 @@ QUICK = Plan(
     growth=(20, 1),
     calibration=1,
     scale=[("GPT-2 1-layer train d64", 1, None, None)],
+    memory=[("1-layer train d32", 1, None)],
 )
 
 
@@ -202,6 +205,12 @@ def run(
         step(f"first paint at scale: {', '.join(m for m, *_ in plan.scale)}")
         rows.extend(_display.first_paint([m for m, *_ in plan.scale], plan.paint_repeats, OUT,
                                          {}))
+    if "memory" in figures:
+        from benchmarks import _memory_rows
+
+        for model, pairs, target in plan.memory:
+            step(f"--memory overhead: {model} ({pairs} pairs)")
+            rows.append(_memory_rows.memory_overhead(model, pairs, target))
     return rows, facts
 
 

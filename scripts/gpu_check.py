@@ -4,7 +4,9 @@ Prints the GPU, its real XLA target description next to nbcompile's (docs/target
 compiles and runs two small tutorial-style models (an MLP and an attention block), times the
 compiled calls, and compares the real compile's kernels with a deviceless compile for the
 matching nbcompile target (H200/H100/...), and profiles both models with ``--profile`` (kernel
-events read from the GPU's device plane; scripts/_gpu_profile.py). Output is markdown tables.
+events read from the GPU's device plane; scripts/_gpu_profile.py), and compares the memory map's
+peak with ``memory_stats()["peak_bytes_in_use"]`` after one call (scripts/_gpu_memory.py).
+Output is markdown tables.
 A few minutes at most; never run in CI. On a machine without a GPU it prints "no GPU" and exits 0.
 
     .venv/bin/python scripts/gpu_check.py [--json PATH]
@@ -165,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {key} | {theirs.get(key, '—')} | {mine.get(key, '—')} |")
     else:
         print("(this JAX does not expose the device's target config)")
+    from scripts._gpu_memory import memory_rows, memory_table
+
+    # first, while the process peak is still low: the map's peak vs the allocator's
+    memory = memory_rows(models())
+    print("\n--memory (one call each):\n" + memory_table(memory))
     rows = check_models(ours)
     print()
     print(markdown_table(rows))
@@ -176,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         print("WARNING: --profile found no device-plane kernel events on this GPU")
     if options.json:
         Path(options.json).write_text(json.dumps({"kind": kind, "target_config": real,
-                                                  "rows": rows, "profile": profiled},
+                                                  "rows": rows, "profile": profiled,
+                                                  "memory": memory},
                                                  indent=2))  # fmt: skip
     return 0
 

@@ -41,6 +41,7 @@ def _planned() -> list[tuple[str, str, int | None]]:
         out += [("compile+analysis", model, pairs), ("usable function", model, pairs),
                 ("displayed bytes", model, 1)]
     out += [("first paint", model, QUICK.paint_repeats) for model, *_ in QUICK.scale]
+    out += [("--memory overhead", m, p) for m, p, _ in QUICK.memory]
     return out
 
 

@@ -369,7 +369,8 @@ def memory_map_from_hlo(
         rows = per_kind[kinds[id(v)] if kinds[id(v)] in per_kind else "temporary"]
         if v.space != 0:
             rows = other.setdefault(v.space, [0] * n)
-        for t in range(v.start, min(v.end, n - 1) + 1):
+        last = v.end if v.counted_end is None else v.counted_end
+        for t in range(v.start, min(last, n - 1) + 1):
             rows[t] += v.bytes
     for t, inner in live.nested.items():
         for v in inner:
@@ -377,7 +378,8 @@ def memory_map_from_hlo(
     totals = [sum(per_kind[k][t] for k in KINDS) for t in range(n)]
     peak_step = max(range(n), key=lambda t: (totals[t], -t)) if n else 0
     peak = totals[peak_step] if n else 0
-    at_peak = [v for v in counted if v.space == 0 and v.start <= peak_step <= v.end]
+    at_peak = [v for v in counted if v.space == 0 and v.start <= peak_step <= (
+        v.end if v.counted_end is None else v.counted_end)]
     at_peak += [v for v in live.nested.get(peak_step, []) if v.space == 0]
     buffers = sorted((where.buffer(v, kinds[id(v)]) for v in at_peak), key=lambda b: -b.bytes)
     steps = [{"name": i.name, "op": i.opcode, "phase": where.phase(i)} for i in live.steps]

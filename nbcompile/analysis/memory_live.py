@@ -33,6 +33,7 @@ _ARRAY = re.compile(r"^([a-z][a-z0-9]*)\[([^\]]*)\](?:\{([^}]*)\})?$")
 _TILE = re.compile(r"\(([^()]*)\)")
 _SPACE = re.compile(r"S\((\d+)\)")
 _COMMENT = re.compile(r"/\*.*?\*/")
+_LAYOUT = re.compile(r"\{[^{}]*\}")
 _ALIAS_PAIR = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}")
 _BITS = {"pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16,
          "s32": 32, "u32": 32, "s64": 64, "u64": 64, "f16": 16, "bf16": 16, "f32": 32, "f64": 64,
@@ -41,6 +42,13 @@ _BITS = {"pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16":
 _FORWARD = {"bitcast", "add-dependency", "domain", "opt-barrier", "all-reduce-done",
             "async-update", "copy-done"}  # fmt: skip
 _CONTROL = ("while", "conditional", "call")
+_ELEMENTWISE = {"abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "complex",
+                "convert", "cosine", "divide", "exponential", "exponential-minus-one", "floor",
+                "imag", "is-finite", "log", "log-plus-one", "logistic", "maximum", "minimum",
+                "multiply", "negate", "not", "or", "popcnt", "power", "real", "remainder",
+                "round-nearest-afz", "round-nearest-even", "rsqrt", "select", "shift-left",
+                "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "sqrt",
+                "subtract", "tan", "tanh", "xor", "erf"}  # fmt: skip
 POINTER_BYTES = 8
 
 
@@ -124,6 +132,7 @@ class LiveValue:
     users: list[str] = field(default_factory=list)
     computation: str = ""
     aliased_parameter: int | None = None  # an output written into a donated parameter
+    counted_end: int | None = None  # last step it holds its own bytes (its buffer handed over)
     unpadded: int = 0  # XLA's ByteSizeOf(value shape): what its live-range dump prints
     xla_moment_bytes: int = 0  # ByteSizeOf(defining instruction's shape): sizes its peak moment
 
@@ -335,10 +344,59 @@ class _Builder:
         root = comp.root
         if root is not None:
             self.mark_outputs(trees.get(root.name), end, entry, io_alias)
+        self.share_buffers(order, trees)
         for v in values:
             if entry and v.kind == "parameter":
                 v.end = max(v.end, end)
         return live
+
+    def can_share(self, user: Instruction, operand_index: int) -> bool:
+        """XLA's ``CanShareOperandBufferWithUser`` for the common cases: an element-wise op, or
+        a loop fusion whose parameter is only read element-wise."""
+        if user.opcode in _ELEMENTWISE:
+            return True
+        if user.opcode != "fusion" or user.kind != "loop" or not user.called:
+            return False
+        comp = self.module.computations.get(user.called[0])
+        if comp is None:
+            return False
+        param = next((i for i in comp.instructions if i.opcode == "parameter"
+                      and (i.literal or "") == str(operand_index)), None)  # fmt: skip
+        todo, seen = [param] if param is not None else [], set()
+        users: dict[str, list[Instruction]] = {}
+        for i in comp.instructions:
+            for o in i.operands:
+                users.setdefault(o, []).append(i)
+        while todo:
+            node = todo.pop()
+            for u in users.get(node.name, []):
+                if u.name in seen:
+                    continue
+                seen.add(u.name)
+                if u.opcode not in _ELEMENTWISE and u.opcode != "tuple":
+                    return False
+                todo.append(u)
+        return param is not None
+
+    def share_buffers(self, order: list[tuple[Instruction, Instruction | None]],
+                      trees: dict[str, object]) -> None:  # fmt: skip
+        """Where XLA hands a dying operand's buffer to the result of the op that last reads it
+        (same size, element-wise use), the two do not hold memory at that step together."""
+        for step, (instr, _ctx) in enumerate(order):
+            result = trees.get(instr.name)
+            if not isinstance(result, LiveValue) or result.start != step or result.kind not in (
+                    "temporary", "output"):  # fmt: skip
+                continue
+            dims = _LAYOUT.sub("", result.shape)
+            for k, name in enumerate(instr.operands):
+                operand = trees.get(name)
+                if (isinstance(operand, LiveValue) and operand.kind == "temporary"
+                        and operand.end == step and operand.counted_end is None
+                        and operand.bytes == result.bytes and operand.space == result.space
+                        and _LAYOUT.sub("", operand.shape) == dims
+                        and instr.operands.count(name) == 1 and self.can_share(instr, k)):  # fmt: skip
+                    operand.counted_end = step - 1
+                    break
 
     def mark_outputs(self, tree: object, end: int, entry: bool,
                      io_alias: dict[tuple[int, ...], int], path: tuple[int, ...] = ()) -> None:  # fmt: skip

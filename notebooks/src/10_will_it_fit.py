@@ -16,7 +16,8 @@ GiB = 2**30
 
 # %% md
 # A stack of eight residual blocks (matmul, layer norm, GELU) and a squared-error loss. The
-# batch is a `jax.ShapeDtypeStruct`: nothing is allocated, so a 1 GB batch is planned here.
+# batch is a `jax.ShapeDtypeStruct`: only its shape exists, nothing is allocated, so batches far
+# larger than this machine could hold are planned here.
 
 # %% code
 class Block(nnx.Module):
@@ -108,7 +109,7 @@ assert 0.05 < extra < 0.5 and saved > 0.15
 # ## What you saw
 # - The memory map follows XLA's schedule of the compiled gradient program: the peak is
 #   mostly residuals, on the lines of the forward ops that made them.
-# - The fit verdict compares XLA's allocation with the chip's published HBM (16 GiB for v5e) —
-#   planned deviceless, nothing allocated.
+# - The fit verdict compares XLA's allocation with the chip's published HBM capacity (cited in
+#   `m.capacity_label`) — planned deviceless, nothing allocated.
 # - Rematerialising each block turned a batch that does not fit into one that does, for a
 #   measured price in flops.
