@@ -18,12 +18,14 @@ one that keeps the forward pass's residuals for the backward pass.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from .._compat import persistent_cache_disabled
 from ..analysis.cost import normalise_memory
 from ..analysis.hlo import parse_hlo
 from ..analysis.memory import MemoryMap, memory_map_from_hlo
@@ -92,7 +94,9 @@ def xla_memory_files(lowered: Any) -> XlaMemoryFiles:
 
 
 def _compile_with_dumps(lowered: Any) -> tuple[XlaMemoryFiles, Any | None]:
-    with tempfile.TemporaryDirectory(prefix="nbcompile-memory-") as folder:
+    # an executable served from JAX's persistent cache is not compiled: XLA dumps no memory files
+    with tempfile.TemporaryDirectory(prefix="nbcompile-memory-") as folder, \
+            persistent_cache_disabled():
         compiled, error = _dump(lowered, folder)
         # the program's own module is the largest (XLA:CPU also dumps small helper modules)
         found = sorted(glob.glob(os.path.join(folder, "*after_optimizations.txt")),
@@ -127,8 +131,11 @@ def compile_for_memory(
     platform = getattr(target, "platform", None) or "cpu"
     cap = capacity or device_capacity(target, platform)
     if platform != "tpu":
+        present = target is None or getattr(target, "present", True)
         try:
-            compiled = lowered.compile()
+            # a deviceless executable stored in JAX's cache cannot be read back without a device
+            with contextlib.nullcontext() if present else persistent_cache_disabled():
+                compiled = lowered.compile()
         except jax.errors.JaxRuntimeError as err:
             if "RESOURCE_EXHAUSTED" not in str(err):
                 raise
