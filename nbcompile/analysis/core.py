@@ -294,6 +294,7 @@ def _analyse(artifacts: Artifacts) -> Analysis:
         "scalar_kernels": (sum(1 for k in info.kernels if is_scalar_kernel(k))
                            if info is not None else None),
         "eager_kernels": traced.eager_kernels,
+        "eager_kernels_exact": traced.eager_exact,  # False: a lower bound (loops, shard_map)
     }
     if artifacts.backend == "tpu" and counts["scalar_kernels"]:
         notes.append(

@@ -22,7 +22,7 @@ from . import _jax
 from .graph import Graph, Node
 from .lines import Locator
 
-__all__ = ["EqnInfo", "Traced", "trace_graph", "walk_order"]
+__all__ = ["EqnInfo", "Traced", "eager_dispatches", "trace_graph", "walk_order"]
 
 _CALL_KINDS = {
     "pjit": "function", "jit": "function", "closed_call": "function", "core_call": "function",
@@ -30,8 +30,9 @@ _CALL_KINDS = {
     "custom_vjp_call": "custom", "custom_vjp_call_jaxpr": "custom", "checkpoint": "remat",
     "remat2": "remat", "remat": "remat", "shard_map": "shard_map",
 }  # fmt: skip
-# Eager execution runs these as one dispatch; custom-derivative and remat wrappers run their body.
-_EAGER_TRANSPARENT = {"custom", "remat"}
+# Op by op (jax.disable_jit(), what --bench times as eager) these run their one sub-program's
+# equations: nested jit, custom-derivative and remat wrappers.
+_EAGER_OPENED = {"function", "custom", "remat"}
 _MOVEMENT = {
     "reshape", "broadcast_in_dim", "transpose", "squeeze", "expand_dims", "slice",
     "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "gather", "select_n",
@@ -63,7 +64,8 @@ class Traced:
     graph: Graph
     eqns: list[EqnInfo] = field(default_factory=list)
     consts: list[tuple[Node, Any, Any]] = field(default_factory=list)  # node, var, value
-    eager_kernels: int = 0
+    eager_kernels: int = 0  # see eager_dispatches
+    eager_exact: bool = True  # False: eager_kernels is a lower bound
     const_eqns: list[EqnInfo] | None = None  # computed once by folding
 
 
@@ -183,7 +185,7 @@ class _Walker:
             self.traced.consts.append((node, var, value))
 
     def walk(self, jaxpr: Any, env: dict[Any, str], group: str | None, path: list[str],
-             phase: str | None, depth: int, mult: int, opaque: bool, remat: bool) -> None:  # fmt: skip
+             phase: str | None, depth: int, mult: int, remat: bool) -> None:  # fmt: skip
         graph = self.traced.graph
         for eqn in jaxpr.eqns:
             prim = eqn.primitive.name
@@ -221,8 +223,6 @@ class _Walker:
                            is_call=bool(subs), recompute=remat, multiplier=mult,
                            bytes=(in_bytes + out_bytes) * mult)  # fmt: skip
             self.traced.eqns.append(info)
-            counts = not opaque and (not subs or kind not in _EAGER_TRANSPARENT)
-            self.traced.eager_kernels += int(counts)
             for sub_label, sub, bind in subs:
                 label = eqn.params.get("name") if kind == "function" else f"{prim} {sub_label}"
                 sg = graph.group(g, str(label or prim), kind or "function", unique=True)
@@ -244,7 +244,7 @@ class _Walker:
                     inner_env[var] = src
                 sub_mult = mult * int(eqn.params.get("length", 1)) if prim == "scan" else mult
                 self.walk(inner, inner_env, sg, [*path, *scopes, str(label or prim)], eqn_phase,
-                          depth + 1, sub_mult, opaque or (kind not in _EAGER_TRANSPARENT),
+                          depth + 1, sub_mult,
                           remat or kind == "remat" or "rematted_computation" in scopes)  # fmt: skip
                 for var in inner.outvars:
                     src = self.atom_node(var, inner_env, sg, node_path)
@@ -274,7 +274,8 @@ def trace_graph(closed_jaxpr: Any, source: Locator, name: str = "f",
         env[var] = graph.add_node("parameter", "param", label=label, shape=_short(var.aval),
                                   bytes=_nbytes(var.aval), path=name).id  # fmt: skip
     walker.bind_consts(closed_jaxpr, env, None, name)
-    walker.walk(jaxpr, env, None, [name], None, 0, 1, False, False)
+    walker.walk(jaxpr, env, None, [name], None, 0, 1, False)
+    walker.traced.eager_kernels, walker.traced.eager_exact = eager_dispatches(jaxpr)
     for k, var in enumerate(jaxpr.outvars):
         src = walker.atom_node(var, env, None, name)
         out = graph.add_node("output", "output", label=f"out{k}", shape=_short(var.aval),
@@ -282,6 +283,47 @@ def trace_graph(closed_jaxpr: Any, source: Locator, name: str = "f",
         if src is not None:
             graph.add_edge(src, out.id, _nbytes(var.aval), _short(var.aval))
     return walker.traced
+
+
+def eager_dispatches(jaxpr: Any) -> tuple[int, bool]:
+    """``(count, exact)``: the primitives op-by-op execution dispatches (``jax.disable_jit()``,
+    what ``--bench`` times as eager and counts by replaying the program): nested jit, custom-
+    derivative and remat wrappers run their equations, a ``scan`` body runs once per iteration,
+    a ``cond`` one branch. ``exact`` is False where only a lower bound is known before running:
+    a ``while`` (its iterations: counted as zero, the condition once), a ``cond`` whose branches
+    differ (the smallest counted), a primitive run whole whose own dispatches are unknown
+    (``shard_map``: its body runs per device)."""
+    memo: dict[int, tuple[int, bool]] = {}
+
+    def count(jx: Any) -> tuple[int, bool]:
+        inner = jx.jaxpr if isinstance(jx, _jax.ClosedJaxpr) else jx
+        if id(inner) in memo:
+            return memo[id(inner)]
+        total, exact = 0, True
+        for eqn in inner.eqns:
+            prim, params = eqn.primitive.name, eqn.params
+            subs = [sub for _label, sub, _bind in _subprograms(eqn)]
+            if not subs:
+                total += 1
+            elif prim == "scan":
+                n, e = count(params["jaxpr"])
+                total, exact = total + n * int(params["length"]), exact and e
+            elif prim == "while":
+                total, exact = total + count(params["cond_jaxpr"])[0], False
+            elif prim == "cond":
+                branches = [count(b) for b in params["branches"]]
+                total += min(n for n, _e in branches)
+                exact = exact and len({n for n, _e in branches}) == 1 and all(
+                    e for _n, e in branches)
+            elif _CALL_KINDS.get(prim) in _EAGER_OPENED and len(subs) == 1:
+                n, e = count(subs[0])
+                total, exact = total + n, exact and e
+            else:
+                total, exact = total + 1, False
+        memo[id(inner)] = (total, exact)
+        return total, exact
+
+    return count(jaxpr)
 
 
 def walk_order(closed_jaxpr: Any) -> list[Any]:

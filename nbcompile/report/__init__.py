@@ -95,7 +95,10 @@ def text_lines(report: dict[str, Any]) -> list[str]:
         program.append(f"{s['stablehlo_ops']} StableHLO ops")
     if s.get("kernels") is not None:
         program.append(f"{s['kernels']} kernels ({s.get('fusions', 0)} fusions)")
-    eager = f"; eager would launch {s['eager_kernels']}" if s.get("eager_kernels") else ""
+    eager = ""
+    if s.get("eager_kernels"):  # op by op, as --bench runs it; a lower bound with while loops
+        bound = "" if s.get("eager_kernels_exact", True) else "at least "
+        eager = f"; eager (op by op) would launch {bound}{s['eager_kernels']}"
     lines.append("  program: " + " → ".join(program) + eager)
     cost = report.get("cost") or {}
     lines.append(

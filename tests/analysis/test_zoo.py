@@ -208,7 +208,7 @@ def test_summary_and_lines(zoo):
     _, art, a, _ = zoo
     s = a.summary()
     assert s["fusions"] == len(a.fusions)
-    assert s["jaxpr_eqns"] >= s["eager_kernels"] > 0
+    assert s["eager_kernels"] > 0  # op by op: a scan body per iteration, so it may exceed eqns
     assert s["hlo_ops_after"] == sum(
         len(c.instructions) for c in _parsed(art).computations.values()
     )
