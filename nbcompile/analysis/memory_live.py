@@ -26,18 +26,19 @@ import re
 from dataclasses import dataclass, field
 
 from .hlo import Computation, HloModule, Instruction
+from .memory_sizes import (
+    ALIAS_PAIR,
+    POINTER_BYTES,
+    array_bytes,
+    input_output_alias,
+    memory_space,
+    shape_index,
+    split_tuple,
+)
 
-__all__ = ["LiveValue", "Liveness", "array_bytes", "liveness", "memory_space", "split_tuple"]
+__all__ = ["LiveValue", "Liveness", "liveness"]
 
-_ARRAY = re.compile(r"^([a-z][a-z0-9]*)\[([^\]]*)\](?:\{([^}]*)\})?$")
-_TILE = re.compile(r"\(([^()]*)\)")
-_SPACE = re.compile(r"S\((\d+)\)")
-_COMMENT = re.compile(r"/\*.*?\*/")
 _LAYOUT = re.compile(r"\{[^{}]*\}")
-_ALIAS_PAIR = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}")
-_BITS = {"pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16,
-         "s32": 32, "u32": 32, "s64": 64, "u64": 64, "f16": 16, "bf16": 16, "f32": 32, "f64": 64,
-         "c64": 64, "c128": 128, "token": 0, "tf32": 32}  # fmt: skip
 # Ops whose result is (a view of) an operand: no new device memory.
 _FORWARD = {"bitcast", "add-dependency", "domain", "opt-barrier", "all-reduce-done",
             "async-update", "copy-done"}  # fmt: skip
@@ -49,71 +50,6 @@ _ELEMENTWISE = {"abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare"
                 "round-nearest-afz", "round-nearest-even", "rsqrt", "select", "shift-left",
                 "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "sqrt",
                 "subtract", "tan", "tanh", "xor", "erf"}  # fmt: skip
-POINTER_BYTES = 8
-
-
-def _dims(text: str) -> list[int]:
-    out = []
-    for d in text.split(","):
-        d = d.strip().lstrip("<=")
-        if d:
-            out.append(int(d) if d.isdigit() else 1)
-    return out
-
-
-def memory_space(shape: str) -> int:
-    """The memory space of an array shape's layout (``S(1)``), 0 (device memory) if none."""
-    brace = shape.rfind("{")
-    m = _SPACE.search(shape, brace) if brace >= 0 else None
-    return int(m.group(1)) if m else 0
-
-
-def array_bytes(shape: str, padded: bool = True) -> int:
-    """Bytes of one array shape: allocated (padded to its layout's first tile, as XLA pads TPU
-    layouts) or, with ``padded=False``, elements times element size (XLA's ``ByteSizeOf``)."""
-    m = _ARRAY.match(shape.strip())
-    if m is None:
-        return 0
-    dtype, dims_text, layout = m.groups()
-    bits = _BITS.get(dtype, 8 if dtype.startswith(("f8", "f4")) else 32)
-    dims = _dims(dims_text)
-    if padded and layout and ":" in layout:
-        order_text, _, rest = layout.partition(":")
-        tiles = _TILE.findall(rest.split("S(")[0].split("E(")[0]) if "T(" in rest else []
-        if tiles:
-            order = [int(x) for x in order_text.split(",") if x.strip().isdigit()]
-            major_to_minor = [dims[i] for i in reversed(order)] if order else (dims or [1])
-            tile = [int(t) if t.strip().isdigit() else 1 for t in tiles[0].split(",")]
-            padded = list(major_to_minor) or [1]
-            while len(padded) < len(tile):
-                padded.insert(0, 1)
-            for k, t in enumerate(tile, start=len(padded) - len(tile)):
-                padded[k] = -(-padded[k] // t) * t
-            dims = padded
-    n = 1
-    for d in dims:
-        n *= d
-    return (n * bits + 7) // 8
-
-
-def split_tuple(shape: str) -> list[str] | None:
-    """The element shapes of a tuple shape text, or None for an array shape."""
-    shape = shape.strip()
-    if not shape.startswith("("):
-        return None
-    inner = _COMMENT.sub("", shape[1 : shape.rfind(")")])
-    parts, depth, last = [], 0, 0
-    for i, ch in enumerate(inner):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(inner[last:i].strip())
-            last = i + 1
-    if inner[last:].strip():
-        parts.append(inner[last:].strip())
-    return parts
 
 
 @dataclass(slots=True)
@@ -181,8 +117,6 @@ def _at(tree: object, path: tuple[int, ...]) -> object:
     return tree
 
 
-def _index(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
 
 
 class _Builder:
@@ -261,9 +195,9 @@ class _Builder:
         tree = self.new(instr, instr.shape, (), step)
         aliasing = instr.attrs.get("output_to_operand_aliasing") if "aliasing" in instr.tail else None
         if aliasing:
-            for out_idx, operand, op_idx in _ALIAS_PAIR.findall(aliasing):
+            for out_idx, operand, op_idx in ALIAS_PAIR.findall(aliasing):
                 if int(operand) < len(ops):
-                    tree = _replace(tree, _index(out_idx), _at(ops[int(operand)], _index(op_idx)))
+                    tree = _replace(tree, shape_index(out_idx), _at(ops[int(operand)], shape_index(op_idx)))
         elif (k := self.in_place_operand(instr)) is not None and k < len(ops) \
                 and not isinstance(tree, tuple):
             tree = ops[k]
@@ -459,20 +393,6 @@ def _peak_sets(body: Liveness, space: int) -> list[list[LiveValue]]:
     return [best]
 
 
-def input_output_alias(hlo_text: str) -> dict[tuple[int, ...], int]:
-    """Output index -> donated parameter number, from the module header's ``input_output_alias``."""
-    header = hlo_text[: hlo_text.find("\n")] if "\n" in hlo_text else hlo_text
-    start = header.find("input_output_alias={")
-    if start < 0:
-        return {}
-    depth, stop = 0, len(header)
-    for pos in range(start + len("input_output_alias="), len(header)):
-        depth += {"{": 1, "}": -1}.get(header[pos], 0)
-        if depth == 0:
-            stop = pos
-            break
-    block = header[start:stop]
-    return {_index(out): int(param) for out, param, _ in _ALIAS_PAIR.findall(block)}
 
 
 def liveness(module: HloModule, hlo_text: str = "", platform: str = "cpu") -> Liveness:

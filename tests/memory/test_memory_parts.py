@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from nbcompile.analysis.memory_live import (
+from nbcompile.analysis.memory_sizes import (
     array_bytes,
     input_output_alias,
     memory_space,
