@@ -59,7 +59,14 @@ def run_worker(
 
 
 def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
-    """``nbcompile.load(path)(x)`` vs ``jax.jit(f)(*args)``, each the first call of a fresh process."""
+    """``nbcompile.load(path)(x)`` vs ``jax.jit(f)(*args)``, each the first call of a fresh process.
+
+    The row is a file this machine has checked before (frozen here: ``freeze`` records its
+    program as checked, so ``load`` skips the forked probe; docs/format.md "Checked
+    programs"). The same file loaded as if it came from elsewhere (records off: probed in a
+    child, custom calls checked) is timed in the same interleaved rounds and reported in the
+    note and ``extra["foreign_file"]``.
+    """
     import nbcompile
 
     row = Row(
@@ -73,27 +80,38 @@ def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
     )
     fn, args = build(model)
     path = workdir / f"{model.replace(' ', '_')}.nbc"
+    records = {"NBCOMPILE_CHECKED_DIR": str(workdir / "checked-programs")}
+    unchecked = {"NBCOMPILE_CHECKED_DIR": "off"}
+    saved = os.environ.get("NBCOMPILE_CHECKED_DIR")
+    os.environ.update(records)  # freeze records its program in the workers' folder
     try:
         result = nbcompile.freeze(fn, *args, path=path)
     except Exception as exc:  # a freeze bug must show in the table, not kill the run
         row.note = f"freeze failed: {type(exc).__name__}: {exc}"[:200]
         return row
+    finally:
+        if saved is None:
+            os.environ.pop("NBCOMPILE_CHECKED_DIR", None)
+        else:
+            os.environ["NBCOMPILE_CHECKED_DIR"] = saved
     row.extra["file_bytes"] = result.file_bytes
     row.extra["platforms"] = list(result.platforms)
     subj: list[float] = []
     anch: list[float] = []
+    foreign: list[float] = []
     parts: dict[str, list[float]] = {}
     try:
         for i in range(pairs):
             sides = [
-                (subj, ("frozen-first-call", model, str(path))),
-                (anch, ("jit-first-call", model)),
+                (subj, ("frozen-first-call", model, str(path)), records),
+                (anch, ("jit-first-call", model), None),
+                (foreign, ("frozen-first-call", model, str(path)), unchecked),
             ]
-            for out, argv in sides if i % 2 == 0 else sides[::-1]:
-                result = run_worker(*argv)
+            for out, argv, env in sides if i % 2 == 0 else sides[::-1]:
+                result = run_worker(*argv, env=env)
                 out.append(result["seconds"])
                 for part in ("import_seconds", "load_seconds", "call_seconds"):
-                    if part in result:
+                    if part in result and out is subj:
                         parts.setdefault(part, []).append(result[part])
     except (WorkerError, subprocess.TimeoutExpired) as exc:
         row.note = str(exc)[:300]
@@ -102,12 +120,16 @@ def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
         path.unlink(missing_ok=True)
     row.set_pairs(subj, anch)
     row.extra["frozen_parts_seconds"] = parts
+    ratios = [f / a for f, a in zip(foreign, anch, strict=True)]
+    row.extra["foreign_file"] = {"seconds": foreign, "ratio_median": statistics.median(ratios)}
     if "load_seconds" in parts:
         med = {k: statistics.median(v) * 1e3 for k, v in parts.items()}
         row.note += (
             f"; medians: load {med['load_seconds']:.0f} ms + first call "
             f"{med['call_seconds']:.0f} ms (importing nbcompile.frozen, "
-            f"{med['import_seconds']:.0f} ms, not counted)"
+            f"{med['import_seconds']:.0f} ms, not counted); a file from elsewhere (probed in "
+            f"a child on its first load): {statistics.median(foreign) * 1e3:.0f} ms, ratio "
+            f"{statistics.median(ratios):.2f}"
         )
     return row
 

@@ -123,7 +123,7 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> bytes:
+def read_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> memoryview:
     """Read a container file, checking what it is before reading any byte of it.
 
     Order: ``stat`` (a regular file, not a directory, pipe or device: NBC509), its size
@@ -154,12 +154,13 @@ def read_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> byt
         with open(fd, "rb", buffering=0, closefd=False) as f:
             head = _read_exactly(f, HEADER_SIZE)
             check_header(head, size)
-            # Only now (the header says this is an .nbc file of this size) read it whole, in
-            # one read into a fresh buffer (no zero-filled or concatenated copy); the header is
-            # checked again with the sections.
+            # Only now (the header says this is an .nbc file of this size) read it whole, into
+            # a buffer that starts on a 64-byte boundary (the weight section is 64-aligned in
+            # the file, so its tensors are too: the CPU backend then uses them without a copy)
+            # and is not zero-filled first; the header is checked again with the sections.
             f.seek(0)
-            data = _read_exactly(f, size)
-            if f.read(1):
+            data = _aligned(size)
+            if _read_into(f, data) != size or f.read(1):
                 raise _malformed("the file changed size while being read")
     except OSError as err:
         raise _unreadable(path, err.strerror or type(err).__name__) from None
@@ -187,15 +188,29 @@ def _check_size(size: int, max_bytes: int | None) -> None:
 
 def _read_exactly(f: Any, n: int) -> bytes:
     """``n`` bytes from ``f`` (a regular file never returns short reads before its end)."""
-    data = f.read(n)
-    while data is not None and len(data) < n:
-        more = f.read(n - len(data))
-        if not more:
-            break
-        data += more
-    if data is None or len(data) != n:
+    data = bytearray(n)
+    if _read_into(f, memoryview(data)) != n:
         raise _malformed("the file changed size while being read")
-    return data
+    return bytes(data)
+
+
+def _read_into(f: Any, view: memoryview) -> int:
+    done = 0
+    while done < len(view):
+        got = f.readinto(view[done:])
+        if not got:
+            break
+        done += got
+    return done
+
+
+def _aligned(size: int) -> memoryview:
+    """A writable, uninitialised buffer of ``size`` bytes starting on a 64-byte boundary."""
+    import numpy as np
+
+    raw = np.empty(size + WEIGHTS_ALIGN, np.uint8)
+    start = -raw.ctypes.data % WEIGHTS_ALIGN
+    return memoryview(raw[start : start + size])
 
 
 def check_header(head: bytes, size: int) -> tuple[int, list[tuple[str, int, int, bytes]]]:
@@ -261,7 +276,9 @@ def _mismatch(name: str) -> FreezeError:
     )
 
 
-def check_sections(data: bytes | bytearray, *, defer_weights: bool = False) -> Sections:
+def check_sections(
+    data: bytes | bytearray | memoryview, *, defer_weights: bool = False
+) -> Sections:
     """Check header, table and section digests of a whole file; return the sections.
 
     With ``defer_weights`` a large weight section is hashed in a background thread (hashlib

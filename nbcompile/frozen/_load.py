@@ -142,7 +142,10 @@ def match_weights(manifest: dict[str, Any], tensors: list[_safetensors.TensorInf
 
 
 def check_file(
-    data: bytes | bytearray, platform: str | None = None, *, defer_weights: bool = False
+    data: bytes | bytearray | memoryview,
+    platform: str | None = None,
+    *,
+    defer_weights: bool = False,
 ) -> Checked:
     """Every check that needs no deserialisation (header, digests, layout, versions, platform).
 
@@ -225,7 +228,7 @@ def load(
 
 
 def load_bytes(
-    data: bytes | bytearray,
+    data: bytes | bytearray | memoryview,
     *,
     platform: str | None = None,
     path: str = "<bytes>",

@@ -201,5 +201,7 @@ def arrays(
         dtype = np.dtype(DTYPES[CODES[info.dtype]]).newbyteorder("<")
         buf = section[data_start + info.start : data_start + info.end]
         count = (info.end - info.start) // dtype.itemsize if dtype.itemsize else 0
-        out[info.name] = np.frombuffer(buf, dtype=dtype, count=count).reshape(info.shape)
+        array = np.frombuffer(buf, dtype=dtype, count=count).reshape(info.shape)
+        array.flags.writeable = False
+        out[info.name] = array
     return out
