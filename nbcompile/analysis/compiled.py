@@ -73,10 +73,17 @@ def _module_path(op_name: str | None) -> str | None:
         return None
     parts = []
     for part in op_name.split(";", 1)[0].split("/")[:-1]:
+        if _JITTED.search(part):
+            continue  # a jitted function (the program's own jit(NAME), jit(relu)): no module
         part = re.sub(r"^(?:[\w.\-]+\()+|\)+$", "", part)
         if part:
             parts.append(part)
     return "/".join(parts) or None
+
+
+# ``jit(NAME)``, also under transforms (``transpose(jvp(jit(relu)))``); ``jvp(MLP)`` is a module
+# under a transform and stays
+_JITTED = re.compile(r"(?:^|\()p?jit\([^()]*\)+$")
 
 
 @dataclass
