@@ -267,8 +267,9 @@ def parse(raw: memoryview | bytes, format_version: int) -> dict[str, Any]:
 
 
 def encode(manifest: dict[str, Any]) -> bytes:
-    """Canonical manifest bytes (sorted keys, UTF-8)."""
-    return json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=False).encode("utf-8")
+    """Canonical manifest bytes (sorted keys; non-ASCII written as JSON escapes, so any name,
+    even one holding an unpaired surrogate, is stored and read back unchanged)."""
+    return json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=True).encode("ascii")
 
 
 def array_spec(shape: Sequence[int], dtype: Any, batched: bool = False) -> dict[str, Any]:

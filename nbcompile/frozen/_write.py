@@ -21,18 +21,13 @@ from nbcompile.frozen import (
     _atomic,
     _batch,
     _checked,
-    _customcalls,
+    _export,
     _format,
     _jaxcompat,
-    _locations,
     _manifest,
-    _program,
     _safetensors,
 )
 from nbcompile.units import format_bytes
-
-#: Closed-over arrays larger than this are hoisted into the weight section (weights mode).
-HOIST_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -95,19 +90,6 @@ class FreezeResult:
         return self.text()
 
 
-def _as_numpy(leaf: Any, where: str) -> np.ndarray:
-    try:
-        arr = np.asarray(jax.device_get(leaf)) if isinstance(leaf, jax.Array) else None
-        if arr is None:
-            arr = np.asarray(jax.numpy.asarray(leaf))
-    except (TypeError, ValueError) as err:
-        raise FreezeError(
-            f"{where} is not an array ({type(leaf).__name__})", code="NBC506"
-        ) from err
-    _safetensors.dtype_code(arr.dtype)
-    return arr
-
-
 def _weights(fn: Callable[..., Any], args: Sequence[Any], argnums: Sequence[int]):
     names = param_names(fn, len(args))
     tensors, treedefs = [], {}
@@ -115,7 +97,7 @@ def _weights(fn: Callable[..., Any], args: Sequence[Any], argnums: Sequence[int]
         pairs, treedefs[i] = jax.tree_util.tree_flatten_with_path(args[i])
         for path, leaf in pairs:
             name = names[i] + jax.tree_util.keystr(path)
-            tensors.append((name, _as_numpy(leaf, name)))
+            tensors.append((name, _export.as_numpy(leaf, name)))
     return tensors, treedefs
 
 
@@ -184,7 +166,7 @@ def freeze(
     input_args = tuple(a for i, a in enumerate(example_args) if i not in argnums)
     input_tree = _manifest.tree_of(input_args, "inputs")
     input_leaves = [
-        _as_numpy(x, f"input {i}")
+        _export.as_numpy(x, f"input {i}")
         for i, x in enumerate(_manifest.flatten(input_tree, input_args, "inputs"))
     ]
     weight_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for _, a in tensors]
@@ -205,9 +187,9 @@ def freeze(
         out_tree.update(_manifest.tree_of(out, "output"))
         return tuple(_manifest.flatten(out_tree, out, "output"))
 
-    def build(marks: Sequence[bool], size: Any) -> _Built:
+    def build(marks: Sequence[bool], size: Any) -> _export.Built:
         specs = weight_specs + _batch.input_specs(input_leaves, marks, size)
-        return _build(program, specs, tensors, constants, platforms)
+        return _export.build(program, specs, tensors, constants, platforms)
 
     marks = _batch.batched(input_leaves) if batch == "auto" else [False] * len(input_leaves)
     built = None
@@ -218,7 +200,7 @@ def freeze(
             if None in out_dims:
                 raise ValueError("an output shape is not expressible with b alone")
             for size in _batch.PROBE_SIZES:
-                _jaxcompat.check_refines(built.exported, _concrete(built.export_specs, size))
+                _jaxcompat.check_refines(built.exported, _export.concrete(built.export_specs, size))
         except Exception:  # not expressible with a symbolic batch: export the example's shapes
             built = None
     if built is None:
@@ -282,132 +264,10 @@ def freeze(
         name=manifest["name"],
         n_hoisted=len(hoisted_tensors),
         hoisted_bytes=sum(a.nbytes for _, a in hoisted_tensors),
-        compiled_ops=_compiled_ops(exported, _concrete(export_specs, example_size))
+        compiled_ops=_export.compiled_ops(exported, _export.concrete(export_specs, example_size))
         if measure_compiled
         else None,
         reference_ops=reference_ops,
         custom_calls=tuple(targets),
         batch="symbolic" if any(marks) else "static",
     )
-
-
-@dataclass(frozen=True)
-class _Built:
-    exported: jax.export.Exported
-    stored: list[tuple[str, np.ndarray]]
-    hoisted: list[tuple[str, np.ndarray]]
-    export_specs: list[jax.ShapeDtypeStruct]
-    facts: _program.ProgramFacts
-    #: the probe result ``load`` would compute (recorded as checked once written)
-    record: dict[str, Any]
-
-
-def _build(
-    program: Callable[..., tuple[Any, ...]],
-    specs: list[jax.ShapeDtypeStruct],
-    tensors: list[tuple[str, np.ndarray]],
-    constants: bool,
-    platforms: Sequence[str],
-) -> _Built:
-    """Trace ``program`` at ``specs`` (weights then inputs), hoist its constants, export it."""
-    n_weights = len(tensors)
-    try:
-        traced = jax.make_jaxpr(program)(*specs)
-        closed = jax.make_jaxpr(lambda *a: _jaxcompat.inline_eval(traced.jaxpr, traced.consts, *a))(
-            *specs
-        )
-    except FreezeError:
-        raise
-    except Exception as err:
-        raise FreezeError(f"tracing the model failed: {err}", code="NBC506") from err
-    consts = list(closed.consts)
-    hoisted = (
-        [] if constants else [i for i, c in enumerate(consts) if np.asarray(c).nbytes > HOIST_BYTES]
-    )
-    taken = {nm for nm, _ in tensors}
-    hoisted_tensors = []
-    for k, i in enumerate(hoisted):
-        nm = f"const_{k}"
-        while nm in taken:
-            nm = "_" + nm
-        hoisted_tensors.append((nm, _as_numpy(consts[i], nm)))
-
-    if constants:
-        weight_values = [a for _, a in tensors]
-
-        def exported_fn(*inputs: Any) -> tuple[Any, ...]:
-            return tuple(_jaxcompat.inline_eval(closed.jaxpr, consts, *weight_values, *inputs))
-
-        stored, export_specs = [], specs[n_weights:]
-    else:
-
-        def exported_fn(*args: Any) -> tuple[Any, ...]:
-            values = list(consts)
-            for k, i in enumerate(hoisted):
-                values[i] = args[k]
-            return tuple(_jaxcompat.inline_eval(closed.jaxpr, values, *args[len(hoisted) :]))
-
-        stored = hoisted_tensors + tensors
-        export_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for _, a in hoisted_tensors] + specs
-    try:
-        exported = jax.export.export(jax.jit(exported_fn), platforms=list(platforms))(*export_specs)
-    except FreezeError:
-        raise
-    except Exception as err:
-        raise FreezeError(f"exporting the program failed: {err}", code="NBC506") from err
-    exported = _locations.strip_exported(exported)
-    facts, record = _own_facts(exported)
-    return _Built(exported, stored, hoisted_tensors, export_specs, facts, record)
-
-
-def _own_facts(exported: jax.export.Exported) -> tuple[_program.ProgramFacts, dict[str, Any]]:
-    """The facts ``load`` will read from this program, checked by the same rules now, so that
-    ``freeze`` never writes a file ``load`` refuses (a refusal here is NBC506)."""
-    try:
-        as_loaded = jax.export.deserialize(exported.serialize())  # what load will read
-        result = {**_program.exported_facts(as_loaded)}
-        result.update(_program.module_facts(as_loaded.mlir_module_serialized))
-    except _program.Refused as refused:
-        raise FreezeError(
-            f"the exported program cannot be frozen: {refused}", code="NBC506"
-        ) from None
-    facts = _program.ProgramFacts(
-        ops=result["ops"],
-        chain=result["chain"],
-        nesting=result["nesting"],
-        custom_calls=result["custom_calls"],
-    )
-    try:
-        _customcalls.check_calls(facts.custom_calls, _jaxcompat.allowed_custom_calls())
-    except FreezeError as err:
-        raise FreezeError(
-            f"the program cannot be frozen: {err.message}",
-            code="NBC506",
-            hint="freeze for fewer platforms (platforms=('cpu',)) or avoid that operation",
-        ) from None
-    return facts, result
-
-
-def _concrete(specs: Sequence[jax.ShapeDtypeStruct], size: int) -> list[jax.ShapeDtypeStruct]:
-    """``specs`` with every symbolic dimension (the batch) set to ``size``."""
-    return [
-        jax.ShapeDtypeStruct(
-            tuple(size if jax.export.is_symbolic_dim(d) else d for d in s.shape), s.dtype
-        )
-        for s in specs
-    ]
-
-
-def _compiled_ops(exported: jax.export.Exported, specs: Sequence[Any]) -> int | None:
-    """Top-level instructions after XLA optimisation on the local backend, if it is a target."""
-    from ..analysis.hlo import parse_hlo  # the one HLO text reader (freeze time only)
-
-    local = _jaxcompat.export_platform(jax.devices()[0])
-    if local not in exported.platforms:
-        return None
-    try:
-        compiled = jax.jit(exported.call).lower(*specs).compile()
-        entry = parse_hlo(compiled.as_text()).entry_computation
-        return len(entry.instructions) if entry is not None else None
-    except Exception:  # a statistic only: never fail a freeze over it
-        return None
