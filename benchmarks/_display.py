@@ -72,7 +72,8 @@ def _payload_bytes(value: Any) -> int:
 
 
 def _widget_state_bytes(c: Any, report: dict[str, Any]) -> tuple[int, str, dict[str, int]]:
-    view = getattr(c, "_view", None)
+    shown = getattr(c, "_shown", None)  # what the last display gave (nbcompile.widgets.show)
+    view = getattr(c, "_view", None) or getattr(shown, "view", None)
     if view is not None and hasattr(view, "get_state"):
         state = {k: _payload_bytes(v) for k, v in view.get_state().items()}
         big = {k: n for k, n in state.items() if n >= 1000}

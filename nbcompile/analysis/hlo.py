@@ -54,6 +54,7 @@ _CALLS = re.compile(r"\b(?:" + "|".join(_CALL_KEYS) + ")=")
 _METADATA = re.compile(r"\bmetadata=\{((?:[^{}\"]|" + _STRING + r")*)\}")
 _META_COMMON = re.compile(r'op_name="([^"\\]*)"(?: stack_frame_id=(\d+))?')
 _SIMPLE_OPERANDS = re.compile(r"[^()\"\[\]{}]*\)")
+_SIMPLE_ATTR = re.compile(r"(?:^|,)\s*([\w.\-]+)=([^,]*?)\s*(?=,|$)")
 _TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
 _DTYPE_BITS = {
@@ -172,10 +173,21 @@ class Instruction:
                 self._attrs[key.strip()] = value.strip()
         return self._attrs
 
+    def _plain(self) -> str | None:
+        """The tail without metadata when simple ``key=value`` matching is safe on it (no
+        strings, no nested brackets): then attributes are read without splitting the tail."""
+        tail = self.bare_tail
+        return tail if self._attrs is None and '"' not in tail and "{" not in tail else None
+
     @property
     def kind(self) -> str | None:
         """Fusion kind without the ``k`` prefix, lower case (``loop``, ``input``, ``custom``)."""
-        kind = self.attrs.get("kind")
+        plain = self._plain()
+        if plain is not None:
+            found = _SIMPLE_ATTR.findall(plain)
+            kind = next((v for k, v in found if k == "kind"), None)
+        else:
+            kind = self.attrs.get("kind")
         if kind is None:
             return None
         return kind[1:].lower() if kind.startswith("k") else kind.lower()
@@ -190,7 +202,8 @@ class Instruction:
         tail = self.bare_tail or self.tail
         if "=" not in tail or _CALLS.search(tail) is None:
             return names
-        attrs = self.attrs
+        plain = self._plain()
+        attrs = dict(_SIMPLE_ATTR.findall(plain)) if plain is not None else self.attrs
         for key in _CALL_KEYS:
             value = attrs.get(key)
             if value is not None:

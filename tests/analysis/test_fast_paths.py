@@ -90,6 +90,25 @@ def test_fast_path_equals_general_rule_on_real_modules(train2):
         assert _fields(line) == _reference(line), line
 
 
+def test_attributes_read_without_splitting_equal_the_split(train2):
+    """``kind`` / ``called`` match ``key=value`` on simple tails instead of splitting them."""
+    from nbcompile.analysis.hlo import _CALL_KEYS, _NAME_REF
+
+    module = parse_hlo(train2.hlo_text)
+    fast_paths = 0
+    for comp in module.computations.values():
+        for instr in comp.instructions:
+            fast_paths += instr._plain() is not None and "=" in instr.bare_tail
+            kind, called = instr.kind, list(instr.called)
+            attrs = instr.attrs  # the long way: the whole tail split at top-level commas
+            raw = attrs.get("kind")
+            assert kind == (None if raw is None else raw[1:].lower()), instr.text
+            long_way = [n for key in _CALL_KEYS if key in attrs
+                        for n in _NAME_REF.findall(attrs[key]) or [attrs[key].strip("{} ")]]
+            assert called == long_way, instr.text
+    assert fast_paths > 100
+
+
 def test_cost_once_per_distinct_kernel_equals_cost_of_every_kernel(train2, monkeypatch):
     """Two layers repeat their kernels: the memo must cut XLA calls and change no figure."""
     module = parse_hlo(train2.hlo_text)
