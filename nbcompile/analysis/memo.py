@@ -3,10 +3,10 @@
 
 A program's *fingerprint* covers everything the analysis reads: XLA's optimised HLO text (which
 carries the source locations of every op), the traced program's structure (each equation's
-primitive, in walk order), argument names, the compiling cell's file and text, the backend and
-the ``value_and_grad`` argnums. What it may not cover is refreshed on a hit: the traced graph's
-equation -> node map (equations are new objects on every trace) and the cell execution counts
-in locations (re-running an unchanged cell gives it a new number).
+primitive, in walk order), argument names, the compiling cell's content hash and text, the
+backend and the ``value_and_grad`` argnums. What it may not cover is refreshed on a hit: the
+traced graph's equation -> node map (equations are new objects on every trace) and the cell
+execution counts in locations (re-running an unchanged cell gives it a new number).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from ..capture.source import Location, SourceInfo
+from ..capture.source import Location, SourceInfo, cell_identity
 from .artifacts import Artifacts
 from .core import Analysis, analyse
 from .lines import Locator
@@ -42,7 +42,7 @@ def fingerprint(artifacts: Artifacts, eqns: list[Any] | None = None) -> str | No
     digest = hashlib.sha256(artifacts.hlo_text.encode())
     parts = ("\0".join(e.primitive.name for e in eqns), repr(names),
              repr([str(v.aval) for v in jaxpr.invars]), repr(len(artifacts.closed_jaxpr.consts)),
-             source.filename or "", source.text, artifacts.backend, artifacts.name,
+             cell_identity(source.filename or ""), source.text, artifacts.backend, artifacts.name,
              repr(artifacts.grad_argnums), repr(type(artifacts.fn)))  # fmt: skip
     for part in parts:
         digest.update(b"\1" + part.encode())
