@@ -304,7 +304,7 @@ def _analyse(artifacts: Artifacts) -> Analysis:
             f"{counts['kernels'] - counts['scalar_kernels']} kernels with the eager op count")
     analytic = analytic_cost(traced.eqns)
     clock.lap("counts")
-    return Analysis(
+    analysis = Analysis(
         traced_graph=traced.graph,
         compiled_graph=info.graph if info is not None else None,
         fusions=info.fusions if info is not None else [],
@@ -319,3 +319,5 @@ def _analyse(artifacts: Artifacts) -> Analysis:
         timings=clock.timings,
         walk_order=[e.node.id for e in traced.eqns],
     )  # fmt: skip
+    clock.lap("counts")
+    return analysis
