@@ -83,7 +83,9 @@ class Compilation:
         self._shown: Any = None
         if program.stages.target.note:
             self._notes.append(program.stages.target.note)
-        self._notes += [n for n in program.notes if n not in self._notes]
+        grad_notes = self.grad.notes if self.grad is not None else ()
+        self._notes += [n for n in (*program.stages.notes, *program.notes, *grad_notes)
+                        if n not in self._notes]
         if not self.runnable and program.stages.target.present and program.stages.compiled:
             self._notes.append("compile-only: the example arguments are abstract "
                                "(jax.ShapeDtypeStruct), so nothing was allocated or run")
@@ -390,11 +392,14 @@ class Compilation:
         """The memory map if it was computed already (``--memory`` or ``c.memory_map``)."""
         return self._memory_map
 
-    def memory_options(self) -> Any:
-        """Measured variants (remat policies, donation) with their peak, flops and fit."""
+    def memory_options(self, **options: Any) -> Any:
+        """Measured variants (remat policies, per-layer remat, donation, the largest batch that
+        fits) with their peak, flops and fit; ``options`` go to
+        :func:`nbcompile.measure.memory_options.memory_options` (``batch_size``, ``capacity``,
+        ``policies``, ``layers``, ``donate``, ``search_batch``)."""
         from .measure.memory_options import memory_options
 
-        return memory_options(self)
+        return memory_options(self, **options)
 
     # --- report and display ------------------------------------------------------------------
     @property

@@ -207,7 +207,10 @@ def short_traceback(value: BaseException) -> list[str]:
 
 
 def _origin(cause: BaseException) -> str:
-    """Who raised the cause: the user's own code (a cell, their files) or JAX/XLA."""
+    """Who raised the cause: the user's own code (a cell, their files) or a library — named
+    after the package its innermost frame belongs to (jax, flax, equinox, keras...)."""
+    import re
+
     from .capture.userfiles import is_user_file
 
     tb = cause.__traceback__
@@ -215,8 +218,13 @@ def _origin(cause: BaseException) -> str:
     while tb is not None:
         last = tb.tb_frame.f_code.co_filename
         tb = tb.tb_next
-    return "raised by your code" if last is not None and is_user_file(last) else \
-        "raised by JAX/XLA"
+    if last is None or is_user_file(last):
+        return "raised by your code"
+    match = re.search(r"[/\\](?:site|dist)-packages[/\\]([A-Za-z_]\w*)", last)
+    package = match.group(1) if match else None
+    if package in (None, "jax", "jaxlib"):
+        return "raised by JAX/XLA"
+    return f"raised by {package}"
 
 
 def magics_of(shell: Any) -> CompileMagics | None:

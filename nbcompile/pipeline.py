@@ -178,7 +178,10 @@ def _jit_options(adapted: Adapted, jit_kwargs: dict[str, Any]) -> tuple[dict[str
             elif name in names:
                 nums.append(names.index(name))
             else:
-                legal = ", ".join([*names, *sorted(keyword_ok - set(names))]) or "(none)"
+                user = names[: len(names) - len(adapted.state_argnums)] if not \
+                    adapted.models or adapted.kind != "function" else [
+                        n for i, n in enumerate(names) if i not in adapted.state_argnums]
+                legal = ", ".join([*user, *sorted(keyword_ok - set(names))]) or "(none)"
                 raise CaptureError(
                     f"{flag} {name}: `{adapted.name}` has no argument named `{name}`",
                     code="NBC114",
@@ -234,6 +237,14 @@ def _resolve(request: CompileRequest, adapted: Adapted) -> Target:
                           gpu=request.gpu, mesh=mesh)
 
 
+def _returns_loss_and_aux(out_info: Any) -> bool:
+    """Whether the traced function returns ``(scalar loss, anything)``, the ``has_aux``
+    convention of ``jax.value_and_grad`` (Flax's and Keras' own loss functions use it)."""
+    if not isinstance(out_info, tuple) or len(out_info) != 2:
+        return False
+    return tuple(getattr(out_info[0], "shape", (None,))) == ()
+
+
 def build_program(
     adapted: Adapted,
     request: CompileRequest,
@@ -261,18 +272,22 @@ def build_program(
         target, progress=progress, **common,
     )
     grad = None
+    notes = []
     if argnums is not None:
         say = (lambda m: progress(f"{m} (gradient)")) if progress else None
+        has_aux = _returns_loss_and_aux(stages.traced.out_info)
+        if has_aux:
+            notes.append("--grad: the function returns (loss, aux); the gradient is of the "
+                         "loss, aux is carried along (value_and_grad(..., has_aux=True))")
         gstages = run_stages(
-            make_jitted(adapted.fn, grad_argnums=argnums, jit_kwargs=jit_kwargs,
-                        compiler_options=options),
+            make_jitted(adapted.fn, grad_argnums=argnums, has_aux=has_aux,
+                        jit_kwargs=jit_kwargs, compiler_options=options),
             replace(placement, per_device_shapes=dict(placement.per_device_shapes)), target,
             progress=say, **common,
         )
         grad = Program(stages=gstages, request=request, name=f"value_and_grad({label})",
                        source=source, fn=adapted.fn, grad_argnums=argnums,
                        is_value_and_grad=True)
-    notes = []
     if target.lower_only and request.compiler_options:
         notes.append(f"compiler options not used: nothing is compiled for {target.label} here")
     return Program(stages=stages, request=request, name=label, source=source, fn=adapted.fn,

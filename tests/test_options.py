@@ -107,3 +107,25 @@ def test_compiler_options_shape_the_bound_function_too():
     ablation = c.run_ablation()  # keyword arguments reach every variant's timed calls
     assert all(v.time is not None for v in ablation.variants if v.error is None)
     assert not any("timing failed" in n for n in ablation.notes), ablation.notes
+
+
+def test_grad_of_a_loss_returning_loss_and_aux_differentiates_the_loss():
+    """Flax's and Keras' own loss functions return (loss, aux): --grad uses has_aux."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import nbcompile
+
+    def loss_fn(w, x):
+        logits = jnp.tanh(x @ w)
+        return jnp.mean(logits**2), logits
+
+    w, x = jnp.ones((3, 4), jnp.float32), jnp.ones((2, 3), jnp.float32)
+    c = nbcompile.compile(loss_fn, w, x, grad=0)
+    assert any("has_aux" in n for n in c.notes)
+    (value, aux), grads = c.grad.fn(w, x)
+    (want, want_aux), want_grads = jax.value_and_grad(loss_fn, has_aux=True)(w, x)
+    np.testing.assert_allclose(value, want, rtol=1e-6)
+    np.testing.assert_allclose(aux, want_aux, rtol=1e-6)
+    np.testing.assert_allclose(grads, want_grads, rtol=1e-6)

@@ -103,7 +103,7 @@ def test_two_shells_in_one_process_keep_their_own_state(shell):
     finally:
         other.run_line_magic("unload_ext", "nbcompile")
         assert magic.magics_of(other) is None
-        other.clear_instance()
+    # (no clear_instance(): it would clear IPython's singleton, the test session's own shell)
 
 
 def test_compilation_is_a_closed_type(ip, tmp_path):

@@ -15,14 +15,11 @@ __all__ = ["call_arg_names", "param_names", "positional_names"]
 
 
 def _signature(fn: Any) -> inspect.Signature | None:
+    """``fn``'s signature, unwrapping jit objects and ``functools.wraps`` chains but stopping
+    at an object that declares its own ``__signature__`` (adapters that rename arguments)."""
     target = fn
-    for _ in range(8):  # unwrap jit objects / partials / functools.wraps chains
-        if isinstance(target, functools.partial):
-            break
-        inner = getattr(target, "__wrapped__", None)
-        if inner is None:
-            break
-        target = inner
+    if not isinstance(target, functools.partial):
+        target = inspect.unwrap(target, stop=lambda f: hasattr(f, "__signature__"))
     try:
         return inspect.signature(target)
     except (TypeError, ValueError):

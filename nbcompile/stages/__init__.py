@@ -75,6 +75,7 @@ class Stages:
     output_shardings: dict[str, str] = field(default_factory=dict)
     xla_compiles: int = 0
     xla_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
     _text: tuple[Any, str | None] | None = field(default=None, repr=False)
 
     @property
@@ -96,10 +97,11 @@ def make_jitted(
     fn: Callable[..., Any],
     *,
     grad_argnums: tuple[int, ...] | None = None,
+    has_aux: bool = False,
     jit_kwargs: dict[str, Any] | None = None,
     compiler_options: dict[str, Any] | None = None,
 ) -> Any:
-    """``jax.jit(fn)``, or ``jax.jit(jax.value_and_grad(fn, argnums))`` with ``--grad``.
+    """``jax.jit(fn)``, or ``jax.jit(jax.value_and_grad(fn, argnums, has_aux))`` with ``--grad``.
 
     ``compiler_options`` (XLA debug options such as ``xla_disable_hlo_passes``) go to
     ``jax.jit`` itself, so the compiled program and every later call of the jit object are the
@@ -116,7 +118,7 @@ def make_jitted(
     target = _fresh(fn)
     if grad_argnums is not None:
         argnums = grad_argnums[0] if len(grad_argnums) == 1 else grad_argnums
-        target = jax.value_and_grad(target, argnums=argnums)
+        target = jax.value_and_grad(target, argnums=argnums, has_aux=has_aux)
     options = {**(jit_kwargs or {})}
     if compiler_options:
         options["compiler_options"] = dict(compiler_options)
@@ -201,6 +203,7 @@ def run_stages(
 
     compiled = None
     outputs: dict[str, str] = {}
+    notes: list[str] = []
     before = (_COMPILES.count, _COMPILES.seconds)
     if not target.lower_only:
         say(f"compiling{where}")
@@ -211,18 +214,32 @@ def run_stages(
                 compiled = lowered.compile()
         except KeyboardInterrupt as exc:
             raise _interrupted_compile(target, time.perf_counter() - started) from exc
+        except jax.errors.JaxRuntimeError as exc:
+            if not (target.deviceless and "RESOURCE_EXHAUSTED" in str(exc)):
+                raise translate(exc, "compile", source, arg_names=arg_names,
+                                target=target.label) from exc
+            # XLA refused the program for lack of device memory: keep what was lowered, so
+            # the memory map can say what does not fit and why (it maps the lowered program)
+            notes.append(f"XLA refused to compile for {target.label}: the program needs more "
+                         f"device memory than one device has ({_first_line(exc)[:200]}); "
+                         "see the memory map")
         except Exception as exc:
             raise translate(exc, "compile", source, arg_names=arg_names,
                             target=target.label) from exc
-        if target.mesh is not None:
+        if target.mesh is not None and compiled is not None:
             outputs, shapes = output_shardings(compiled, traced.out_info)
             placement.per_device_shapes.update(shapes)
     return Stages(
         jitted=jitted, traced=traced, lowered=lowered, compiled=compiled, target=target,
         placement=placement, timings=timings, printed_at_trace=printed.getvalue(),
         output_shardings=outputs, xla_compiles=_COMPILES.count - before[0],
-        xla_seconds=_COMPILES.seconds - before[1],
+        xla_seconds=_COMPILES.seconds - before[1], notes=notes,
     )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _interrupted_compile(target: Target, seconds: float) -> Exception:

@@ -159,5 +159,5 @@ def translate(
     return TraceError(
         f"tracing failed: {type(exc).__name__}: {_first_line(exc)}",
         line=line,
-        hint="fix that line; JAX's own message is shown above",
+        hint="fix that line; the original error is shown above",
     )
