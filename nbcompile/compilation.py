@@ -168,24 +168,37 @@ class Compilation:
 
     @property
     def timings(self) -> dict[str, float]:
-        """Seconds per stage of *this run*: trace/lower/compile (absent on a cache hit, which
-        compiled nothing), analyse, measurements, and the cell's own steps when run by the
-        magic (capture, run, key, bind, display)."""
+        """Seconds this run spent, by phase; the phases add up to the whole cell.
+
+        Phases (keys without a dot): the cell's steps when run by the magic (``capture``,
+        ``run``, ``cache_lookup``, ``pipeline``, ``measure``, ``freeze``, ``bind``), the stages
+        this run compiled (``trace``, ``lower``, ``compile``; ``grad_trace``... for ``--grad``'s
+        program; absent on a cache hit, which compiled nothing), the analyses this run computed
+        (``analyse``, ``grad_analyse``), ``report`` and ``display``. Keys with a dot are parts of
+        the phase before the dot (``analyse.parse``); ``eager_call`` / ``compiled_call`` are
+        ``--bench``'s per-call medians, not phases.
+        """
         out: dict[str, float] = {}
         if not self.cache_hit:
             out.update(self.stages.timings)
-        analysis = self.program.analysis_seconds
-        if analysis is not None and not self.cache_hit:
-            out["analyse"] = analysis
-            out.update(getattr(self.program._analysis, "timings", None) or {})
         out.update(self._timings)
+        if self.grad is not None:
+            for key, seconds in self.grad.timings.items():
+                if "." not in key and not key.endswith("_call"):
+                    out[f"grad_{key}"] = seconds
         return out
 
     # --- analysis ----------------------------------------------------------------------------
     @property
     def analysis(self) -> Any:
-        """The :class:`nbcompile.analysis.Analysis` of this program (computed on first use)."""
-        return self.program.analysis
+        """The :class:`nbcompile.analysis.Analysis` of this program (computed on first use,
+        by whichever run needs it first: that run's timings count it)."""
+        fresh = self.program._analysis is None
+        analysis = self.program.analysis
+        if fresh:
+            self._timings["analyse"] = self.program.analysis_seconds or 0.0
+            self._timings.update(getattr(analysis, "timings", None) or {})
+        return analysis
 
     @property
     def graph(self) -> Any:
@@ -440,6 +453,8 @@ class Compilation:
         from .report import build_report
 
         self.analysis  # noqa: B018 - analyse first: it adds to the timings
+        if self.grad is not None:
+            self.grad.analysis  # noqa: B018 - counted as grad_analyse, not as report
         key = self._state_key()
         if self._report is None or self._report[0] != key:
             t0 = time.perf_counter()
@@ -507,7 +522,10 @@ class Compilation:
     def __repr__(self) -> str:
         from .report import text_summary
 
-        return text_summary(self.report())
+        t0 = time.perf_counter()
+        text = text_summary(self.report())
+        self._timings.setdefault("display", time.perf_counter() - t0)
+        return text
 
 
 def _with_kwargs(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Callable[..., Any]:

@@ -78,9 +78,9 @@ class Program:
         if self._analysis is None:
             from .analysis import Artifacts, analyse
 
+            t0 = time.perf_counter()
             recompile_with_metadata(self.stages, self.request.compiler_options)
             stages = self.stages
-            t0 = time.perf_counter()
             self._analysis = analyse(Artifacts(
                 closed_jaxpr=stages.closed_jaxpr, lowered=stages.lowered,
                 compiled=stages.compiled, hlo_text=stages.hlo_text, source=self.source,

@@ -215,9 +215,11 @@ class Session:
             comp.add_note(warning)
         bound = self._bind(captured, comp, fn, namespace)
         clock.lap("bind")
+        stage_seconds = sum(v for k, v in comp.timings.items()
+                            if k.removeprefix("grad_") in ("trace", "lower", "compile"))
+        clock.steps["pipeline"] = max(clock.steps.pop("compile") - stage_seconds, 0.0)
         for step, seconds in clock.steps.items():
-            comp.record_timing(step if step != "compile" or comp.cache_hit else "cell_compile",
-                               seconds)
+            comp.record_timing(step, seconds)
         self.last = comp
         return CellResult(comp, captured, bound, comp.cache_hit, changes, warnings)
 
