@@ -26,7 +26,7 @@ def test_phases_add_up_to_the_cell(shell):
     import nbcompile
 
     shell.reset(new_session=False)
-    setup = ("import sys; sys.path.insert(0, %r)\n" % str(ROOT)
+    setup = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
              + "from benchmarks.models import transformer_train_step\n"
              "step, args = transformer_train_step(n_layers=2, d=128)\n"
              "params, batch = args[0], args[1:]\n"
