@@ -1,14 +1,27 @@
-"""``bench``: eager (op by op) vs compiled, with compile time, break-even and kernel counts.
+"""``bench``: an ordinary eager call vs the compiled program, with compile time and break-even.
 
-* **eager** runs ``fn`` under ``jax.disable_jit()``: every primitive is dispatched as its own
-  kernel (loops run in Python), which is what JAX does without ``jit``;
-* **compiled** calls the XLA executable;
-* both are timed with warm-up, ``block_until_ready`` and adaptive repeats (see ``_timing``);
-* **kernels**: eager = primitive applications dispatched, counted by replaying the traced
-  program op by op (``nbcompile.debug.Interpreter``; loop bodies count once per iteration);
-  compiled = top-level kernels of the optimised ENTRY computation (``_hlo.entry_kernels``);
-* **break-even**: the number of calls after which compiling has paid for itself,
-  ``ceil(compile_seconds / (eager - compiled))`` (None when compiled is not faster).
+Three ways to run the same function are timed (medians over repeated, blocked calls, ``_timing``):
+
+* **eager** — the ordinary call ``fn(*args)`` without ``jit``, what a user runs: each primitive
+  is dispatched as its own small executable, and library functions that are themselves jitted
+  (and ``scan``/``while``/``cond``) run as one executable each;
+* **op by op** — under ``jax.disable_jit()``: nested jits unrolled into single primitives and
+  loops run in Python. Slower than eager for reasons that have nothing to do with XLA's
+  optimisations, so it is reported beside eager, never as the baseline;
+* **compiled** — the XLA executable.
+
+Kernel counts: eager = executables an ordinary call dispatches (``_eager.eager_dispatches``,
+from the traced program; "at least" where a ``shard_map`` hides them); op by op = primitives a
+replay of the program dispatches (``nbcompile.debug.Interpreter``, loop bodies once per
+iteration); compiled = top-level kernels of the optimised ENTRY computation.
+
+Small ops are limited by **dispatch cost**, a different effect from fusion: ``dispatch`` times
+one eager dispatch of a 1-element add (measured), and ``dispatch_share`` estimates how much of
+the eager time ``eager_kernels`` such dispatches account for. ``--ablate`` measures what fusion
+itself bought (compiled with and without it).
+
+Break-even: the calls after which compiling has paid for itself,
+``ceil(compile_seconds / (eager - compiled))`` (None when compiled is not faster).
 """
 
 from __future__ import annotations
@@ -21,9 +34,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ..debug.interpreter import Interpreter
+from ._eager import OpByOp, eager_dispatches
 from ._hlo import entry_kernels
 from ._timing import Timing, _fmt, time_call
 
@@ -31,54 +44,23 @@ __all__ = ["SMALL_SPEEDUP", "BenchResult", "bench"]
 
 #: Below this speed-up the result explains why (``BenchResult.why``).
 SMALL_SPEEDUP = 1.5
-_DATA_MOVEMENT = frozenset(
-    {
-        "broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims",
-        "convert_element_type", "iota", "copy", "copy_p", "slice", "dynamic_slice",
-        "dynamic_update_slice", "concatenate", "gather", "pad", "rev",
-    }
-)  # fmt: skip
 
 
-@dataclass
-class _Work:
-    """What the eager replay saw: ops dispatched and an analytic flop split."""
-
-    kernels: int = 0
-    dot_ops: int = 0
-    dot_flops: float = 0.0
-    other_flops: float = 0.0
-
-    def __call__(
-        self, nid: str, eqn: Any, invals: list, outvals: list, it: tuple, leaf: bool
-    ) -> None:
-        if not leaf:
-            return
-        self.kernels += 1
-        name = eqn.primitive.name
-        out_size = sum(int(np.prod(np.shape(o))) for o in outvals)
-        if name == "dot_general":
-            (lhs_contract, _), _ = eqn.params["dimension_numbers"]
-            k = int(np.prod([np.shape(invals[0])[d] for d in lhs_contract]))
-            self.dot_ops += 1
-            self.dot_flops += 2.0 * out_size * k
-        elif name == "conv_general_dilated":
-            rhs_shape = np.shape(invals[1])
-            out_features = rhs_shape[eqn.params["dimension_numbers"].rhs_spec[0]]
-            self.dot_ops += 1
-            self.dot_flops += 2.0 * out_size * int(np.prod(rhs_shape)) / max(out_features, 1)
-        elif name not in _DATA_MOVEMENT:
-            self.other_flops += out_size
-
-    @property
-    def dot_fraction(self) -> float | None:
-        total = self.dot_flops + self.other_flops
-        return self.dot_flops / total if total else None
+def _count(n: int | None, exact: bool) -> str:
+    if n is None:
+        return "unknown"
+    return f"{n}" if exact else f"at least {n}"
 
 
 @dataclass
 class BenchResult:
-    """Eager vs compiled figures. Times are seconds per call (:class:`Timing`)."""
+    """Eager vs compiled figures. Times are seconds per call (:class:`Timing`), all measured.
+
+    ``eager_kernels`` / ``op_by_op_kernels`` are lower bounds where ``eager_kernels_exact`` /
+    ``op_by_op_exact`` is False (a ``shard_map`` runs its body per device), None when unknown
+    (a note says why). ``dispatch`` is one eager dispatch of a 1-element add; ``dispatch_share``
+    (an estimate) is ``eager_kernels * dispatch.median / eager.median``.
+    """
 
     eager: Timing
     compiled: Timing
@@ -89,10 +71,28 @@ class BenchResult:
     dot_ops: int | None = None
     dot_flop_fraction: float | None = None
     notes: list[str] = field(default_factory=list)
+    eager_kernels_exact: bool = True
+    op_by_op: Timing | None = None
+    op_by_op_kernels: int | None = None
+    op_by_op_exact: bool = True
+    dispatch: Timing | None = None
 
     @property
     def speedup(self) -> float:
+        """Ordinary eager call / compiled (medians)."""
         return self.eager.median / self.compiled.median
+
+    @property
+    def op_by_op_speedup(self) -> float | None:
+        return self.op_by_op.median / self.compiled.median if self.op_by_op else None
+
+    @property
+    def dispatch_share(self) -> float | None:
+        """Estimated share of the eager time that is per-op dispatch (None without the figures;
+        with a lower-bound op count it is a lower bound too)."""
+        if self.dispatch is None or self.eager_kernels is None:
+            return None
+        return min(1.0, self.eager_kernels * self.dispatch.median / self.eager.median)
 
     @property
     def break_even_calls(self) -> int | None:
@@ -122,25 +122,33 @@ class BenchResult:
                 "element-wise ops around them."
             )
         ek, ck = self.eager_kernels, self.compiled_kernels
-        if ek is not None and ck is not None and ek <= max(2 * ck, 4):
+        if ek is not None and self.eager_kernels_exact and ck is not None and ek <= max(2 * ck, 4):
             return (
                 f"{head}: eager dispatches only {ek} op(s) against {ck} compiled kernel(s), so "
                 "there is little per-op overhead for compilation to remove."
             )
         return (
             f"{head}: the time is in the kernels' own work at this size, not in per-op dispatch; "
-            f"merging {ek} ops into {ck} kernels saves memory traffic but not much time."
+            f"merging {_count(ek, self.eager_kernels_exact)} eager dispatches into "
+            f"{_count(ck, True)} kernels saves memory traffic but not much time."
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "eager": self.eager.to_json(),
             "compiled": self.compiled.to_json(),
+            "op_by_op": self.op_by_op.to_json() if self.op_by_op else None,
+            "dispatch": self.dispatch.to_json() if self.dispatch else None,
             "speedup": self.speedup,
+            "op_by_op_speedup": self.op_by_op_speedup,
+            "dispatch_share": self.dispatch_share,
             "compile_seconds": self.compile_seconds,
             "compile_measured": self.compile_measured,
             "break_even_calls": self.break_even_calls,
             "eager_kernels": self.eager_kernels,
+            "eager_kernels_exact": self.eager_kernels_exact,
+            "op_by_op_kernels": self.op_by_op_kernels,
+            "op_by_op_exact": self.op_by_op_exact,
             "compiled_kernels": self.compiled_kernels,
             "dot_ops": self.dot_ops,
             "dot_flop_fraction": self.dot_flop_fraction,
@@ -149,27 +157,51 @@ class BenchResult:
         }
 
     def text(self) -> str:
-        lines = [
-            f"eager    {self.eager.text()}, {self.eager_kernels} ops dispatched",
-            f"compiled {self.compiled.text()}, {self.compiled_kernels} kernels",
-            f"speed-up {self.speedup:.2f}×",
+        ek = _count(self.eager_kernels, self.eager_kernels_exact)
+        lines = [f"eager    {self.eager.text()}, {ek} ops dispatched (ordinary call, no jit)"]
+        if self.op_by_op is not None:
+            ok = _count(self.op_by_op_kernels, self.op_by_op_exact)
+            lines.append(f"op by op {self.op_by_op.text()}, {ok} primitives (jax.disable_jit)")
+        lines += [
+            f"compiled {self.compiled.text()}, {_count(self.compiled_kernels, True)} kernels",
+            f"speed-up {self.speedup:.2f}× over eager",
         ]
         if self.compile_seconds is not None:
             be = self.break_even_calls
             pays = f"pays for itself after {be} call(s)" if be else "never pays for itself"
             lines[-1] += f"; compile {_fmt(self.compile_seconds)} {pays}"
+        share = self.dispatch_share
+        if share is not None and self.dispatch is not None:
+            bound = "" if self.eager_kernels_exact else "at least "
+            lines.append(
+                f"dispatch {_fmt(self.dispatch.median)} per eager op (measured) × {ek} ops ≈ "
+                f"{bound}{share:.0%} of the eager time (estimate)"
+            )
         if self.why:
             lines.append(self.why)
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
-def _compiled_hlo(compiled: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
-    if hasattr(compiled, "as_text"):
-        return compiled.as_text()
-    if hasattr(compiled, "lower"):
-        return compiled.lower(*args, **kwargs).compile().as_text()
+def _kernels(compiled: Any, hlo: str | None, args: Sequence[Any], kwargs: dict) -> str | None:
+    """The optimised HLO text (None when the backend has no text view)."""
+    if hlo is not None:
+        return hlo
+    try:
+        if hasattr(compiled, "as_text"):
+            return compiled.as_text()
+        if hasattr(compiled, "lower"):
+            return compiled.lower(*args, **kwargs).compile().as_text()
+    except NotImplementedError:  # Compiled.as_text: "text view unsupported" on this backend
+        return None
     return None
+
+
+def _one_dispatch() -> Timing:
+    """One eager dispatch of a 1-element add: the fixed cost every eager op pays."""
+    a = jnp.ones((1,), jnp.float32)
+    add = jax.lax.add
+    return time_call(lambda: jax.block_until_ready(add(a, a)), 0.1)
 
 
 def bench(
@@ -179,6 +211,8 @@ def bench(
     kwargs: dict[str, Any] | None = None,
     compiled: Callable[..., Any] | None = None,
     compile_seconds: float | None = None,
+    hlo: str | None = None,
+    op_by_op: bool = True,
     max_seconds: float = 10.0,
     progress: Callable[[str], None] | None = None,
 ) -> BenchResult:
@@ -186,10 +220,12 @@ def bench(
 
     ``compiled`` is a ``jax.stages.Compiled`` or ``jax.jit`` object (default: ``jax.jit(fn)``,
     compiled here); ``compile_seconds`` is the trace+lower+compile time if already known
-    (otherwise it is measured here when this function compiles). ``max_seconds`` is a soft cap
-    on the whole measurement: the compile, the op-count replay and each side's warm-up always run,
-    and each side takes at least 3 samples unless one call is longer than its share. Arguments
-    must be reusable across calls (no donated buffers).
+    (otherwise it is measured here when this function compiles); ``hlo`` is its optimised HLO
+    text if already known (else it is read from ``compiled``). ``op_by_op=False`` skips timing
+    the ``jax.disable_jit()`` run. ``max_seconds`` is a soft cap on the whole measurement: the
+    compile, the op-count replay and each side's warm-up always run, and each side takes at
+    least 3 samples unless one call is longer than its share. Arguments must be reusable across
+    calls (no donated buffers).
     """
     say = progress or (lambda _msg: None)
     start = time.perf_counter()
@@ -205,38 +241,48 @@ def bench(
             compile_seconds, measured = time.perf_counter() - t0, True
     elif compile_seconds is None:
         notes.append("compile time not given: break-even unknown")
+    if hasattr(fn, "lower") and hasattr(fn, "trace"):
+        notes.append("the function is itself jitted: its ordinary call runs a compiled program")
 
     say("bench: counting eager ops")
-    work = _Work()
-    try:
-        closed = jax.make_jaxpr(fn)(*args, **kwargs)
-        leaves = jax.tree.leaves((args, kwargs))
-        Interpreter(work).run(closed, [jnp.asarray(a) for a in leaves])
-        eager_kernels: int | None = work.kernels
-    except Exception as exc:  # a replay failure must not lose the timings
-        eager_kernels = None
-        notes.append(f"eager op count unavailable: {type(exc).__name__}")
-    try:
-        text = _compiled_hlo(compiled, args, kwargs)
-        compiled_kernels = len(entry_kernels(text)) if text else None
-    except Exception as exc:
-        compiled_kernels = None
-        notes.append(f"compiled kernel count unavailable: {type(exc).__name__}")
+    closed = jax.make_jaxpr(fn)(*args, **kwargs)
+    eager_kernels, eager_exact = eager_dispatches(closed)
+    replay = OpByOp()
+    interp = Interpreter(replay)
+    interp.run(closed, [jnp.asarray(a) for a in jax.tree.leaves((args, kwargs))])
+    if interp.opaque:
+        opaque = sorted(set(interp.opaque.values()))
+        notes.append(
+            f"{', '.join(opaque)} runs its body per device: eager and op-by-op op counts are "
+            "lower bounds"
+        )
+    text = _kernels(compiled, hlo, args, kwargs)
+    compiled_kernels = len(entry_kernels(text)) if text else None
+    if text is None:
+        notes.append("compiled kernel count unavailable: the backend gives no HLO text")
 
     def run_eager() -> None:
+        jax.block_until_ready(fn(*args, **kwargs))
+
+    def run_op_by_op() -> None:
         with jax.disable_jit():
             jax.block_until_ready(fn(*args, **kwargs))
 
     def run_compiled() -> None:
         jax.block_until_ready(compiled(*args, **kwargs))
 
-    left = max(max_seconds - (time.perf_counter() - start), 0.05)
-    say("bench: timing eager (op by op)")
-    eager = time_call(run_eager, 0.6 * left)
-    # eager may overrun its share (slow warm-up): compiled still gets at least its own share
-    left = max(max_seconds - (time.perf_counter() - start), 0.4 * left)
+    def left(share: float, floor: float) -> float:
+        return max(share * (max_seconds - (time.perf_counter() - start)), floor)
+
+    say("bench: timing eager (ordinary call)")
+    eager = time_call(run_eager, left(0.4 if op_by_op else 0.5, 0.05))
+    slow = None
+    if op_by_op:
+        say("bench: timing op by op (jax.disable_jit)")
+        slow = time_call(run_op_by_op, left(0.35, 0.03))
     say("bench: timing compiled")
-    fast = time_call(run_compiled, left)
+    fast = time_call(run_compiled, left(0.95, 0.05))
+    dispatch = _one_dispatch()
     say("bench: done")
     return BenchResult(
         eager=eager,
@@ -244,8 +290,13 @@ def bench(
         compile_seconds=compile_seconds,
         compile_measured=measured,
         eager_kernels=eager_kernels,
+        eager_kernels_exact=eager_exact,
         compiled_kernels=compiled_kernels,
-        dot_ops=work.dot_ops if eager_kernels is not None else None,
-        dot_flop_fraction=work.dot_fraction if eager_kernels is not None else None,
+        op_by_op=slow,
+        op_by_op_kernels=replay.kernels,
+        op_by_op_exact=not interp.opaque,
+        dot_ops=replay.dot_ops,
+        dot_flop_fraction=replay.dot_fraction,
+        dispatch=dispatch,
         notes=notes,
     )
