@@ -1,15 +1,11 @@
 // One drawn graph: collapsible groups laid out as nested layered boxes, pan/zoom, hover,
 // highlight, search. Never lays out more than `budget` boxes at once.
 
-import { layered } from "./layout.js";
-import { ancestors, groupPhase, topOps } from "./model.js";
-import { fmtBytes, fmtNum, h, s, trunc } from "./util.js";
+import { ancestors, groupPhase } from "./model.js";
+import { HEADER, PAD, buildScene, initialExpansion, pathData, unitKey } from "./scene.js";
+import { fmtBytes, h, s } from "./util.js";
 
-const CH = 6.7; // px per character of the 11px monospace label font
-const LINE = 14;
-const PAD = 10;
-const HEADER = 22;
-const MAXW = 250;
+let arrowCount = 0;
 
 export class GraphView {
   constructor(pg, { name, colorBy = "kind", budget = 400, initialBudget = 80, onActivate, onStatus }) {
@@ -25,7 +21,14 @@ export class GraphView {
       "aria-label": `${name} graph: drag to pan, Ctrl+wheel or +/- to zoom, 0 to fit` });
     this.svg = s("svg", { class: "nbc-svg", role: "group" });
     this.vp = s("g", { class: "nbc-viewport" });
-    this.svg.appendChild(this.vp);
+    // one arrow marker per view: a marker in a hidden panel's <svg> would not draw elsewhere
+    this.arrowId = `nbc-arrow-${++arrowCount}`;
+    const marker = s("marker", { id: this.arrowId, viewBox: "0 0 8 8", refX: 8, refY: 4, markerWidth: 7, markerHeight: 7,
+      orient: "auto-start-reverse", markerUnits: "userSpaceOnUse" });
+    marker.appendChild(s("path", { d: "M0,0L8,4L0,8z", class: "nbc-arrowhead" }));
+    const defs = s("defs", null);
+    defs.appendChild(marker);
+    this.svg.append(defs, this.vp);
     this.el.appendChild(this.svg);
     this.expandInitially(initialBudget);
     this.installEvents();
@@ -33,21 +36,11 @@ export class GraphView {
 
   /** Expand breadth-first, one whole depth level at a time, while the level fits the budget. */
   expandInitially(limit) {
-    let level = [this.pg.root];
-    let count = this.pg.root.items.length;
-    while (level.length) {
-      const groups = level.flatMap((g) => g.items.filter((it) => it.type === "group").map((it) => this.pg.groups.get(it.id)));
-      const extra = groups.reduce((k, g) => k + g.items.length - 1, 0);
-      if (!groups.length || (count + extra > limit && !(groups.length === 1 && count + extra <= this.budget))) break;
-      groups.forEach((g) => this.expanded.add(g.id));
-      count += extra;
-      level = groups;
-    }
+    for (const gid of initialExpansion(this.pg, limit, this.budget)) this.expanded.add(gid);
   }
 
   unitOf(nodeId) {
-    for (const gid of ancestors(this.pg, "n:" + nodeId)) if (!this.expanded.has(gid)) return "g:" + gid;
-    return "n:" + nodeId;
+    return unitKey(this.pg, this.expanded, nodeId);
   }
 
   visibleCount() {
@@ -88,28 +81,12 @@ export class GraphView {
   render({ anchor } = {}) {
     const t0 = performance.now();
     const before = anchor && this.boxes?.get(anchor);
-    const unitOf = new Map();
-    for (const n of this.pg.nodes) if (!this.pg.labels.has(n.id)) unitOf.set(n.id, this.unitOf(n.id));
-    this.unitOfMap = unitOf;
-    const tree = this.buildTree(this.pg.root, "root");
-    const agg = new Map();
-    for (const e of this.pg.edges) {
-      const u = unitOf.get(e.src), v = unitOf.get(e.dst);
-      if (!u || !v || u === v) continue;
-      const k = u + "\u0001" + v;
-      const a = agg.get(k);
-      if (a) { a.count++; a.bytes += e.bytes || 0; } else agg.set(k, { u, v, count: 1, bytes: e.bytes || 0 });
-    }
-    this.agg = [...agg.values()];
-    const perBox = new Map();
-    for (const a of this.agg) {
-      const [cu, cv, box] = lift(this.pg, a.u, a.v);
-      (perBox.get(box) || perBox.set(box, []).get(box)).push([cu, cv]);
-    }
-    this.layoutBox(tree, perBox);
-    this.boxes = new Map();
-    this.place(tree, 0, 0);
-    this.draw(tree);
+    const scene = buildScene(this.pg, this.expanded);
+    this.scene = scene;
+    this.unitOfMap = scene.unitOf;
+    this.agg = scene.edges;
+    this.boxes = scene.boxes;
+    this.draw(scene.root);
     this.layoutMs = performance.now() - t0;
     if (before && this.boxes.get(anchor)) {
       const after = this.boxes.get(anchor);
@@ -121,63 +98,6 @@ export class GraphView {
     const units = [...this.boxes.values()].filter((b) => !b.children).length;
     this.onStatus?.(`${units} boxes drawn for ${this.pg.nodes.length - this.pg.labels.size} ops` +
       (this.pg.labels.size ? ` (${this.pg.labels.size} parameters/scalars shown as labels)` : ""));
-  }
-
-  buildTree(g, key) {
-    const children = g.items.map((it) => {
-      if (it.type === "node") return { key: "n:" + it.id, node: this.pg.byId.get(it.id) };
-      const c = this.pg.groups.get(it.id);
-      return this.expanded.has(c.id) ? this.buildTree(c, "g:" + c.id) : { key: "g:" + c.id, group: c };
-    });
-    return { key, group: g, children };
-  }
-
-  layoutBox(box, perBox) {
-    for (const c of box.children) {
-      if (c.children) this.layoutBox(c, perBox);
-      else Object.assign(c, this.leafText(c));
-    }
-    box.inner = layered(box.children.map((c) => ({ key: c.key, w: c.w, h: c.h })), perBox.get(box.key) || []);
-    const root = box.key === "root";
-    box.title = root ? "" : `▾ ${trunc(box.group.label, 40)} · ${box.group.kind} · ${fmtNum(box.group.count)} ops`;
-    const minW = root ? 0 : box.title.length * CH + 2 * PAD;
-    box.w = Math.max(box.inner.width + (root ? 0 : 2 * PAD), minW);
-    box.h = box.inner.height + (root ? 0 : HEADER + PAD);
-    box.dx = (box.w - box.inner.width) / 2;
-  }
-
-  place(box, x, y) {
-    Object.assign(box, { x, y });
-    this.boxes.set(box.key, box);
-    if (!box.children) return;
-    const oy = box.key === "root" ? 0 : HEADER;
-    for (const c of box.children) {
-      const p = box.inner.pos.get(c.key);
-      this.place(c, x + box.dx + p.x, y + oy + p.y);
-    }
-  }
-
-  leafText(c) {
-    let lines;
-    if (c.node) {
-      const n = c.node;
-      const fusion = this.pg.isCompiled && n.fusion ? this.pg.fusionById.get(n.fusion) : null;
-      const ins = (this.pg.inLabels.get(n.id) || []).map((id) => this.pg.byId.get(id).label || id);
-      if (fusion || n.kind === "fusion") {
-        lines = [`${n.label || n.op}${fusion ? " · " + fusion.kind : ""}`, (fusion?.ops || []).join("+") || n.shape, n.shape + (n.line != null ? ` · L${n.line}` : "")];
-      } else {
-        lines = [n.label && n.label !== n.op ? `${n.op} ${n.label}` : n.op, (n.shape || "") + (n.line != null ? ` · L${n.line}` : "")];
-      }
-      if (ins.length) lines.push("← " + ins.slice(0, 3).join(", ") + (ins.length > 3 ? ` +${ins.length - 3}` : ""));
-    } else {
-      const g = c.group;
-      const lr = g.lineMin <= g.lineMax ? ` · L${g.lineMin}${g.lineMax > g.lineMin ? "–" + g.lineMax : ""}` : "";
-      lines = [`▸ ${g.label}`, `${g.kind} · ${fmtNum(g.count)} ops${lr}`, topOps(g, 3).join(", ")];
-    }
-    const maxChars = Math.floor((MAXW - 14) / CH);
-    lines = lines.map((t) => trunc(t, maxChars));
-    const w = Math.min(MAXW, Math.max(70, Math.max(...lines.map((t) => t.length)) * CH + 14));
-    return { lines, w, h: lines.length * LINE + 8 };
   }
 
   draw(tree) {
@@ -196,11 +116,9 @@ export class GraphView {
     };
     visit(tree, 0);
     for (const a of this.agg) {
-      const p = this.boxes.get(a.u), q = this.boxes.get(a.v);
-      const x1 = p.x + p.w / 2, y1 = p.y + p.h, x2 = q.x + q.w / 2, y2 = q.y;
-      const dy = Math.max(20, Math.abs(y2 - y1) / 2);
-      const el = s("path", { class: y2 < y1 ? "nbc-edge nbc-edge-up" : "nbc-edge", d: `M${x1},${y1} C${x1},${y1 + dy} ${x2},${y2 - dy} ${x2},${y2}`,
-        "stroke-width": Math.min(4, 1 + Math.log2(a.count) / 2).toFixed(2) });
+      const el = s("path", { class: a.up ? "nbc-edge nbc-edge-up" : "nbc-edge", d: pathData(a.points),
+        "stroke-width": Math.min(4, 1 + Math.log2(a.count) / 2).toFixed(2), "marker-end": a.up ? null : `url(#${this.arrowId})`,
+        "data-u": a.u, "data-v": a.v });
       el.appendChild(s("title", { text: `${a.count} edge${a.count > 1 ? "s" : ""} · ${fmtBytes(a.bytes)}` }));
       edges.appendChild(el);
       this.edgeEls.push([a, el]);
@@ -412,13 +330,4 @@ export class GraphView {
 
 function ancestorsOfGroup(pg, gid) {
   return ancestors(pg, "g:" + gid);
-}
-
-/** The layout box an edge belongs to and its two endpoints lifted to that box's children. */
-function lift(pg, u, v) {
-  const au = ancestors(pg, u), av = ancestors(pg, v);
-  let i = 0;
-  while (i < au.length && i < av.length && au[i] === av[i]) i++;
-  const box = i === 0 ? "root" : "g:" + au[i - 1];
-  return [i < au.length ? "g:" + au[i] : u, i < av.length ? "g:" + av[i] : v, box];
 }

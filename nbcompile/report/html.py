@@ -188,9 +188,7 @@ def _fallback(report: dict[str, Any], max_nodes: int) -> str:
     graphs = report.get("graphs") or {}
     for key, label in (("traced", "traced program"), ("compiled", "compiled (XLA kernels)")):
         if graphs.get(key):
-            svg = graph_svg(
-                graphs[key], max_nodes=max_nodes, title=f"{report.get('name')}: {label}"
-            )
+            svg = graph_svg(graphs[key], report, title=f"{report.get('name')}: {label}")
             alt = f"{label} of {report.get('name')}"
             parts.append(f"<div>{_img(svg, alt)}</div>")
     parts.append(_source_table(report))

@@ -6,7 +6,6 @@ import base64
 import copy
 import json
 import re
-import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -15,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nbcompile.report.html import pack_report, render_html, unpack_report
-from nbcompile.report.svg import graph_svg
 from nbcompile.widgets import CompilationView, renderer_script, static_page
 
 IMG = re.compile(r'<img src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"')
@@ -154,63 +152,6 @@ def test_size_budget_for_the_12_layer_train_step(big_report):
     later = len(render_html(big_report))
     assert state + first <= 400_000, (state, first)
     assert state + later <= 400_000 - 40_000, (state, later)
-
-
-def _boxes(svg: ET.Element) -> list[tuple[float, float, float, float]]:
-    out = []
-    for g in svg.iter(f"{{{SVG_NS}}}g"):
-        m = re.match(r"translate\(([-\d.]+),([-\d.]+)\)", g.get("transform", ""))
-        rect = g.find(f"{{{SVG_NS}}}rect")
-        if m and rect is not None:
-            out.append(
-                (float(m[1]), float(m[2]), float(rect.get("width")), float(rect.get("height")))
-            )
-    return out
-
-
-@pytest.mark.parametrize("which", ["traced", "compiled"])
-def test_svg_layout_is_bounded_and_boxes_do_not_overlap(big_report, which):
-    graph = big_report["graphs"][which]
-    t0 = time.perf_counter()
-    svg = graph_svg(graph, max_nodes=60)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 1.0, elapsed
-    boxes = _boxes(ET.fromstring(svg))
-    assert 10 <= len(boxes) <= 60
-    for i, (x1, y1, w1, h1) in enumerate(boxes):
-        for x2, y2, w2, h2 in boxes[i + 1 :]:
-            assert x1 + w1 <= x2 or x2 + w2 <= x1 or y1 + h1 <= y2 or y2 + h2 <= y1, (
-                "overlapping boxes"
-            )
-
-
-def test_svg_work_stays_bounded_on_a_flat_graph_five_times_bigger():
-    n = 6000
-    nodes = [
-        {
-            "id": f"k{i}",
-            "op": "fusion",
-            "kind": "fusion",
-            "shape": "f32[4]",
-            "bytes": 16,
-            "group": None,
-            "path": "",
-            "line": None,
-        }
-        for i in range(n)
-    ]
-    edges = [
-        {"src": f"k{i}", "dst": f"k{j}", "bytes": 16, "shape": "f32[4]"}
-        for i in range(n)
-        for j in (i + 1, i + 7, i + 50)
-        if j < n
-    ]
-    t0 = time.perf_counter()
-    boxes = _boxes(
-        ET.fromstring(graph_svg({"nodes": nodes, "edges": edges, "groups": []}, max_nodes=40))
-    )
-    assert time.perf_counter() - t0 < 2.0
-    assert 1 <= len(boxes) <= 40
 
 
 def test_real_report_from_nbcompile(report_fixtures, relaxed_dtypes):

@@ -1,0 +1,247 @@
+"""A report graph indexed for drawing: the port of ``prepareGraph`` in ``js/model.js``.
+
+Parameters and scalar constants become labels on their consumers; groups come from the report
+(or from node paths); a container with more than ``CHUNK_MAX`` children is split into chunks of
+``CHUNK`` in program order. Kept in step with the front end so the static picture and the widget
+draw the same boxes (tests/widgets/test_layout_parity.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CHUNK", "CHUNK_MAX", "Group", "PreparedGraph", "ancestors", "fmt_num",
+           "prepare_graph", "top_ops", "trunc"]  # fmt: skip
+
+CHUNK_MAX = 100
+CHUNK = 50
+_SCALAR = re.compile(r"^[a-z0-9]+\[\]$", re.IGNORECASE)
+_UNITS = ["", "K", "M", "G", "T", "P"]
+
+
+@dataclass
+class Group:
+    id: str
+    label: str
+    kind: str
+    parent: str | None
+    items: list[tuple[str, str, float]] = field(default_factory=list)  # (type, id, first)
+    count: int = 0
+    flops: float = 0.0
+    bytes: float = 0.0
+    first: float = float("inf")
+    ops: dict[Any, int] = field(default_factory=dict)
+    phases: dict[str, int] = field(default_factory=lambda: {"forward": 0, "backward": 0,
+                                                             "mixed": 0})
+    line_min: float = float("inf")
+    line_max: float = float("-inf")
+
+
+@dataclass
+class PreparedGraph:
+    graph: dict[str, Any]
+    nodes: list[dict[str, Any]]
+    by_id: dict[str, dict[str, Any]]
+    index: dict[str, int]
+    labels: set[str]
+    in_labels: dict[str, list[str]]
+    label_users: dict[str, list[str]]
+    edges: list[dict[str, Any]]
+    fusion_by_id: dict[str, dict[str, Any]]
+    is_compiled: bool
+    groups: dict[str, Group] = field(default_factory=dict)
+    root: Group | None = None
+    parent_of: dict[str, str] = field(default_factory=dict)
+
+
+def fmt_num(x: Any) -> str:
+    """``fmtNum`` of js/util.js: 1234567 -> "1.23M" (JavaScript's toFixed rounding)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    if x is None or x != x:
+        return "–"
+    v, i = abs(float(x)), 0
+    while v >= 1000 and i < len(_UNITS) - 1:
+        v /= 1000
+        i += 1
+    digits = 0 if v >= 100 or i == 0 else 1 if v >= 10 else 2
+    if i == 0 and not float(v).is_integer():
+        digits = 2
+    q = Decimal(v).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    return ("-" if x < 0 else "") + f"{q:.{digits}f}" + _UNITS[i]
+
+
+def trunc(text: Any, n: int) -> str:
+    text = "" if text is None else str(text)
+    return text[: max(1, n - 1)] + "…" if len(text) > n else text
+
+
+def _is_scalar(shape: Any) -> bool:
+    return isinstance(shape, str) and bool(_SCALAR.match(shape.strip()))
+
+
+def _is_label(n: dict[str, Any]) -> bool:
+    b = n.get("bytes")
+    return n.get("kind") == "param" or (
+        n.get("kind") == "const" and (_is_scalar(n.get("shape")) or (1e9 if b is None else b) <= 8)
+    )
+
+
+def prepare_graph(graph: dict[str, Any], report: dict[str, Any]) -> PreparedGraph:
+    """Index one report graph for drawing (``prepareGraph``)."""
+    nodes = graph.get("nodes") or []
+    by_id, index, labels = {}, {}, set()
+    for i, n in enumerate(nodes):
+        by_id[n["id"]] = n
+        index[n["id"]] = i
+        if _is_label(n):
+            labels.add(n["id"])
+    in_labels: dict[str, list[str]] = {}
+    label_users: dict[str, list[str]] = {}
+    edges = []
+    for e in graph.get("edges") or []:
+        src, dst = e.get("src"), e.get("dst")
+        if src not in by_id or dst not in by_id or dst in labels:
+            continue
+        if src in labels:
+            in_labels.setdefault(dst, []).append(src)
+            label_users.setdefault(src, []).append(dst)
+            continue
+        edges.append(e)
+    pg = PreparedGraph(
+        graph=graph, nodes=nodes, by_id=by_id, index=index, labels=labels, in_labels=in_labels,
+        label_users=label_users, edges=edges,
+        fusion_by_id={f["id"]: f for f in report.get("fusions") or []},
+        is_compiled=graph is (report.get("graphs") or {}).get("compiled"),
+    )
+    _build_tree(pg)
+    return pg
+
+
+def _build_tree(pg: PreparedGraph) -> None:
+    groups: dict[str, Group] = {}
+    root = Group("", "all", "root", None)
+    groups[""] = root
+    drawn = [n for n in pg.nodes if n["id"] not in pg.labels]
+    explicit = bool(pg.graph.get("groups")) and any(n.get("group") for n in drawn)
+    node_group: dict[str, str] = {}
+    if explicit:
+        for g in pg.graph["groups"]:
+            groups[g["id"]] = Group(g["id"], g.get("label"), g.get("kind"), g.get("parent") or "")
+        for n in drawn:
+            node_group[n["id"]] = n["group"] if n.get("group") in groups else ""
+    else:
+        for n in drawn:
+            segs = [s for s in str(n.get("path") or "").split("/") if s]
+            parent = ""
+            for i in range(len(segs)):
+                gid = "p:" + "/".join(segs[: i + 1])
+                if gid not in groups:
+                    groups[gid] = Group(gid, segs[i], "scope", parent)
+                parent = gid
+            node_group[n["id"]] = parent
+    for g in groups.values():
+        if g.id != "" and g.parent not in groups:
+            g.parent = ""
+    child_groups: dict[str, list[str]] = {}
+    for g in groups.values():
+        if g.id != "":
+            child_groups.setdefault(g.parent or "", []).append(g.id)
+    for n in drawn:
+        groups[node_group[n["id"]]].items.append(("node", n["id"], pg.index[n["id"]]))
+
+    def visit(g: Group) -> None:
+        for cid in child_groups.get(g.id, []):
+            c = groups[cid]
+            visit(c)
+            if c.count > 0:
+                g.items.append(("group", cid, c.first))
+            else:
+                del groups[cid]
+        for typ, iid, _first in g.items:
+            if typ == "node":
+                _add_node(g, pg.by_id[iid], pg.index[iid])
+            else:
+                _merge(g, groups[iid])
+        g.items.sort(key=lambda it: it[2])
+
+    visit(root)
+    chunk_id = 0
+    for g in list(groups.values()):
+        while len(g.items) > CHUNK_MAX:
+            items = g.items
+            g.items = []
+            for i in range(0, len(items), CHUNK):
+                part = items[i: i + CHUNK]
+                c = Group(f"chunk:{chunk_id}", "", "chunk", g.id)
+                chunk_id += 1
+                c.items = part
+                for typ, iid, first in part:
+                    if typ == "node":
+                        _add_node(c, pg.by_id[iid], first)
+                    else:
+                        _merge(c, groups[iid])
+                        groups[iid].parent = c.id
+                c.label = (f"{', '.join(top_ops(c, 2))} … ({i + 1}–{i + len(part)} of "
+                           f"{len(items)})")  # fmt: skip
+                groups[c.id] = c
+                g.items.append(("group", c.id, c.first))
+    for g in groups.values():
+        for typ, iid, _first in g.items:
+            pg.parent_of[("n:" if typ == "node" else "g:") + iid] = g.id
+    pg.groups = groups
+    pg.root = root
+
+
+def _add_node(g: Group, n: dict[str, Any], i: int) -> None:
+    g.count += 1
+    g.flops += n.get("flops") or 0
+    g.bytes += n.get("bytes") or 0
+    g.first = min(g.first, i)
+    g.ops[n.get("op")] = g.ops.get(n.get("op"), 0) + 1
+    if n.get("phase") in g.phases:
+        g.phases[n["phase"]] += 1
+    if n.get("line") is not None:
+        g.line_min = min(g.line_min, n["line"])
+        g.line_max = max(g.line_max, n["line"])
+
+
+def _merge(g: Group, c: Group) -> None:
+    g.count += c.count
+    g.flops += c.flops
+    g.bytes += c.bytes
+    g.first = min(g.first, c.first)
+    for op, k in c.ops.items():
+        g.ops[op] = g.ops.get(op, 0) + k
+    for p in c.phases:
+        g.phases[p] += c.phases[p]
+    g.line_min = min(g.line_min, c.line_min)
+    g.line_max = max(g.line_max, c.line_max)
+
+
+def top_ops(g: Group, k: int) -> list[str]:
+    """The k most frequent ops of a group (ties: first seen first)."""
+    return [str(op) for op, _ in sorted(g.ops.items(), key=lambda kv: -kv[1])[:k]]
+
+
+def group_phase(g: Group) -> str | None:
+    """Majority phase of a group (``groupPhase``)."""
+    f, b, m = g.phases["forward"], g.phases["backward"], g.phases["mixed"]
+    if f + b + m == 0:
+        return None
+    if m > 0 or (f > 0 and b > 0):
+        return "forward" if f >= 2 * b else "backward" if b >= 2 * f else "mixed"
+    return "forward" if f > 0 else "backward"
+
+
+def ancestors(pg: PreparedGraph, key: str) -> list[str]:
+    """Group ids from the root down to (excluding) the unit with this key."""
+    out = []
+    gid = pg.parent_of.get(key)
+    while gid is not None and gid != "":
+        out.append(gid)
+        gid = pg.parent_of.get("g:" + gid)
+    out.reverse()
+    return out

@@ -1,0 +1,400 @@
+"""A layered (Sugiyama) layout of the children of one box: the port of ``js/layout.js``.
+
+The static picture must draw what the widget draws, so this is a line-by-line port of the front
+end's layout (same steps, same order of floating-point operations, same tie-breaking; see that
+file for the method): ``rank`` gives layers and the edges drawn upwards, ``layout_box`` places
+the children with ports and dummy chains. ``tests/widgets/test_layout_parity.py`` runs both on
+real reports and compares the coordinates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["GAP", "BoxLayout", "Ranked", "bottom_port", "edge_key", "layout_box", "rank",
+           "top_port"]  # fmt: skip
+
+GAP = {"node": 18.0, "dummy": 8.0, "layer": 30.0, "port": 16.0, "dummyW": 6.0}
+SWEEPS = 8
+RELAX = 8
+TRANSPOSE_MAX = 4
+WORK = 12000  # bounded work: boxes with many dummy nodes get fewer passes (at least 2)
+
+
+def _passes(most: int, n: int) -> int:
+    return max(2, min(most, WORK // max(1, n)))
+
+_SEP = "\u0001"
+
+
+def top_port(k: str) -> str:
+    return "\u0002t" + k
+
+
+def bottom_port(k: str) -> str:
+    return "\u0002b" + k
+
+
+def edge_key(a: str, b: str) -> str:
+    return a + _SEP + b
+
+
+@dataclass
+class Ranked:
+    layer: dict[str, int]
+    dag: list[tuple[str, str]]
+    reversed: set[str]
+
+
+@dataclass
+class BoxLayout:
+    pos: dict[str, tuple[float, float]]
+    width: float
+    height: float
+    bands: list[tuple[float, float]]
+    layer_of: dict[str, int]
+    chains: dict[str, list[tuple[float, int]]]
+    port_top: dict[str, float] = field(default_factory=dict)
+    port_bottom: dict[str, float] = field(default_factory=dict)
+    bottom_layer: int = 0
+
+
+def rank(keys: list[str], edges: list[tuple[str, str]]) -> Ranked:
+    """Layers of one box's children (``rank`` in js/layout.js)."""
+    n = len(keys)
+    idx = {k: i for i, k in enumerate(keys)}
+    out: list[list[int]] = [[] for _ in range(n)]
+    seen: set[int] = set()
+    for a, b in edges:
+        i, j = idx.get(a), idx.get(b)
+        if i is None or j is None or i == j:
+            continue
+        k = i * n + j
+        if k in seen:
+            continue
+        seen.add(k)
+        out[i].append(j)
+    state = [0] * n
+    dag_seen: set[int] = set()
+    dag: list[tuple[int, int]] = []
+    reversed_: set[str] = set()
+
+    def add_dag(i: int, j: int) -> None:
+        k = i * n + j
+        if k not in dag_seen:
+            dag_seen.add(k)
+            dag.append((i, j))
+
+    for s in range(n):
+        if state[s]:
+            continue
+        stack = [[s, 0]]
+        state[s] = 1
+        while stack:
+            top = stack[-1]
+            v, k = top
+            if k < len(out[v]):
+                top[1] = k + 1
+                u = out[v][k]
+                if state[u] == 1:
+                    add_dag(u, v)
+                    reversed_.add(edge_key(keys[v], keys[u]))
+                else:
+                    add_dag(v, u)
+                    if state[u] == 0:
+                        state[u] = 1
+                        stack.append([u, 0])
+            else:
+                state[v] = 2
+                stack.pop()
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for i, j in dag:
+        succ[i].append(j)
+        indeg[j] += 1
+    layer = [0] * n
+    topo = [i for i in range(n) if indeg[i] == 0]
+    q = 0
+    while q < len(topo):
+        i = topo[q]
+        q += 1
+        for j in succ[i]:
+            layer[j] = max(layer[j], layer[i] + 1)
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                topo.append(j)
+    for t in range(len(topo) - 1, -1, -1):
+        i = topo[t]
+        if not succ[i]:
+            continue
+        layer[i] = max(layer[i], min(layer[j] for j in succ[i]) - 1)
+    dense = {v: i for i, v in enumerate(sorted(set(layer)))}
+    return Ranked({k: dense[layer[i]] for i, k in enumerate(keys)},
+                  [(keys[i], keys[j]) for i, j in dag], reversed_)  # fmt: skip
+
+
+def layout_box(items: list[tuple[str, float, float]], ranked: Ranked,
+               ports: dict[str, list[str]] | None = None,
+               attach: dict[str, tuple[float, float]] | None = None,
+               g: dict[str, float] = GAP) -> BoxLayout:  # fmt: skip
+    """Coordinates of one box's children (``layoutBox`` in js/layout.js); items: (key, w, h);
+    ``attach``: edge key -> px offsets from the centres where the edge meets its two ends."""
+    ports = ports or {"top": [], "bottom": []}
+    attach = attach or {}
+    keys: list[Any] = []
+    widths: list[float] = []
+    heights: list[float] = []
+    layer_ix: list[int] = []
+    real: list[bool] = []
+    idx: dict[str, int] = {}
+    shift = 1 if ports["top"] else 0
+    max_l = -1
+
+    def add(key: Any, w: float, h: float, lay: int, is_real: bool) -> int:
+        keys.append(key)
+        widths.append(w)
+        heights.append(h)
+        layer_ix.append(lay)
+        real.append(is_real)
+        return len(keys) - 1
+
+    for key, w, h in items:
+        lay = ranked.layer[key] + shift
+        idx[key] = add(key, w, h, lay, True)
+        max_l = max(max_l, lay)
+    bottom_l = max_l + 1
+    for k in ports["top"]:
+        idx[top_port(k)] = add(top_port(k), g["dummyW"], 0.0, 0, False)
+    for k in ports["bottom"]:
+        idx[bottom_port(k)] = add(bottom_port(k), g["dummyW"], 0.0, bottom_l, False)
+    n_layers = bottom_l + 1 if ports["bottom"] else bottom_l
+    edges = list(ranked.dag)
+    edges += [(top_port(k), k) for k in ports["top"]]
+    edges += [(k, bottom_port(k)) for k in ports["bottom"]]
+    # neighbour lists: (node, weight, px offset of the attachment on it, fraction for ordering,
+    # the same fraction on this node)
+    up: list[list[tuple[int, int, float, float, float]]] = [[] for _ in keys]
+    down: list[list[tuple[int, int, float, float, float]]] = [[] for _ in keys]
+
+    def link(i: int, j: int, off_i: float = 0.0, off_j: float = 0.0) -> None:
+        w = 8 if not real[i] and not real[j] else 2 if not real[i] or not real[j] else 1
+        fi, fj = _frac(off_i, widths[i]), _frac(off_j, widths[j])
+        down[i].append((j, w, off_j, fj, fi))
+        up[j].append((i, w, off_i, fi, fj))
+
+    chain_idx: dict[str, list[int]] = {}
+    for a, b in edges:
+        first = prev = idx[a]
+        last = idx[b]
+        off_a, off_b = attach.get(edge_key(a, b), (0.0, 0.0))
+        dummies = []
+        for lay in range(layer_ix[prev] + 1, layer_ix[last]):
+            d = add(None, g["dummyW"], 0.0, lay, False)
+            up.append([])
+            down.append([])
+            link(prev, d, off_a if prev == first else 0.0, 0.0)
+            dummies.append(d)
+            prev = d
+        link(prev, last, off_a if prev == first else 0.0, off_b)
+        chain_idx[edge_key(a, b)] = dummies
+    n = len(keys)
+    layers: list[list[int]] = [[] for _ in range(n_layers)]
+    for i in range(n):
+        layers[layer_ix[i]].append(i)
+    pos = [0.0] * n
+
+    def renumber(lay: int) -> None:
+        for k, i in enumerate(layers[lay]):
+            pos[i] = k
+
+    for lay in range(n_layers):
+        renumber(lay)
+
+    def crossings() -> int:
+        return sum(_cross_between(layers[lay], down, pos, len(layers[lay + 1]))
+                   for lay in range(n_layers - 1))  # fmt: skip
+
+    best = [list(layer) for layer in layers]
+    best_c = crossings()
+    sweeps, tpasses, relax = _passes(SWEEPS, n), _passes(TRANSPOSE_MAX, n), _passes(RELAX, n)
+    sweep = 0
+    while sweep < sweeps and best_c > 0:
+        downward = sweep % 2 == 0
+        order = list(range(n_layers)) if downward else list(range(n_layers - 1, -1, -1))
+        nb = up if downward else down
+        for lay in order:
+            bary = {}
+            for i in layers[lay]:
+                lst = nb[i]
+                if not lst:
+                    bary[i] = pos[i]
+                    continue
+                s = 0.0
+                for j, _w, _o, fr, _own in lst:
+                    s += pos[j] + fr
+                bary[i] = s / len(lst)
+            layers[lay].sort(key=lambda i: (bary[i], pos[i]))
+            renumber(lay)
+        _transpose(layers, up, down, pos, renumber, tpasses)
+        c = crossings()
+        if c < best_c:
+            best_c = c
+            best = [list(layer) for layer in layers]
+        sweep += 1
+    for lay in range(n_layers):
+        layers[lay] = best[lay]
+        renumber(lay)
+
+    def sep(i: int, j: int) -> float:
+        return (widths[i] + widths[j]) / 2 + (g["node"] if real[i] and real[j] else g["dummy"])
+
+    x = [0.0] * n
+    for layer in layers:
+        cx = 0.0
+        for k, i in enumerate(layer):
+            if k:
+                cx += sep(layer[k - 1], i)
+            x[i] = cx
+    for p in range(relax):
+        for lay in (range(n_layers) if p % 2 == 0 else range(n_layers - 1, -1, -1)):
+            _relax_layer(layers[lay], x, up, down, sep)
+    min_x, max_x = float("inf"), float("-inf")
+    for i in range(n):
+        min_x = min(min_x, x[i] - widths[i] / 2)
+        max_x = max(max_x, x[i] + widths[i] / 2)
+    if not n:
+        min_x = max_x = 0.0
+    bands: list[tuple[float, float]] = []
+    y = 0.0
+    for lay in range(n_layers):
+        h = 0.0
+        for i in layers[lay]:
+            if real[i]:
+                h = max(h, heights[i])
+        if lay > 0:
+            y += g["port"] if (lay == 1 and shift) or (lay == bottom_l and ports["bottom"]) \
+                else g["layer"]  # fmt: skip
+        bands.append((y, y + h))
+        y += h
+    out = BoxLayout(pos={}, width=max_x - min_x, height=y, bands=bands, layer_of={}, chains={},
+                    bottom_layer=bottom_l)  # fmt: skip
+    for i in range(n):
+        if real[i]:
+            out.pos[keys[i]] = (x[i] - widths[i] / 2 - min_x, bands[layer_ix[i]][0])
+            out.layer_of[keys[i]] = layer_ix[i]
+    for k in ports["top"]:
+        out.port_top[k] = x[idx[top_port(k)]] - min_x
+    for k in ports["bottom"]:
+        out.port_bottom[k] = x[idx[bottom_port(k)]] - min_x
+    for key, dummies in chain_idx.items():
+        out.chains[key] = [(x[d] - min_x, layer_ix[d]) for d in dummies]
+    return out
+
+
+def _frac(off: float, w: float) -> float:
+    return max(-0.45, min(0.45, off / max(w, 1)))
+
+
+def _cross_between(upper: list[int], down: list[list[tuple[int, int, float, float, float]]],
+                   pos: list[float], size: int) -> int:  # fmt: skip
+    ends: list[float] = []
+    for i in upper:
+        # this node's edges in port order, then by their lower end
+        ends.extend(p for _own, p in sorted((own, pos[j] + fr) for j, _w, _o, fr, own in down[i]))
+    if len(ends) < 2:
+        return 0
+    rank_of = {p: r for r, p in enumerate(sorted(set(ends)))}
+    size = len(rank_of)
+    tree = [0] * (size + 1)
+    c = 0
+    for seen, q in enumerate(ends):
+        p = rank_of[q]
+        le = 0
+        k = p + 1
+        while k > 0:
+            le += tree[k]
+            k -= k & -k
+        c += seen - le
+        k = p + 1
+        while k <= size:
+            tree[k] += 1
+            k += k & -k
+    return c
+
+
+def _transpose(layers: list[list[int]], up: list[list[tuple[int, int, float, float, float]]],
+               down: list[list[tuple[int, int, float, float, float]]], pos: list[float], renumber: Any,
+               most: int) -> None:  # fmt: skip
+    # Swapping u and v (neighbours in a layer) changes the crossings of their edges with each
+    # other only: (pairs a of u, b of v with a right of b) - (pairs with a left of b).
+    for _ in range(most):
+        improved = False
+        for layer in layers:
+            for k in range(len(layer) - 1):
+                u, v = layer[k], layer[k + 1]
+                diff = _gain(up[u], up[v], pos) + _gain(down[u], down[v], pos)
+                if diff > 0:
+                    layer[k], layer[k + 1] = v, u
+                    pos[u] = k + 1
+                    pos[v] = k
+                    improved = True
+        if not improved:
+            break
+    for lay in range(len(layers)):
+        renumber(lay)
+
+
+def _gain(nu: list[tuple[int, int]], nv: list[tuple[int, int]], pos: list[float]) -> int:
+    if not nu or not nv:
+        return 0
+    d = 0
+    for a, _w, _o, fa, _fa in nu:
+        pa = pos[a] + fa
+        for b, _w2, _o2, fb, _fb in nv:
+            pb = pos[b] + fb
+            if pa > pb:
+                d += 1
+            elif pa < pb:
+                d -= 1
+    return d
+
+
+def _relax_layer(layer: list[int], x: list[float], up: list[list[tuple[int, int, float, float, float]]],
+                 down: list[list[tuple[int, int, float, float, float]]], sep: Any) -> None:  # fmt: skip
+    n = len(layer)
+    if not n:
+        return
+    off = [0.0] * n
+    for k in range(1, n):
+        off[k] = off[k - 1] + sep(layer[k - 1], layer[k])
+    vals: list[float] = []
+    wts: list[float] = []
+    cnts: list[int] = []
+    for k in range(n):
+        i = layer[k]
+        s = w = 0.0
+        for j, wt, at, _f, _g in up[i]:
+            s += wt * (x[j] + at)
+            w += wt
+        for j, wt, at, _f, _g in down[i]:
+            s += wt * (x[j] + at)
+            w += wt
+        if w > 0:
+            vals.append(s / w - off[k])
+            wts.append(w)
+        else:
+            vals.append(x[i] - off[k])
+            wts.append(0.01)
+        cnts.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            v2, w2, c2 = vals.pop(), wts.pop(), cnts.pop()
+            v1, w1, c1 = vals.pop(), wts.pop(), cnts.pop()
+            vals.append((v1 * w1 + v2 * w2) / (w1 + w2))
+            wts.append(w1 + w2)
+            cnts.append(c1 + c2)
+    k = 0
+    for b, v in enumerate(vals):
+        for _ in range(cnts[b]):
+            x[layer[k]] = v + off[k]
+            k += 1

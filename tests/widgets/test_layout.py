@@ -1,0 +1,151 @@
+"""The graph layout (nbcompile/report/scene.py, the port of js/scene.js): what a person sees.
+
+Boxes never overlap, edges never run through a box (a node, a collapsed group, or an expanded
+group that holds neither end), every edge starts at its upper box and ends at its lower one,
+work stays bounded on big graphs, and the static picture draws exactly the scene's boxes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import pytest
+
+from nbcompile.report.graphmodel import ancestors
+from nbcompile.report.scene import Scene
+from nbcompile.report.svg import graph_scene, graph_svg
+
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def _curve(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The drawn route: vertical runs, gaps as vertical-tangent cubics (8 pieces each)."""
+    out = [points[0]]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if abs(x0 - x1) < 0.05:
+            out.append((x1, y1))
+            continue
+        my = (y0 + y1) / 2
+        for i in range(1, 9):
+            t = i / 8
+            u = 1 - t
+            out.append((u**3 * x0 + 3 * u * u * t * x0 + 3 * u * t * t * x1 + t**3 * x1,
+                        u**3 * y0 + 3 * u * u * t * my + 3 * u * t * t * my + t**3 * y1))
+    return out
+
+
+def _hits(p: tuple[float, float], q: tuple[float, float], r: tuple[float, ...]) -> bool:
+    """Does segment pq run through the inside of rectangle r (x, y, w, h), shrunk by 1 px?"""
+    x0, y0, x1, y1 = r[0] + 1, r[1] + 1, r[0] + r[2] - 1, r[1] + r[3] - 1
+    t0, t1 = 0.0, 1.0
+    dx, dy = q[0] - p[0], q[1] - p[1]
+    for pp, qq in ((-dx, p[0] - x0), (dx, x1 - p[0]), (-dy, p[1] - y0), (dy, y1 - p[1])):
+        if pp == 0:
+            if qq <= 0:
+                return False
+            continue
+        t = qq / pp
+        if pp < 0:
+            t0 = max(t0, t)
+        else:
+            t1 = min(t1, t)
+        if t0 > t1:
+            return False
+    return t1 - t0 > 1e-6
+
+
+def check_scene(pg: Any, scene: Scene) -> None:
+    boxes = {k: b for k, b in scene.boxes.items() if k != "root"}
+    # siblings never overlap (nested boxes sit inside their group)
+    for box in scene.boxes.values():
+        kids = box.children or []
+        for i, a in enumerate(kids):
+            if box.key != "root":
+                assert box.x <= a.x and a.x + a.w <= box.x + box.w + 1e-6, (box.key, a.key)
+                assert box.y <= a.y and a.y + a.h <= box.y + box.h + 1e-6, (box.key, a.key)
+            for b in kids[i + 1:]:
+                assert (a.x + a.w <= b.x or b.x + b.w <= a.x or a.y + a.h <= b.y
+                        or b.y + b.h <= a.y), ("overlap", a.key, b.key)
+    for e in scene.edges:
+        upper, lower = (scene.boxes[e.v], scene.boxes[e.u]) if e.up else \
+            (scene.boxes[e.u], scene.boxes[e.v])
+        (x0, y0), (x1, y1) = e.points[0], e.points[-1]
+        assert upper.x <= x0 <= upper.x + upper.w and abs(y0 - (upper.y + upper.h)) < 1e-6
+        assert lower.x <= x1 <= lower.x + lower.w and abs(y1 - lower.y) < 1e-6
+        allowed = {e.u, e.v} | {"g:" + g for g in ancestors(pg, e.u) + ancestors(pg, e.v)}
+        curve = _curve(e.points)
+        for key, b in boxes.items():
+            if key in allowed:
+                continue
+            rect = (b.x, b.y, b.w, b.h)
+            assert not any(_hits(p, q, rect) for p, q in itertools.pairwise(curve)), \
+                f"edge {e.u} -> {e.v} runs through {key}"
+
+
+@pytest.mark.parametrize("which", ["traced", "compiled"])
+@pytest.mark.parametrize("name", ["small_report", "big_report"])
+def test_no_overlaps_and_no_edge_through_a_box(request, name, which):
+    report = request.getfixturevalue(name)
+    pg, scene = graph_scene(report["graphs"][which], report)
+    assert 3 <= sum(b.children is None for b in scene.boxes.values()) <= 400
+    check_scene(pg, scene)
+
+
+def test_gradient_graph_of_a_real_grad_compile(report_fixtures):
+    import jax.numpy as jnp
+
+    import nbcompile
+
+    def loss(w, x):
+        h = jnp.tanh(x @ w)
+        return jnp.mean(h * h)
+
+    report = nbcompile.compile(loss, jnp.ones((8, 16)), jnp.ones((4, 8)), grad=0).report()
+    for which in ("traced", "compiled", "gradient", "gradient_compiled"):
+        pg, scene = graph_scene(report["graphs"][which], report)
+        check_scene(pg, scene)
+    svg = graph_svg(report["graphs"]["gradient"], report, color="phase")
+    fills = set(re.findall(r'fill="(#[0-9a-f]{6})"', svg))
+    assert {"#d3e8fb", "#ffe0d6"} <= fills  # forward and backward ops coloured by phase
+
+
+def _drawn(svg: str) -> list[tuple[float, float, float, float]]:
+    root = ET.fromstring(svg)
+    out = []
+    for g in root.iter(SVG_NS + "g"):
+        m = re.match(r"translate\(([-\d.]+),([-\d.]+)\)$", g.get("transform", ""))
+        rect = g.find(SVG_NS + "rect")
+        if m and rect is not None and g.find(SVG_NS + "text") is not None:
+            out.append((float(m[1]), float(m[2]), float(rect.get("width")),
+                        float(rect.get("height"))))
+    return out
+
+
+def test_the_picture_draws_the_scene(big_report):
+    graph = big_report["graphs"]["compiled"]
+    _pg, scene = graph_scene(graph, big_report)
+    drawn = _drawn(graph_svg(graph, big_report))
+    leaves = [b for b in scene.boxes.values() if b.children is None]
+    assert len(drawn) == len(leaves)
+    for (x, y, w, h), b in zip(drawn, leaves, strict=True):
+        assert abs(x - b.x) < 0.06 and abs(y - b.y) < 0.06 and abs(w - b.w) < 0.06 and h == b.h
+
+
+def test_work_stays_bounded_on_a_flat_graph_five_times_bigger():
+    n = 6000
+    nodes = [{"id": f"k{i}", "op": "fusion", "kind": "fusion", "shape": "f32[4]", "bytes": 16,
+              "group": None, "path": "", "line": None} for i in range(n)]
+    edges = [{"src": f"k{i}", "dst": f"k{j}", "bytes": 16, "shape": "f32[4]"}
+             for i in range(n) for j in (i + 1, i + 7, i + 50) if j < n]
+    graph = {"nodes": nodes, "edges": edges, "groups": []}
+    t0 = time.perf_counter()
+    pg, scene = graph_scene(graph)
+    elapsed = time.perf_counter() - t0
+    leaves = sum(b.children is None for b in scene.boxes.values())
+    assert 1 <= leaves <= 400
+    assert elapsed < 5.0, elapsed  # generous: the machine is shared; the benchmark has the figure
+    check_scene(pg, scene)
