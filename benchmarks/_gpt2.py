@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["gpt2_forward", "gpt2_train_step"]
+__all__ = ["gpt2_forward", "gpt2_loss", "gpt2_train_step"]
 
 Model = tuple[Callable[..., Any], tuple[Any, ...]]
 
@@ -107,9 +107,9 @@ def gpt2_forward(n_layer: int = 12, d: int = 768, n_head: int = 12, vocab: int =
     return forward, (params, tokens)
 
 
-def gpt2_train_step(n_layer: int = 12, d: int = 768, n_head: int = 12, vocab: int = 2048,
-                    n_ctx: int = 64, seed: int = 0) -> Model:  # fmt: skip
-    """One SGD step of next-token cross-entropy: (params, tokens) -> (new params, loss)."""
+def gpt2_loss(n_layer: int = 12, d: int = 768, n_head: int = 12, vocab: int = 2048,
+              n_ctx: int = 64, seed: int = 0) -> Model:  # fmt: skip
+    """Next-token cross-entropy of :func:`gpt2_forward`: (params, tokens) -> loss."""
     forward, (params, _) = gpt2_forward(n_layer, d, n_head, vocab, n_ctx, seed)
     # n_ctx + 1 tokens: the model reads the first n_ctx and predicts the last n_ctx
     tokens = jax.random.randint(jax.random.key(seed + 1), (n_ctx + 1,), 0, vocab)
@@ -119,9 +119,17 @@ def gpt2_train_step(n_layer: int = 12, d: int = 768, n_head: int = 12, vocab: in
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, tokens[1:, None], axis=-1))
 
+    return loss_fn, (params, tokens)
+
+
+def gpt2_train_step(n_layer: int = 12, d: int = 768, n_head: int = 12, vocab: int = 2048,
+                    n_ctx: int = 64, seed: int = 0) -> Model:  # fmt: skip
+    """One SGD step of next-token cross-entropy: (params, tokens) -> (new params, loss)."""
+    loss_fn, args = gpt2_loss(n_layer, d, n_head, vocab, n_ctx, seed)
+
     def train_step(params, tokens):
         loss, grads = jax.value_and_grad(loss_fn)(params, tokens)
         new = jax.tree.map(lambda p, g: p - 1e-4 * g, params, grads)
         return new, loss
 
-    return train_step, (params, tokens)
+    return train_step, args

@@ -39,6 +39,7 @@ def _planned() -> list[tuple[str, str, int | None]]:
     out += [("RSS growth / recompile", f"{cells} cells, new shape each", pairs)] if cells else []
     for model, pairs, _, _ in QUICK.scale:
         out += [("compile+analysis", model, pairs), ("usable function", model, pairs),
+                ("compile+analysis CPU", model, pairs), ("usable function CPU", model, pairs),
                 ("displayed bytes", model, 1)]
     out += [("first paint", model, QUICK.paint_repeats) for model, *_ in QUICK.scale]
     out += [("--memory overhead", m, p) for m, p, _ in QUICK.memory]
