@@ -1,6 +1,6 @@
 """Mutation fuzzing of the `.nbc` loader, run under `_supervise.run` by test_fuzz.py.
 
-    python _fuzz_worker.py N SEED BASE.nbc [BASE.nbc ...] --from INDEX
+    python _fuzz_worker.py N SEED BASE.nbc [BASE.nbc ...] [--offset K] --from INDEX
 
 Iteration i mutates one base file (raw bytes of the whole file, or one section re-packed
 with valid digests so the deeper checks are reached) with its own generator seeded by
@@ -197,7 +197,11 @@ def run_one(data: bytes) -> dict[str, str]:
 
 def main() -> None:
     count, seed, *bases = sys.argv[1 : sys.argv.index("--from")]
-    start = int(sys.argv[sys.argv.index("--from") + 1])
+    offset = 0
+    if "--offset" in bases:  # iterations OFFSET..N-1 (a slice of a long run), ids from OFFSET
+        offset = int(bases[bases.index("--offset") + 1])
+        bases = bases[: bases.index("--offset")]
+    start = offset + int(sys.argv[sys.argv.index("--from") + 1])
     files = [Path(p).read_bytes() for p in bases]
     for i in range(start, int(count)):
         rng = random.Random(f"{seed}:{i}")  # one generator per file: a restart resumes exactly
