@@ -2,14 +2,22 @@
 // highlight, search. Never lays out more than `budget` boxes at once.
 
 import { ancestors, groupPhase } from "./model.js";
-import { HEADER, PAD, buildScene, initialExpansion, pathData, unitKey } from "./scene.js";
+import { HEADER, LINE, PAD, buildScene, initialExpansion, pathData, unitKey } from "./scene.js";
 import { fmtBytes, h, s } from "./util.js";
 
 let arrowCount = 0;
 
+/** Fill and stroke for a share of time (0..1): pale yellow to deep red (as report/svg.py). */
+export function heatColour(share) {
+  const t = Math.sqrt(Math.max(0, Math.min(1, share)));
+  const hex = (v) => Math.round(v).toString(16).padStart(2, "0");
+  return [`#ff${hex(243 - 131 * t)}${hex(205 - 138 * t)}`, t > 0.5 ? "#b71c1c" : "#e65100"];
+}
+
 export class GraphView {
-  constructor(pg, { name, colorBy = "kind", budget = 400, initialBudget = 80, onActivate, onStatus }) {
-    Object.assign(this, { pg, name, colorBy, budget, onActivate, onStatus });
+  constructor(pg, { name, colorBy = "kind", budget = 400, initialBudget = 120, heat = null, status = null, onActivate, onStatus }) {
+    // heat: Map(node id -> share of measured time); status: Map(node id -> added|removed|changed)
+    Object.assign(this, { pg, name, colorBy, budget, heat, status, onActivate, onStatus });
     this.expanded = new Set();
     this.hl = new Set();
     this.sel = new Set();
@@ -19,7 +27,9 @@ export class GraphView {
     this.fitted = false;
     this.el = h("div", { class: "nbc-canvas", "data-testid": `nbc-canvas-${name}`, tabindex: "0",
       "aria-label": `${name} graph: drag to pan, Ctrl+wheel or +/- to zoom, 0 to fit` });
-    this.svg = s("svg", { class: "nbc-svg", role: "group" });
+    // width/height as attributes too: without them an <svg> is 150 px tall wherever the
+    // stylesheet has not reached it yet
+    this.svg = s("svg", { class: "nbc-svg", role: "group", width: "100%", height: "100%" });
     this.vp = s("g", { class: "nbc-viewport" });
     // one arrow marker per view: a marker in a hidden panel's <svg> would not draw elsewhere
     this.arrowId = `nbc-arrow-${++arrowCount}`;
@@ -146,12 +156,21 @@ export class GraphView {
     const kind = node ? node.kind : "group";
     const cls = ["nbc-unit", `nbc-k-${kind}`];
     if (this.colorBy === "phase" && phase) cls.push(`nbc-p-${phase}`);
+    const heat = node && this.heat ? this.heat.get(node.id) : undefined;
+    const status = node && this.status ? this.status.get(node.id) : undefined;
+    if (status) cls.push(`nbc-d-${status}`);
     const g = s("g", { class: cls.join(" "), "data-testid": testid, "data-key": box.key, tabindex: "0", role: "button",
       transform: `translate(${box.x.toFixed(1)},${box.y.toFixed(1)})`,
       "data-id": node?.id, "data-op": node?.op, "data-fusion": node?.fusion, "data-group": group?.id,
       "aria-expanded": group ? "false" : null, "aria-label": box.lines.join(", ") });
     g.appendChild(s("rect", { class: "nbc-bg", width: box.w, height: box.h, rx: group ? 6 : 3 }));
-    g.appendChild(s("rect", { width: box.w, height: box.h, rx: group ? 6 : 3 }));
+    const face = s("rect", { width: box.w, height: box.h, rx: group ? 6 : 3 });
+    if (heat !== undefined) {
+      const [fill, stroke] = heatColour(heat);
+      face.setAttribute("style", `fill:${fill};stroke:${stroke}`);
+      g.setAttribute("data-heat", heat.toFixed(4));
+    }
+    g.appendChild(face);
     box.lines.forEach((t, i) => g.appendChild(s("text", { x: 7, y: 15 + i * LINE, class: i ? "nbc-sub" : "nbc-main", text: t })));
     this.els.set(box.key, g);
     return g;
@@ -228,16 +247,65 @@ export class GraphView {
     this.applyTransform();
   }
 
+  /** Fit to view: the whole graph inside the canvas (both ways), never above 100 %. */
   fit() {
     const root = this.boxes?.get("root");
     const W = this.el.clientWidth;
     if (!root || !W) return;
     this.fitted = true;
-    const k = Math.min(1, (W - 20) / Math.max(root.w, 1));
-    const H = Math.max(160, Math.min(560, root.h * k + 24));
+    const view = this.el.ownerDocument?.defaultView;
+    const maxH = Math.max(320, Math.min(720, Math.round((view?.innerHeight || 900) * 0.7)));
+    const k = Math.min(1, (W - 20) / Math.max(root.w, 1), (maxH - 24) / Math.max(root.h, 1));
+    const H = Math.max(160, Math.min(maxH, root.h * k + 24));
     this.el.style.height = H + "px";
-    this.t = { k, x: (W - root.w * k) / 2, y: 12 };
+    this.t = { k, x: (W - root.w * k) / 2, y: (H - root.h * k) / 2 };
     this.applyTransform();
+  }
+
+  /** The drawn graph as a standalone SVG document (computed styles inlined, fitted, 100 %). */
+  exportSvg() {
+    const root = this.boxes?.get("root");
+    const m = 12;
+    const clone = this.svg.cloneNode(true);
+    const props = ["fill", "fill-opacity", "stroke", "stroke-width", "stroke-opacity", "stroke-dasharray", "font-family", "font-size", "font-weight", "opacity"];
+    const src = this.svg.querySelectorAll("rect, path, text, circle, line");
+    const dst = clone.querySelectorAll("rect, path, text, circle, line");
+    const view = this.el.ownerDocument.defaultView;
+    src.forEach((el, i) => {
+      const cs = view.getComputedStyle(el);
+      dst[i].setAttribute("style", props.map((p) => `${p}:${cs.getPropertyValue(p)}`).join(";"));
+    });
+    const W = Math.ceil((root?.w || 0) + 2 * m), H = Math.ceil((root?.h || 0) + 2 * m);
+    for (const [k, v] of Object.entries({ xmlns: "http://www.w3.org/2000/svg", width: W, height: H, viewBox: `0 0 ${W} ${H}` })) clone.setAttribute(k, v);
+    clone.removeAttribute("class");
+    clone.querySelector(".nbc-viewport").setAttribute("transform", `translate(${m},${m})`);
+    const bg = this.el.ownerDocument.createElementNS("http://www.w3.org/2000/svg", "rect");
+    bg.setAttribute("width", W);
+    bg.setAttribute("height", H);
+    bg.setAttribute("fill", view.getComputedStyle(this.el).backgroundColor || "#ffffff");
+    clone.insertBefore(bg, clone.firstChild);
+    return new XMLSerializer().serializeToString(clone);
+  }
+
+  /** The drawn graph as a PNG Blob (2x, at most 8000 px a side). */
+  exportPng() {
+    const text = this.exportSvg();
+    const doc = this.el.ownerDocument;
+    return new Promise((resolve, reject) => {
+      const img = new Image();
+      img.onload = () => {
+        const scale = Math.min(2, 8000 / Math.max(img.width, img.height, 1));
+        const canvas = doc.createElement("canvas");
+        canvas.width = Math.max(1, Math.round(img.width * scale));
+        canvas.height = Math.max(1, Math.round(img.height * scale));
+        const ctx = canvas.getContext("2d");
+        ctx.scale(scale, scale);
+        ctx.drawImage(img, 0, 0);
+        canvas.toBlob((blob) => (blob ? resolve(blob) : reject(new Error("PNG export failed"))), "image/png");
+      };
+      img.onerror = () => reject(new Error("PNG export: the SVG did not load"));
+      img.src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(text);
+    });
   }
 
   zoom(f, cx, cy) {

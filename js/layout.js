@@ -216,6 +216,22 @@ export function layoutBox(items, ranked, ports = { top: [], bottom: [] }, attach
     if (pass % 2) order.reverse();
     for (const L of order) relaxLayer(layers[L], x, up, down, sep);
   }
+  // Straighten long edges: move a whole dummy chain to one x where every layer has room.
+  const slot = new Int32Array(N);
+  layers.forEach((L) => L.forEach((i, k) => { slot[i] = k; }));
+  const fits = (d, tx) => {
+    const L = layers[nodes[d].layer], k = slot[d];
+    if (k > 0 && tx - x[L[k - 1]] < sep(L[k - 1], d) - 1e-9) return false;
+    if (k + 1 < L.length && x[L[k + 1]] - tx < sep(d, L[k + 1]) - 1e-9) return false;
+    return true;
+  };
+  for (const dummies of chainIdx.values()) {
+    if (dummies.length < 2) continue;
+    const xs = dummies.map((d) => x[d]).sort((a, b) => a - b);
+    for (const tx of [xs[xs.length >> 1], x[dummies[0]], x[dummies[dummies.length - 1]]]) {
+      if (dummies.every((d) => fits(d, tx))) { for (const d of dummies) x[d] = tx; break; }
+    }
+  }
   let minX = Infinity, maxX = -Infinity;
   for (let i = 0; i < N; i++) { minX = Math.min(minX, x[i] - nodes[i].w / 2); maxX = Math.max(maxX, x[i] + nodes[i].w / 2); }
   if (!N) { minX = 0; maxX = 0; }

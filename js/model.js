@@ -3,10 +3,12 @@
 // Parameters and scalar constants are drawn as labels on their consumers, not as nodes (a scalar
 // used 142 times would otherwise dominate the layout). Groups come from the report; a graph with
 // no groups gets groups from node paths; any container with too many children is split into
-// chunks in program order so no single expansion draws more than CHUNK_MAX boxes.
+// chunks in program order (recursively, at most CHUNK_FANOUT each) so no single expansion draws
+// more than CHUNK_MAX boxes.
 
 export const CHUNK_MAX = 100;
 const CHUNK = 50;
+const CHUNK_FANOUT = 20;
 
 /** Decode what Python sent: a plain report, or {format: "nbcols1.gz.b64", data}. Async. */
 export async function decodeReport(data) {
@@ -22,11 +24,16 @@ export async function decodeReport(data) {
   throw new Error("nbcompile: this is not an nbcompile report (format " + (data && data.format) + ")");
 }
 
-// Inverse of nbcompile.report.html._encode: column-stored record lists, index-delta edges.
+// Inverse of nbcompile.report.html._encode: column-stored record lists, index-delta edges, ids as
+// prefix + deltas.
 function unpack(obj) {
   if (Array.isArray(obj)) return obj.map(unpack);
   if (obj === null || typeof obj !== "object") return obj;
   if (obj.$dict) return Object.fromEntries(obj.$dict.map(([k, v]) => [k, unpack(v)]));
+  if ("$ids" in obj) {
+    let n = 0;
+    return obj.d.map((d) => obj.$ids + String((n += d)));
+  }
   if (obj.$cols) {
     const cols = Object.entries(obj.$cols).map(([k, v]) => [k, unpack(v), new Set((obj.$absent || {})[k] || [])]);
     const out = new Array(obj.$n);
@@ -144,23 +151,29 @@ function buildTree(pg) {
   };
   visit(root);
   // Collapse chains of single-child wrappers at the top is left to the initial expansion.
+  // A container with more than CHUNK_MAX children is split, in program order, into at most
+  // CHUNK_FANOUT chunks (of at least CHUNK children each), recursively: a 2,500-op program shows
+  // 20 chunks first, not 50, and each expansion stays within CHUNK_MAX boxes.
   let chunkId = 0;
-  for (const g of [...groups.values()]) {
-    while (g.items.length > CHUNK_MAX) {
-      const items = g.items;
-      g.items = [];
-      for (let i = 0; i < items.length; i += CHUNK) {
-        const part = items.slice(i, i + CHUNK);
-        const c = mkGroup(`chunk:${chunkId++}`, "", "chunk", g.id);
-        c.items = part;
-        for (const it of part) {
-          if (it.type === "node") addNodeStats(c, pg.byId.get(it.id), it.first);
-          else { mergeStats(c, groups.get(it.id)); groups.get(it.id).parent = c.id; }
-        }
-        c.label = `${topOps(c, 2).join(", ")} … (${i + 1}–${i + part.length} of ${items.length})`;
-        groups.set(c.id, c);
-        g.items.push({ type: "group", id: c.id, first: c.first });
+  const work = [...groups.values()];
+  while (work.length) {
+    const g = work.shift();
+    if (g.items.length <= CHUNK_MAX) continue;
+    const items = g.items;
+    const size = Math.max(CHUNK, Math.ceil(items.length / CHUNK_FANOUT));
+    g.items = [];
+    for (let i = 0; i < items.length; i += size) {
+      const part = items.slice(i, i + size);
+      const c = mkGroup(`chunk:${chunkId++}`, "", "chunk", g.id);
+      c.items = part;
+      for (const it of part) {
+        if (it.type === "node") addNodeStats(c, pg.byId.get(it.id), it.first);
+        else { mergeStats(c, groups.get(it.id)); groups.get(it.id).parent = c.id; }
       }
+      c.label = `${topOps(c, 2).join(", ")} … (${i + 1}–${i + part.length} of ${items.length})`;
+      groups.set(c.id, c);
+      g.items.push({ type: "group", id: c.id, first: c.first });
+      work.push(c);
     }
   }
   const parentOf = new Map();

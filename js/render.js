@@ -2,15 +2,19 @@
 //
 // opts: {tab, selected, onTab(tab), onSelect(selected), budget, initialBudget}. Returns a view
 // object: {ready: Promise, select(sel), setTab(tab), destroy(), timings}. `selected` strings are
-// "traced:<node id>", "compiled:<node id>", "fusion:<id>", "line:<n>", "group:<graph>:<id>" or "".
+// "traced:<node id>", "compiled:<node id>", "fusion:<id>", "line:<key>", "group:<graph>:<id>" or "".
+// A diff report (schema nbcompile.diff/1, from c_new.diff(c_old)) is drawn by diff.js.
 
+import { renderDiff } from "./diff.js";
 import { GraphView } from "./graphview.js";
 import { decodeReport, prepareGraph } from "./model.js";
-import { detailsFor, fusionTable, gradientPanel, sourcePanel, statsPanel } from "./panels.js";
+import { detailsFor, fusionTable, gradientPanel } from "./panels.js";
+import { sourcePanel } from "./source.js";
+import { fromOf, statsPanel } from "./stats.js";
 import CSS from "./style.css";
-import { fmtNum, fmtSeconds, h } from "./util.js";
+import { activatable, fmtNum, fmtSeconds, h } from "./util.js";
 
-const TABS = [["graph", "Graph"], ["compiled", "Compiled"], ["source", "Source"], ["gradient", "Gradient"], ["stats", "Stats"]];
+const TABS = [["graph", "Graph"], ["compiled", "Compiled"], ["source", "Source"], ["gradient", "Gradient"], ["stats", "Stats"], ["diff", "Diff"]];
 
 function injectStyle(el) {
   const doc = el.ownerDocument || document;
@@ -30,7 +34,9 @@ export function render(el, data, opts = {}) {
   const view = { timings: {}, destroyed: false, t0 };
   view.ready = decodeReport(data).then((report) => {
     view.timings.decode = performance.now() - t0;
-    if (!view.destroyed) build(el, report, opts, view);
+    if (!view.destroyed) {
+      if (report.schema === "nbcompile.diff/1") { el.textContent = ""; renderDiff(el, report, view); } else build(el, report, opts, view);
+    }
     view.timings.built = performance.now() - t0;
     // First paint: the frame after the DOM is built has been painted.
     return new Promise((resolve) => requestAnimationFrame(() => setTimeout(() => {
@@ -49,16 +55,42 @@ export function render(el, data, opts = {}) {
   return view;
 }
 
+/** Compiled-graph node id -> share of measured time, from the profile's kernels (by HLO name). */
+function timeHeat(report, graph) {
+  const p = report.extras?.profile;
+  if (!p || !graph) return null;
+  const share = new Map((p.kernels || []).map((k) => [k.name, k.share || 0]));
+  const max = Math.max(1e-12, ...share.values());
+  const out = new Map();
+  for (const n of graph.nodes || []) if (share.has(n.label)) out.set(n.id, share.get(n.label) / max);
+  return out.size ? out : null;
+}
+
+/** Download a Blob or text under a file name (an <a download>). */
+function download(doc, name, blob) {
+  const url = URL.createObjectURL(blob);
+  const a = doc.createElement("a");
+  a.href = url;
+  a.download = name;
+  a.style.display = "none";
+  doc.body.appendChild(a);
+  a.click();
+  setTimeout(() => { URL.revokeObjectURL(url); a.remove(); }, 1000);
+}
+
 function build(el, report, opts, view) {
   const state = { tab: null, selected: opts.selected || "", query: "" };
   const traced = prepareGraph(report.graphs.traced, report);
   const compiled = report.graphs.compiled ? prepareGraph(report.graphs.compiled, report) : null;
-  // `graphs.gradient` (the value_and_grad program) when the report has it, else the traced graph.
+  // `graphs.gradient` (the value_and_grad program) when the report has it
   const gradient = report.graphs.gradient ? prepareGraph(report.graphs.gradient, report) : null;
   const pgs = { traced, compiled, gradient };
   const graphOfTab = (tab) => (tab === "compiled" ? "compiled" : tab === "gradient" && gradient ? "gradient" : "traced");
+  const heat = timeHeat(report, report.graphs.compiled);
+  const diff = report.extras?.changes?.diff || null;
   view.timings.prepared = performance.now() - view.t0;
-  const has = { graph: true, compiled: !!compiled, source: (report.source?.lines || []).length > 0, gradient: !!report.gradient, stats: true };
+  const has = { graph: true, compiled: !!compiled, source: (report.source?.lines || []).length > 0 || (report.sources || []).length > 0,
+    gradient: !!report.gradient, stats: true, diff: !!diff };
   const panels = new Map(), graphs = new Map(), tabBtns = new Map();
   const status = h("div", { class: "nbc-status", "data-testid": "nbc-status", "aria-live": "polite" });
   const details = h("aside", { class: "nbc-details", "data-testid": "nbc-details", "aria-label": "details" });
@@ -70,7 +102,8 @@ function build(el, report, opts, view) {
   const graphFor = (tab) => {
     if (graphs.has(tab)) return graphs.get(tab);
     const gname = graphOfTab(tab);
-    const gv = new GraphView(pgs[gname], { name: tab, colorBy: tab === "gradient" ? "phase" : "kind", budget, initialBudget,
+    const colorBy = tab === "gradient" ? "phase" : "kind";
+    const gv = new GraphView(pgs[gname], { name: tab, colorBy, budget, initialBudget, heat: tab === "compiled" ? heat : null,
       onStatus: (msg) => { if (state.tab === tab) status.textContent = msg; },
       onActivate: (kind, id) => select(kind === "group" ? `group:${gname}:${id}` : `${gname}:${id}`) });
     gv.graphName = gname;
@@ -82,11 +115,20 @@ function build(el, report, opts, view) {
     const p = h("div", { class: "nbc-panel", "data-testid": `nbc-panel-${tab}`, role: "tabpanel" });
     if (tab === "graph" || tab === "compiled" || tab === "gradient") {
       if (tab === "gradient") p.appendChild(gradientPanel(report));
+      if (tab === "compiled" && heat) {
+        p.appendChild(h("div", { class: "nbc-legend", "data-testid": "nbc-time-legend" }, "kernels coloured by measured time: ",
+          h("span", { class: "nbc-swatch nbc-heat-lo" }), "little ", h("span", { class: "nbc-swatch nbc-heat-hi" }), "most",
+          ` (source: ${report.extras.profile.source || "measured"})`));
+      }
       const gv = graphFor(tab);
       p.appendChild(gv.el);
       if (tab === "compiled") p.appendChild(fusionTable(report, select));
     } else if (tab === "source") p.appendChild(sourcePanel(report, select));
-    else p.appendChild(statsPanel(report));
+    else if (tab === "diff") {
+      const holder = h("div", { class: "nbc-diff-holder", "data-testid": "nbc-diff-holder" });
+      p.appendChild(holder);
+      renderDiff(holder, diff, { timings: {} });
+    } else p.appendChild(statsPanel(report));
     return p;
   };
 
@@ -104,6 +146,7 @@ function build(el, report, opts, view) {
     if (gv && !gv.boxes) gv.render();
     else if (gv) { if (!gv.fitted) gv.fit(); gv.render(); }
     if (!gv) status.textContent = "";
+    for (const b of graphButtons) b.disabled = !gv;
     applySelection();
     runSearch();
     if (!silent) opts.onTab?.(tab);
@@ -136,7 +179,8 @@ function build(el, report, opts, view) {
       if (!f) return;
       (f.nodes || []).forEach((id) => out.hl.compiled.add(id));
       for (const name of ["traced", "compiled", "gradient"]) (pgs[name]?.fusionNodes.get(fid) || []).forEach((id) => out.hl[name].add(id));
-      (f.lines || []).forEach((l) => out.lines.add(l));
+      (f.lines || []).forEach((l) => out.lines.add(String(l)));
+      (f.locations || []).forEach((l) => out.lines.add(l.label));
     };
     const [kind, ...rest] = sel.split(":");
     const id = rest.join(":");
@@ -144,19 +188,21 @@ function build(el, report, opts, view) {
       const n = pgs[kind]?.byId.get(id);
       if (n) {
         out.sel[kind].add(id);
-        if (n.line != null) out.lines.add(n.line);
+        if (n.line != null) out.lines.add(String(n.line));
+        else if (n.loc) out.lines.add(n.loc);
         if (n.fusion) addFusion(n.fusion);
         out.info = { type: "node", graph: kind, id };
       }
     } else if (kind === "fusion") { addFusion(id); out.info = { type: "fusion", id }; }
     else if (kind === "line") {
-      const line = Number(id);
-      const e = report.lines?.[String(line)];
+      const e = report.lines?.[id];
       (e?.nodes || []).forEach((x) => out.hl.traced.add(x));
       (e?.fusions || []).forEach(addFusion);
-      for (const name of ["traced", "compiled", "gradient"]) for (const n of pgs[name]?.nodes || []) if (n.line === line) out.hl[name].add(n.id);
-      out.lines = new Set([line]);
-      out.info = { type: "line", line };
+      for (const name of ["traced", "compiled", "gradient"]) {
+        for (const n of pgs[name]?.nodes || []) if (String(n.line) === id || n.loc === id) out.hl[name].add(n.id);
+      }
+      out.lines = new Set([id]);
+      out.info = { type: "line", line: id };
     } else if (kind === "group") {
       const [graph, ...gid] = rest;
       out.info = { type: "group", graph, id: gid.join(":") };
@@ -170,7 +216,7 @@ function build(el, report, opts, view) {
     const src = panels.get("source");
     if (src) {
       for (const row of src.querySelectorAll(".nbc-line")) {
-        const on = r.lines.has(Number(row.getAttribute("data-line")));
+        const on = r.lines.has(row.getAttribute("data-line"));
         row.classList.toggle("nbc-hl", on);
         row.setAttribute("data-highlighted", String(on));
       }
@@ -201,27 +247,51 @@ function build(el, report, opts, view) {
     tabBtns.set(tab, b);
     tabBar.appendChild(b);
   }
+  const graphButtons = [];
   const btn = (label, testid, title, fn) => {
     const b = h("button", { class: "nbc-btn", type: "button", "data-testid": testid, title, "aria-label": title }, label);
     b.addEventListener("click", () => { const gv = graphs.get(state.tab); if (gv) fn(gv); });
+    graphButtons.push(b);
     return b;
   };
+  const doc = el.ownerDocument;
+  const fileBase = () => `${report.name || "nbcompile"}-${state.tab}`.replace(/[^A-Za-z0-9_.-]+/g, "_");
+  const flopsFrom = fromOf(s, "flops");
   const header = h("div", { class: "nbc-header" },
     h("span", { class: "nbc-title" }, `nbcompile · ${report.name} · ${report.backend}`),
     chip(`${fmtNum(s.eager_kernels)} → ${fmtNum(s.kernels)} kernels`, "ops run op by op (eager) → kernels after XLA"),
-    chip(`${fmtNum(s.fusions)} fusions`), chip(`${fmtNum(s.flops)} flops`), chip(`compile ${fmtSeconds(s.compile_seconds)}`));
+    chip(`${fmtNum(s.fusions)} fusions`), chip(`${fmtNum(s.flops)} flops${flopsFrom ? ` (${flopsFrom})` : ""}`, "floating-point operations of one call"),
+    chip(`compile ${fmtSeconds(s.compile_seconds)} (measured)`));
   const toolbar = h("div", { class: "nbc-toolbar" }, tabBar, h("span", { class: "nbc-spacer" }), search, count,
     btn("⊞", "nbc-expand-all", "expand groups (within the node budget)", (gv) => gv.expandAll()),
     btn("⊟", "nbc-collapse-all", "collapse all groups", (gv) => gv.collapseAll()),
     btn("+", "nbc-zoom-in", "zoom in", (gv) => gv.zoom(1.25)), btn("−", "nbc-zoom-out", "zoom out", (gv) => gv.zoom(0.8)),
-    btn("⤢", "nbc-fit", "fit to width", (gv) => gv.fit()));
+    btn("⤢", "nbc-fit", "fit to view", (gv) => gv.fit()),
+    btn("SVG", "nbc-export-svg", "download this graph as SVG", (gv) => download(doc, fileBase() + ".svg", new Blob([gv.exportSvg()], { type: "image/svg+xml" }))),
+    btn("PNG", "nbc-export-png", "download this graph as PNG", (gv) => gv.exportPng().then((blob) => download(doc, fileBase() + ".png", blob))));
   const notes = (report.notes || []).length ? h("ul", { class: "nbc-notes", "data-testid": "nbc-notes" }, report.notes.map((n) => h("li", null, n))) : null;
-  el.append(header, notes || "", toolbar, h("div", { class: "nbc-body" }, h("div", { class: "nbc-left" }, status, body), details));
+  el.append(header, changesCard(report, () => setTab("diff")) || "", notes || "", toolbar,
+    h("div", { class: "nbc-body" }, h("div", { class: "nbc-left" }, status, body), details));
   setTab(has[opts.tab] ? opts.tab : "graph", { silent: true });
   view.select = (sel) => { if ((sel || "") !== state.selected) select(sel, { silent: true }); };
   view.setTab = (tab) => setTab(tab, { silent: true });
   view.report = report;
   view.graphs = graphs;
+}
+
+/** The "what changed" card of a re-run cell; links to the Diff tab when the report has one. */
+function changesCard(report, openDiff) {
+  const c = report.extras?.changes;
+  if (!c) return null;
+  const items = c.items || String(c.text || "").split("\n").filter(Boolean);
+  const card = h("div", { class: "nbc-changes", "data-testid": "nbc-changes" },
+    h("div", { class: "nbc-changes-head" }, items[0] || "what changed"), h("ul", null, items.slice(1).map((t) => h("li", null, t))));
+  if (c.diff) {
+    const link = h("span", { class: "nbc-link", "data-testid": "nbc-open-diff" }, "see the diff: kernels added, removed and changed →");
+    activatable(link, openDiff);
+    card.appendChild(link);
+  }
+  return card;
 }
 
 function chip(text, title) {

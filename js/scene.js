@@ -20,6 +20,10 @@ export const PAD = 10;
 export const HEADER = 22;
 export const MAXW = 250;
 
+/** Chunks (program-order slices of a flat program) open at first only while the picture stays
+ * this small: their contents are there on demand, the first view stays readable. */
+export const CHUNK_LIMIT = 40;
+
 /** Group ids to expand first: breadth-first, whole depth levels while they fit `limit` boxes. */
 export function initialExpansion(pg, limit, budget) {
   const expanded = new Set();
@@ -28,7 +32,8 @@ export function initialExpansion(pg, limit, budget) {
   while (level.length) {
     const groups = level.flatMap((g) => g.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id)));
     const extra = groups.reduce((k, g) => k + g.items.length - 1, 0);
-    if (!groups.length || (count + extra > limit && !(groups.length === 1 && count + extra <= budget))) break;
+    const cap = groups.every((g) => g.kind === "chunk") ? Math.min(limit, CHUNK_LIMIT) : limit;
+    if (!groups.length || (count + extra > cap && !(groups.length === 1 && count + extra <= budget))) break;
     groups.forEach((g) => expanded.add(g.id));
     count += extra;
     level = groups;
@@ -244,17 +249,20 @@ function route(byKey, a) {
   return pts;
 }
 
-/** SVG path data for a route: vertical runs straight, layer gaps as vertical-tangent curves. */
+/** SVG path data for a route: vertical runs straight, layer gaps as vertical-tangent curves.
+ * Whole pixels and relative commands; a run that moves sideways by under 1.5 px stays straight
+ * (a long edge through dummy nodes is mostly such runs), which keeps big pictures small. */
 export function pathData(points) {
-  const f = (v) => (Math.round(v * 10) / 10).toString();
-  let d = `M${f(points[0][0])},${f(points[0][1])}`;
+  const r = (v) => Math.round(v);
+  let px = r(points[0][0]), py = r(points[0][1]);
+  let d = `M${px},${py}`;
   for (let i = 1; i < points.length; i++) {
-    const [x0, y0] = points[i - 1], [x1, y1] = points[i];
-    if (Math.abs(x0 - x1) < 0.05) d += `V${f(y1)}`;
-    else {
-      const my = (y0 + y1) / 2;
-      d += `C${f(x0)},${f(my)} ${f(x1)},${f(my)} ${f(x1)},${f(y1)}`;
-    }
+    const x1 = r(points[i][0]), y1 = r(points[i][1]);
+    if (Math.abs(px - x1) < 1.5) { if (y1 !== py) d += `v${y1 - py}`; py = y1; continue; }
+    const dx = x1 - px, dy = y1 - py, my = r(dy / 2);
+    d += `c0,${my} ${dx},${my} ${dx},${dy}`;
+    px = x1;
+    py = y1;
   }
   return d;
 }

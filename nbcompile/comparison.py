@@ -5,6 +5,11 @@ A :class:`CompilationDiff` puts together what each layer knows about the change:
 time when both sides were profiled (:func:`nbcompile.measure.profile_delta`: per kernel, per
 line, per module) and the memory peak when both sides have a memory map. Attributes of the
 program diff (``ops_added``, ``fusions_removed``, ``changed``...) read through.
+
+Displayed, it is the diff view (``view``: :func:`nbcompile.report.diffview.diff_report` of the two
+reports — the compiled graphs side by side with kernels added / removed / changed coloured, per
+kernel and per line deltas, the changed cell lines), as a widget with a static fallback.
+:func:`compare_compilations` (``nbcompile.compare``) shows the same view for two targets.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CompilationDiff", "diff_compilations"]
+__all__ = ["CompilationDiff", "TargetComparison", "compare_compilations", "diff_compilations"]
 
 
 @dataclass
@@ -24,6 +29,8 @@ class CompilationDiff:
     program: Any
     time: Any | None = None
     memory: dict[str, Any] | None = None
+    #: the diff view's JSON (schema ``nbcompile.diff/1``); None when built without reports
+    view: dict[str, Any] | None = None
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -54,7 +61,11 @@ class CompilationDiff:
         return "\n".join(lines)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return {"text/plain": self.text()}
+        if self.view is None:
+            return {"text/plain": self.text()}
+        from .widgets import show_diff
+
+        return show_diff(self.view, self.text())
 
 
 def diff_compilations(before: Any, after: Any) -> CompilationDiff:
@@ -70,6 +81,53 @@ def diff_compilations(before: Any, after: Any) -> CompilationDiff:
     maps = (before.memory_map_if_computed, after.memory_map_if_computed)
     if all(m is not None for m in maps):
         memory = {"before": maps[0].peak_bytes, "after": maps[1].peak_bytes, "source": "XLA"}
-    return CompilationDiff(before=before.name, after=after.name,
-                           program=diff(before.analysis, after.analysis), time=time,
-                           memory=memory)
+    from .report.diffview import diff_report
+
+    program = diff(before.analysis, after.analysis)
+    view = diff_report(before.report(), after.report(), program=program.to_json(),
+                       time=time.to_json() if time is not None else None, memory=memory)
+    return CompilationDiff(before=before.name, after=after.name, program=program, time=time,
+                           memory=memory, view=view)
+
+
+@dataclass
+class TargetComparison:
+    """``nbcompile.compare(c_cpu, c_tpu, ...)``: the side-by-side table (``table``, a
+    :class:`nbcompile.targets.Comparison`; ``text()``) and the diff view of the first
+    compilation against each other one (``views``), displayed like ``c_new.diff(c_old)``."""
+
+    table: Any
+    views: list[dict[str, Any]]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.table, name)
+
+    def text(self) -> str:
+        return str(self.table.text())
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        if not self.views:
+            return {"text/plain": self.text()}
+        from .widgets import show_diff
+
+        return show_diff(self.views[0], self.text())
+
+
+def compare_compilations(*compilations: Any) -> TargetComparison:
+    """The same model compiled for several targets: the table, and the diff view of the first
+    against each other one (kernels that exist on one target only, flops and bytes per kernel
+    and per line)."""
+    from .report.diffview import diff_report
+    from .targets import compare as compare_rows
+
+    def label(c: Any) -> str:
+        return str(c.target.label).upper().replace("CUDA", "GPU")
+
+    table = compare_rows([(label(c), c.hlo, c.cost, c.memory) for c in compilations])
+    first = compilations[0]
+    views = [diff_report(first.report(), c.report(), labels=(label(first), label(c)),
+                         notes=[f"{label(c)} against {label(first)}: the same model compiled "
+                                "for two targets"]) for c in compilations[1:]]  # fmt: skip
+    return TargetComparison(table=table, views=views)

@@ -16,7 +16,7 @@ import dagre from "@dagrejs/dagre";
 import ELK from "elkjs/lib/elk.bundled.js";
 import { layered as legacyLayered } from "./legacy-layout.js";
 import { prepareGraph, ancestors } from "../model.js";
-import { buildScene, initialExpansion, leafText, CH, PAD, HEADER } from "../scene.js";
+import { buildScene, initialExpansion, pathData, CH, PAD, HEADER } from "../scene.js";
 import { fmtNum, trunc } from "../util.js";
 
 const elk = new ELK();
@@ -31,15 +31,18 @@ function sampleCubic(p0, p1, p2, p3, n = 8) {
   return out;
 }
 
-/** Our routes: vertical runs straight, gaps as vertical-tangent cubics (pathData's geometry). */
+/** Our routes as drawn: pathData's commands (M, relative v and c), cubics in 8 pieces. */
 function ownPolyline(points) {
-  const out = [points[0]];
-  for (let i = 1; i < points.length; i++) {
-    const [x0, y0] = points[i - 1], [x1, y1] = points[i];
-    if (Math.abs(x0 - x1) < 0.05) out.push([x1, y1]);
+  const out = [];
+  let x = 0, y = 0;
+  for (const [, cmd, args] of pathData(points).matchAll(/([Mvc])([^Mvc]*)/g)) {
+    const n = (args.match(/-?\d+(?:\.\d+)?/g) || []).map(Number);
+    if (cmd === "M") { [x, y] = n; out.push([x, y]); }
+    else if (cmd === "v") { y += n[0]; out.push([x, y]); }
     else {
-      const my = (y0 + y1) / 2;
-      out.push(...sampleCubic([x0, y0], [x0, my], [x1, my], [x1, y1]).slice(1));
+      out.push(...sampleCubic([x, y], [x + n[0], y + n[1]], [x + n[2], y + n[3]], [x + n[4], y + n[5]]).slice(1));
+      x += n[4];
+      y += n[5];
     }
   }
   return out;

@@ -1,9 +1,10 @@
 """A report graph indexed for drawing: the port of ``prepareGraph`` in ``js/model.js``.
 
 Parameters and scalar constants become labels on their consumers; groups come from the report
-(or from node paths); a container with more than ``CHUNK_MAX`` children is split into chunks of
-``CHUNK`` in program order. Kept in step with the front end so the static picture and the widget
-draw the same boxes (tests/widgets/test_layout_parity.py).
+(or from node paths); a container with more than ``CHUNK_MAX`` children is split, in program
+order, into at most ``CHUNK_FANOUT`` chunks of at least ``CHUNK`` children, recursively. Kept in
+step with the front end so the static picture and the widget draw the same boxes
+(tests/widgets/test_layout_parity.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = ["CHUNK", "CHUNK_MAX", "Group", "PreparedGraph", "ancestors", "fmt_num
 
 CHUNK_MAX = 100
 CHUNK = 50
+CHUNK_FANOUT = 20
 _SCALAR = re.compile(r"^[a-z0-9]+\[\]$", re.IGNORECASE)
 _UNITS = ["", "K", "M", "G", "T", "P"]
 
@@ -168,26 +170,31 @@ def _build_tree(pg: PreparedGraph) -> None:
         g.items.sort(key=lambda it: it[2])
 
     visit(root)
+    # more than CHUNK_MAX children: at most CHUNK_FANOUT chunks of at least CHUNK, recursively
     chunk_id = 0
-    for g in list(groups.values()):
-        while len(g.items) > CHUNK_MAX:
-            items = g.items
-            g.items = []
-            for i in range(0, len(items), CHUNK):
-                part = items[i: i + CHUNK]
-                c = Group(f"chunk:{chunk_id}", "", "chunk", g.id)
-                chunk_id += 1
-                c.items = part
-                for typ, iid, first in part:
-                    if typ == "node":
-                        _add_node(c, pg.by_id[iid], first)
-                    else:
-                        _merge(c, groups[iid])
-                        groups[iid].parent = c.id
-                c.label = (f"{', '.join(top_ops(c, 2))} … ({i + 1}–{i + len(part)} of "
-                           f"{len(items)})")  # fmt: skip
-                groups[c.id] = c
-                g.items.append(("group", c.id, c.first))
+    work = list(groups.values())
+    while work:
+        g = work.pop(0)
+        if len(g.items) <= CHUNK_MAX:
+            continue
+        items = g.items
+        size = max(CHUNK, -(-len(items) // CHUNK_FANOUT))
+        g.items = []
+        for i in range(0, len(items), size):
+            part = items[i: i + size]
+            c = Group(f"chunk:{chunk_id}", "", "chunk", g.id)
+            chunk_id += 1
+            c.items = part
+            for typ, iid, first in part:
+                if typ == "node":
+                    _add_node(c, pg.by_id[iid], first)
+                else:
+                    _merge(c, groups[iid])
+                    groups[iid].parent = c.id
+            c.label = f"{', '.join(top_ops(c, 2))} … ({i + 1}–{i + len(part)} of {len(items)})"
+            groups[c.id] = c
+            g.items.append(("group", c.id, c.first))
+            work.append(c)
     for g in groups.values():
         for typ, iid, _first in g.items:
             pg.parent_of[("n:" if typ == "node" else "g:") + iid] = g.id

@@ -259,6 +259,27 @@ def layout_box(items: list[tuple[str, float, float]], ranked: Ranked,
     for p in range(relax):
         for lay in (range(n_layers) if p % 2 == 0 else range(n_layers - 1, -1, -1)):
             _relax_layer(layers[lay], x, up, down, sep)
+    # Straighten long edges: move a whole dummy chain to one x where every layer has room.
+    slot = [0] * n
+    for layer in layers:
+        for k, i in enumerate(layer):
+            slot[i] = k
+
+    def fits(d: int, tx: float) -> bool:
+        layer, k = layers[layer_ix[d]], slot[d]
+        if k > 0 and tx - x[layer[k - 1]] < sep(layer[k - 1], d) - 1e-9:
+            return False
+        return not (k + 1 < len(layer) and x[layer[k + 1]] - tx < sep(d, layer[k + 1]) - 1e-9)
+
+    for dummies in chain_idx.values():
+        if len(dummies) < 2:
+            continue
+        xs = sorted(x[d] for d in dummies)
+        for tx in (xs[len(xs) >> 1], x[dummies[0]], x[dummies[-1]]):
+            if all(fits(d, tx) for d in dummies):
+                for d in dummies:
+                    x[d] = tx
+                break
     min_x, max_x = float("inf"), float("-inf")
     for i in range(n):
         min_x = min(min_x, x[i] - widths[i] / 2)

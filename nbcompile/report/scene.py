@@ -9,7 +9,6 @@ the widget (tests/widgets/test_layout_parity.py).
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,8 @@ __all__ = ["CH", "HEADER", "LINE", "MAXW", "PAD", "Box", "Scene", "SceneEdge", "
 
 CH = 6.7
 LINE = 14
+#: chunks (program-order slices of a flat program) open at first only within this many boxes
+CHUNK_LIMIT = 40
 PAD = 10
 HEADER = 22
 MAXW = 250
@@ -76,8 +77,9 @@ def initial_expansion(pg: PreparedGraph, limit: int, budget: int) -> set[str]:
     while level:
         groups = [pg.groups[iid] for g in level for typ, iid, _ in g.items if typ == "group"]
         extra = sum(len(g.items) - 1 for g in groups)
-        if not groups or (count + extra > limit and not (len(groups) == 1
-                                                          and count + extra <= budget)):
+        cap = min(limit, CHUNK_LIMIT) if all(g.kind == "chunk" for g in groups) else limit
+        if not groups or (count + extra > cap and not (len(groups) == 1
+                                                        and count + extra <= budget)):
             break
         expanded.update(g.id for g in groups)
         count += extra
@@ -324,18 +326,25 @@ def _route(by_key: dict[str, Box], a: SceneEdge) -> list[tuple[float, float]]:
     return pts
 
 
-def _num(v: float) -> str:
-    r = math.floor(v * 10 + 0.5) / 10  # Math.round
-    return str(int(r)) if r.is_integer() else repr(r)
+def _round(v: float) -> int:
+    return math.floor(v + 0.5)  # JavaScript's Math.round
 
 
 def path_data(points: list[tuple[float, float]]) -> str:
-    """SVG path data of a route (``pathData``): vertical runs straight, gaps as curves."""
-    d = f"M{_num(points[0][0])},{_num(points[0][1])}"
-    for (x0, y0), (x1, y1) in itertools.pairwise(points):
-        if abs(x0 - x1) < 0.05:
-            d += f"V{_num(y1)}"
-        else:
-            my = (y0 + y1) / 2
-            d += f"C{_num(x0)},{_num(my)} {_num(x1)},{_num(my)} {_num(x1)},{_num(y1)}"
-    return d
+    """SVG path data of a route (``pathData``): whole pixels, relative commands, vertical runs
+    straight (a run that moves sideways by under 1.5 px too), layer gaps as vertical-tangent
+    curves."""
+    px, py = _round(points[0][0]), _round(points[0][1])
+    d = [f"M{px},{py}"]
+    for x, y in points[1:]:
+        x1, y1 = _round(x), _round(y)
+        if abs(px - x1) < 1.5:
+            if y1 != py:
+                d.append(f"v{y1 - py}")
+            py = y1
+            continue
+        dx, dy = x1 - px, y1 - py
+        my = _round(dy / 2)
+        d.append(f"c0,{my} {dx},{my} {dx},{dy}")
+        px, py = x1, y1
+    return "".join(d)

@@ -17,7 +17,7 @@ from typing import Any
 from .graphmodel import group_phase, prepare_graph
 from .scene import HEADER, LINE, PAD, Scene, build_scene, initial_expansion, path_data
 
-__all__ = ["BUDGET", "LIMIT", "graph_scene", "graph_svg", "heat_colour"]
+__all__ = ["BUDGET", "LIMIT", "STATUS_COLOURS", "graph_scene", "graph_svg", "heat_colour"]
 
 #: the widget's first expansion: whole levels while at most LIMIT boxes (one group: BUDGET)
 LIMIT = 120
@@ -36,11 +36,19 @@ _PHASE = {
     "backward": ("#ffe0d6", "#f4511e"),
     "mixed": ("#efd7f4", "#8e24aa"),
 }
+#: diff statuses, as the widget's CSS (.nbc-d-*)
+STATUS_COLOURS = {
+    "added": ("#b4dbb5", "#2e7d32"),
+    "removed": ("#f5b3b2", "#c62828"),
+    "changed": ("#ffe0a3", "#ef6c00"),
+    "same": ("#f4f4f4", "#bdbdbd"),
+}
 _STYLE = (
     "text{font-family:DejaVu Sans Mono,Menlo,Consolas,monospace;font-size:11px;fill:#555}"
     "text.m{font-weight:bold;fill:#111}text.t{font-size:13px;font-weight:bold;fill:#222}"
-    "text.n{font-size:10px;fill:#666}path.e{fill:none;stroke:#777;stroke-opacity:.6}"
-    "path.u{stroke-opacity:.3;stroke-dasharray:3 3}rect.c{fill:#80808012;stroke:#bdbdbd}"
+    "text.n{font-size:10px;fill:#666}.E path{fill:none;stroke:#777;stroke-opacity:.6;"
+    "marker-end:url(#a)}.E path.u{stroke-opacity:.3;stroke-dasharray:3 3;marker-end:none}"
+    "rect.c{fill:#80808012;stroke:#bdbdbd}"
     "rect.h{fill:#80808029}"
 )
 
@@ -48,7 +56,7 @@ _STYLE = (
 def heat_colour(share: float) -> tuple[str, str]:
     """Fill and stroke for a share of time (0..1): pale yellow to deep red (the view's scale)."""
     s = max(0.0, min(1.0, share)) ** 0.5
-    r, g, b = 255, round(243 - 190 * s), round(205 - 185 * s)
+    r, g, b = 255, round(243 - 131 * s), round(205 - 138 * s)
     return f"#{r:02x}{g:02x}{b:02x}", "#b71c1c" if s > 0.5 else "#e65100"
 
 
@@ -61,11 +69,13 @@ def graph_scene(graph: dict[str, Any], report: dict[str, Any] | None = None, *,
 
 def graph_svg(graph: dict[str, Any], report: dict[str, Any] | None = None, *,
               title: str | None = None, color: str = "kind", limit: int = LIMIT,
-              heat: dict[str, float] | None = None) -> str:  # fmt: skip
+              heat: dict[str, float] | None = None,
+              status: dict[str, str] | None = None) -> str:  # fmt: skip
     """An SVG picture of one report graph, as the widget draws it first.
 
-    ``color``: ``"kind"`` (op, fusion, output...), ``"phase"`` (forward / backward / mixed) or
-    ``"heat"`` with ``heat`` mapping node ids to a share (0..1) of measured time.
+    ``color``: ``"kind"`` (op, fusion, output...), ``"phase"`` (forward / backward / mixed),
+    ``"heat"`` with ``heat`` mapping node ids to a share (0..1) of measured time, or
+    ``"status"`` with ``status`` mapping node ids to added / removed / changed / same (a diff).
     """
     pg, scene = graph_scene(graph, report, limit=limit)
     m, top, foot = 12.0, 22.0 if title else 0.0, 18.0
@@ -82,9 +92,12 @@ def graph_svg(graph: dict[str, Any], report: dict[str, Any] | None = None, *,
     def f(v: float) -> str:
         return f"{v:.1f}".rstrip("0").rstrip(".")
 
+    fills = {**{f"f-{k}": v for k, v in _FILL.items()}, **{f"f-{k}": v for k, v in _PHASE.items()},
+             **{f"f-{k}": v for k, v in STATUS_COLOURS.items()}}  # fmt: skip
+    style = _STYLE + "".join(f".{k}{{fill:{a};stroke:{b}}}" for k, (a, b) in fills.items())
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
-        f'viewBox="0 0 {width:.0f} {height:.0f}"><style>{_STYLE}</style>'
+        f'viewBox="0 0 {width:.0f} {height:.0f}"><style>{style}</style>'
         '<defs><marker id="a" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="7" '
         'markerHeight="7" orient="auto-start-reverse" markerUnits="userSpaceOnUse">'
         '<path d="M0,0L8,4L0,8z" fill="#777"/></marker></defs>'
@@ -102,11 +115,13 @@ def graph_svg(graph: dict[str, Any], report: dict[str, Any] | None = None, *,
             f'width="{f(box.w)}" height="{HEADER - 4}" rx="6"/>'
             f'<text x="{f(box.x + PAD)}" y="{f(box.y + 13)}">{escape(box.title)}</text>'
         )
+    out.append('<g class="E">')  # edges: style from the class, only what differs per edge
     for e in scene.edges:
         sw = min(4.0, 1 + (e.count.bit_length() - 1) / 2)
-        cls = "e u" if e.up else "e"
-        arrow = "" if e.up else ' marker-end="url(#a)"'
-        out.append(f'<path class="{cls}" d="{path_data(e.points)}" stroke-width="{f(sw)}"{arrow}/>')
+        width_attr = f' stroke-width="{f(sw)}"' if sw != 1 else ""
+        up = ' class="u"' if e.up else ""
+        out.append(f'<path{up} d="{path_data(e.points)}"{width_attr}/>')
+    out.append("</g>")
     for box in scene.boxes.values():
         if box.children is not None:
             continue
@@ -115,17 +130,20 @@ def graph_svg(graph: dict[str, Any], report: dict[str, Any] | None = None, *,
             phase = box.node.get("phase")
         else:
             kind, phase = "group", group_phase(box.group) if box.group else None
-        fill, stroke = _FILL.get(kind, _FILL["op"])
+        paint = f'class="f-{kind if kind in _FILL else "op"}"'
         if color == "phase" and phase in _PHASE:
-            fill, stroke = _PHASE[phase]
+            paint = f'class="f-{phase}"'
         elif color == "heat" and heat is not None and box.node is not None \
                 and box.node["id"] in heat:  # fmt: skip
             fill, stroke = heat_colour(heat[box.node["id"]])
+            paint = f'fill="{fill}" stroke="{stroke}"'
+        elif color == "status" and status is not None and box.node is not None \
+                and box.node["id"] in status:  # fmt: skip
+            paint = f'class="f-{status[box.node["id"]]}"'
         dash = ' stroke-dasharray="4 2"' if kind == "group" else ""
         out.append(
             f'<g transform="translate({f(box.x)},{f(box.y)})"><rect width="{f(box.w)}" '
-            f'height="{f(box.h)}" rx="{6 if kind == "group" else 3}" fill="{fill}" '
-            f'stroke="{stroke}"{dash}/>'
+            f'height="{f(box.h)}" rx="{6 if kind == "group" else 3}" {paint}{dash}/>'
         )
         for i, t in enumerate(box.lines):
             cls = ' class="m"' if i == 0 else ""

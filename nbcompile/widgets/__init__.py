@@ -7,7 +7,8 @@ traits, so a saved notebook can rebuild the view without Python:
 - ``report`` (Dict): the Report (docs/report-schema.md). In Python it is the plain dict; on the
   wire and in saved widget state it is gzip'd JSON in base64 (``{"format": "json.gz.b64", ...}``),
   which keeps a 12-layer train step's state around 150 KB.
-- ``tab`` (Unicode): the open tab: ``graph``, ``compiled``, ``source``, ``gradient`` or ``stats``.
+- ``tab`` (Unicode): the open tab: ``graph``, ``compiled``, ``source``, ``gradient``, ``stats`` or
+  ``diff`` (a re-run cell's "what changed" diff; a diff report is shown whole).
 - ``selected`` (Unicode): what is selected: ``traced:<node id>``, ``compiled:<node id>``,
   ``fusion:<id>``, ``line:<n>``, ``group:<graph>:<group id>`` or ``""``. Settable from Python.
 
@@ -35,10 +36,11 @@ __all__ = [
     "Shown",
     "renderer_script",
     "show",
+    "show_diff",
     "static_page",
 ]
 
-TABS = ("graph", "compiled", "source", "gradient", "stats")
+TABS = ("graph", "compiled", "source", "gradient", "stats", "diff")
 _STATIC = Path(__file__).resolve().parent / "static"
 
 
@@ -61,7 +63,8 @@ def _esm() -> Path | str:
 
 
 class CompilationView(anywidget.AnyWidget):
-    """Interactive view (Graph, Compiled, Source, Gradient, Stats tabs) of one Report dict."""
+    """Interactive view (Graph, Compiled, Source, Gradient, Stats, Diff tabs) of one Report dict,
+    or the diff view of a diff report (schema ``nbcompile.diff/1``)."""
 
     _esm = _esm()
     report = traitlets.Dict().tag(sync=True, to_json=_report_to_json, from_json=_report_from_json)
@@ -152,3 +155,20 @@ def show(report: dict[str, Any], state: DisplayState | None, previous: Shown | N
 def static_page(report: dict[str, Any], *, title: str | None = None) -> str:
     """The whole view of ``report`` as one offline HTML page (``save_html``, ``render``)."""
     return render_static_html(report, renderer=renderer_script(), title=title)
+
+
+def show_diff(diff: dict[str, Any], text: str) -> dict[str, Any]:
+    """The display bundle of a diff report (``c_new.diff(c_old)``, ``nbcompile.compare``):
+    ``text/plain``, the static diff view, and the widget drawing it (tab ``diff``)."""
+    bundle: dict[str, Any] = {
+        "text/plain": text,
+        "text/html": render_html(diff, renderer=renderer_script()),
+    }
+    view = CompilationView(diff, tab="diff")
+    widget_bundle = anywidget.AnyWidget._repr_mimebundle_(view)
+    if isinstance(widget_bundle, tuple):
+        widget_bundle = widget_bundle[0]
+    for mime, value in (widget_bundle or {}).items():
+        if mime.startswith("application/vnd.jupyter.widget"):
+            bundle[mime] = value
+    return bundle

@@ -16,25 +16,33 @@ from typing import Any
 import pytest
 
 from nbcompile.report.graphmodel import ancestors
-from nbcompile.report.scene import Scene
+from nbcompile.report.scene import Scene, path_data
 from nbcompile.report.svg import graph_scene, graph_svg
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
 
-def _curve(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The drawn route: vertical runs, gaps as vertical-tangent cubics (8 pieces each)."""
-    out = [points[0]]
-    for (x0, y0), (x1, y1) in itertools.pairwise(points):
-        if abs(x0 - x1) < 0.05:
-            out.append((x1, y1))
-            continue
-        my = (y0 + y1) / 2
-        for i in range(1, 9):
-            t = i / 8
-            u = 1 - t
-            out.append((u**3 * x0 + 3 * u * u * t * x0 + 3 * u * t * t * x1 + t**3 * x1,
-                        u**3 * y0 + 3 * u * u * t * my + 3 * u * t * t * my + t**3 * y1))
+def _as_drawn(d: str) -> list[tuple[float, float]]:
+    """The path as drawn (scene.path_data: M, relative v and c), cubics in 8 pieces."""
+    out: list[tuple[float, float]] = []
+    x = y = 0.0
+    for cmd, args in re.findall(r"([MvcC])([^MvcC]*)", d):
+        nums = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", args)]
+        if cmd == "M":
+            x, y = nums
+            out.append((x, y))
+        elif cmd == "v":
+            y += nums[0]
+            out.append((x, y))
+        else:
+            c1x, c1y, c2x, c2y, ex, ey = (nums if cmd == "C" else
+                                          [x + nums[0], y + nums[1], x + nums[2], y + nums[3],
+                                           x + nums[4], y + nums[5]])  # fmt: skip
+            for i in range(1, 9):
+                t, u = i / 8, 1 - i / 8
+                out.append((u**3 * x + 3 * u * u * t * c1x + 3 * u * t * t * c2x + t**3 * ex,
+                            u**3 * y + 3 * u * u * t * c1y + 3 * u * t * t * c2y + t**3 * ey))
+            x, y = ex, ey
     return out
 
 
@@ -77,7 +85,7 @@ def check_scene(pg: Any, scene: Scene) -> None:
         assert upper.x <= x0 <= upper.x + upper.w and abs(y0 - (upper.y + upper.h)) < 1e-6
         assert lower.x <= x1 <= lower.x + lower.w and abs(y1 - lower.y) < 1e-6
         allowed = {e.u, e.v} | {"g:" + g for g in ancestors(pg, e.u) + ancestors(pg, e.v)}
-        curve = _curve(e.points)
+        curve = _as_drawn(path_data(e.points))
         for key, b in boxes.items():
             if key in allowed:
                 continue
@@ -109,8 +117,8 @@ def test_gradient_graph_of_a_real_grad_compile(report_fixtures):
         pg, scene = graph_scene(report["graphs"][which], report)
         check_scene(pg, scene)
     svg = graph_svg(report["graphs"]["gradient"], report, color="phase")
-    fills = set(re.findall(r'fill="(#[0-9a-f]{6})"', svg))
-    assert {"#d3e8fb", "#ffe0d6"} <= fills  # forward and backward ops coloured by phase
+    painted = set(re.findall(r'<rect width="[^"]+" height="[^"]+" rx="\d" class="(f-\w+)"', svg))
+    assert {"f-forward", "f-backward"} <= painted  # forward and backward ops coloured by phase
 
 
 def _drawn(svg: str) -> list[tuple[float, float, float, float]]:
