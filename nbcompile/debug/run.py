@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from ..capture.source import SourceInfo
 from ..errors import NbcompileError
+from .diverge import Divergence, find_divergence
 from .interpreter import Interpreter
 from .summary import has_inf, has_nan, short, summarise
 
@@ -65,6 +66,23 @@ class _Found(Exception):
         self.value = value
 
 
+def replay_value(
+    jaxpr: Any, args: Sequence[Any], node_id: str, output: int = 0, where: tuple[int, ...] = ()
+) -> Any:
+    """Output ``output`` of equation ``node_id`` at loop iteration ``where``, computed by
+    replaying the program op by op up to it (no stop on NaN)."""
+
+    def hook(nid: str, eqn: Any, invals: list, outvals: list, it: tuple, leaf: bool) -> None:
+        if nid == node_id and it == where:
+            raise _Found(outvals[output])
+
+    try:
+        Interpreter(hook).run(jaxpr, list(args))
+    except _Found as found:
+        return found.value
+    raise KeyError(f"{node_id!r} iteration {list(where)} was not reached on replay")
+
+
 @dataclass
 class DebugResult:
     """The outcome of :func:`debug_run` (see the module docstring).
@@ -83,6 +101,7 @@ class DebugResult:
     first_inf: dict[str, Any] | None = None
     stop_on: str = "nan"
     notes: list[str] = field(default_factory=list)
+    divergence: Divergence | None = None
     _jaxpr: Any = None
     _args: list[Any] = field(default_factory=list)
     _values: dict[tuple[str, tuple[int, ...]], list[Any]] | None = None
@@ -102,15 +121,7 @@ class DebugResult:
         if self._values is not None and (node_id, where) in self._values:
             return self._values[(node_id, where)][output]
 
-        def hook(nid: str, eqn: Any, invals: list, outvals: list, it: tuple, leaf: bool) -> None:
-            if nid == node_id and it == where:
-                raise _Found(outvals[output])
-
-        try:
-            Interpreter(hook).run(self._jaxpr, self._args)
-        except _Found as found:
-            return found.value
-        raise KeyError(f"{node_id!r} iteration {list(where)} was not reached on replay")
+        return replay_value(self._jaxpr, self._args, node_id, output, where)
 
     @property
     def equations(self) -> int:
@@ -138,6 +149,7 @@ class DebugResult:
             "equations": self.equations,
             "summaries": self.summaries,
             "outputs": [summarise(o) for o in self.outputs] if self.outputs is not None else None,
+            "divergence": self.divergence.to_json() if self.divergence is not None else None,
             "notes": list(self.notes),
         }
 
@@ -167,6 +179,8 @@ class DebugResult:
                 f"  Inf first appeared at `{fi['primitive']}` ({fi['id']}), line {fi['line']}"
             )
         lines += [f"  note: {n}" for n in self.notes]
+        if self.divergence is not None:
+            lines.append(self.divergence.text())
         return "\n".join(lines)
 
 
@@ -236,9 +250,17 @@ def debug_run(
     source: SourceInfo | None = None,
     keep_values: bool = False,
     stop_on: str = "nan",
+    compare: bool = True,
+    compiled_outputs: Sequence[Any] | None = None,
+    hlo: str | None = None,
 ) -> DebugResult:
     """Run ``closed_jaxpr`` op by op on ``args`` (a pytree of example arguments, flattened to the
-    jaxpr's inputs), summarising every equation and stopping per ``stop_on``."""
+    jaxpr's inputs), summarising every equation and stopping per ``stop_on``.
+
+    With ``compare`` the compiled program's values are compared with the op-by-op ones and the
+    first divergent value located (:mod:`nbcompile.debug.diverge`): ``compiled_outputs`` (its
+    flat outputs for these arguments) and ``hlo`` (its optimised HLO text) describe the program
+    as the user compiled it; without them the traced program is compiled here."""
     if stop_on not in STOP_MODES:
         raise ValueError(f"stop_on must be one of {STOP_MODES}, not {stop_on!r}")
     flat = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in jax.tree.leaves(args)]
@@ -257,7 +279,7 @@ def debug_run(
         f"{nid}: `{prim}` was run as one op (its sub-program is not opened by the debugger)"
         for nid, prim in interp.opaque.items()
     ]
-    return DebugResult(
+    result = DebugResult(
         stopped=recorder.nan_at is not None,
         nan_at=recorder.nan_at,
         summaries=recorder.summaries,
@@ -269,3 +291,16 @@ def debug_run(
         _args=flat,
         _values=recorder.values,
     )
+    if compare:
+
+        def locate(eqn: Any) -> dict[str, Any]:
+            where = eqn_location(eqn, source)
+            line = where["line"]
+            code = source.line_text(line) if source is not None and line else None
+            return {**where, "code": code}
+
+        result.divergence = find_divergence(
+            closed_jaxpr, flat, eager_value=lambda nid, i: replay_value(closed_jaxpr, flat, nid, i),
+            stopped_at=result.nan_at["id"] if result.nan_at else None, eager_outputs=outputs,
+            compiled_outputs=compiled_outputs, hlo=hlo, locate=locate)  # fmt: skip
+    return result
