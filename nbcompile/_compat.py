@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import io
+import logging
 import os
 import sys
 import tempfile
@@ -99,8 +101,18 @@ def quiet_backend_start() -> None:
         return
     if _accelerator_files() or glob.glob("/dev/nvidia[0-9]*"):
         return
-    with captured_stderr():
-        jax.devices()
+    # The CUDA plugin's failure is logged (with a traceback) by JAX's Python logger, which a
+    # kernel sends to the cell's stderr, not to fd 2: silence that logger for the start too.
+    log = logging.getLogger("jax._src.xla_bridge")
+    level, propagate = log.level, log.propagate
+    log.setLevel(logging.CRITICAL + 1)
+    log.propagate = False
+    try:
+        with captured_stderr(), contextlib.redirect_stderr(io.StringIO()):
+            jax.devices()
+    finally:
+        log.setLevel(level)
+        log.propagate = propagate
 
 
 class CapturedStderr:
