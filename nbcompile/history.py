@@ -143,12 +143,16 @@ class RecompileWatcher(logging.Filter):
     """
 
     LOGGER = "jax._src.interpreters.partial_eval"
+    # The same switch makes JAX's compiler log every persistent-cache miss and write as a
+    # WARNING (JAX 0.10.2): filtered here too, or they land in every cell's output.
+    CACHE_LOGGER = "jax._src.compiler"
 
     def __init__(self) -> None:
         super().__init__()
         self.messages: list[str] = []
         self._context: Any = None
-        logging.getLogger(self.LOGGER).addFilter(self)
+        for name in (self.LOGGER, self.CACHE_LOGGER):
+            logging.getLogger(name).addFilter(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self._context is None:
@@ -191,7 +195,8 @@ class RecompileWatcher(logging.Filter):
     def close(self) -> None:
         """Detach from JAX's logger (``%unload_ext``)."""
         self.stop({})
-        logging.getLogger(self.LOGGER).removeFilter(self)
+        for name in (self.LOGGER, self.CACHE_LOGGER):
+            logging.getLogger(name).removeFilter(self)
 
 
 def _inside_nbcompile(where: str) -> bool:
