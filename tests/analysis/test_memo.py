@@ -9,8 +9,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from nbcompile.analysis import (Artifacts, analyse, analyse_cached, clear_analysis_cache,
-                                fingerprint)  # fmt: skip
+from nbcompile.analysis import (
+    Artifacts,
+    analyse,
+    analyse_cached,
+    clear_analysis_cache,
+    fingerprint,
+)
 from nbcompile.analysis.traced import walk_order
 from nbcompile.capture.source import SourceInfo
 
