@@ -143,15 +143,15 @@ class RecompileWatcher(logging.Filter):
     """
 
     LOGGER = "jax._src.interpreters.partial_eval"
-    # The same switch makes JAX's compiler log every persistent-cache miss and write as a
-    # WARNING (JAX 0.10.2): filtered here too, or they land in every cell's output.
-    CACHE_LOGGER = "jax._src.compiler"
+    # The same switch makes JAX's compiler and compilation cache log every persistent-cache
+    # miss and write as a WARNING (JAX 0.10.2): filtered here too, or they land in every cell.
+    CACHE_LOGGERS = ("jax._src.compiler", "jax._src.compilation_cache")
 
     def __init__(self) -> None:
         super().__init__()
         self.messages: list[str] = []
         self._context: Any = None
-        for name in (self.LOGGER, self.CACHE_LOGGER):
+        for name in (self.LOGGER, *self.CACHE_LOGGERS):
             logging.getLogger(name).addFilter(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -195,7 +195,7 @@ class RecompileWatcher(logging.Filter):
     def close(self) -> None:
         """Detach from JAX's logger (``%unload_ext``)."""
         self.stop({})
-        for name in (self.LOGGER, self.CACHE_LOGGER):
+        for name in (self.LOGGER, *self.CACHE_LOGGERS):
             logging.getLogger(name).removeFilter(self)
 
 
