@@ -57,17 +57,21 @@ def test_gpt2_small_train_step_cell_costs_about_a_plain_compile(tmp_path):
         "jax.config.update('jax_enable_compilation_cache', False)  # real compiles only\n"
         "from benchmarks._gpt2 import gpt2_train_step\n"
         "train_step, (params, tokens) = gpt2_train_step()\n"
-        "plain, _ = gpt2_train_step()\n"
-        "t0 = time.perf_counter(); jax.jit(plain).lower(params, tokens).compile()\n"
-        "plain_seconds = time.perf_counter() - t0\n"
+        "def plain_compile():\n"
+        "    plain, _ = gpt2_train_step()  # a fresh function: nothing cached\n"
+        "    t0 = time.perf_counter(); jax.jit(plain).lower(params, tokens).compile()\n"
+        "    return time.perf_counter() - t0\n"
+        "plain_seconds = [plain_compile()]\n"
     )
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell(setup),
         nbformat.v4.new_code_cell("%%compile\ntrain_step(params, tokens)"),
         nbformat.v4.new_code_cell(
             "import nbcompile\nc = nbcompile.last()\n"
+            "plain_seconds.append(plain_compile())  # before and after: drift on a busy machine\n"
             "total = sum(v for k, v in c.timings.items() if '.' not in k)\n"
-            "print('RESULT', plain_seconds, total, c.summary()['kernels'])"),
+            "print('RESULT', sum(plain_seconds) / 2, total, c.summary()['kernels'])\n"
+            "print(sorted(c.timings.items(), key=lambda kv: -kv[1])[:8])"),
     ])
     NotebookClient(nb, kernel_name="python3", timeout=900, allow_errors=False,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -80,5 +84,5 @@ def test_gpt2_small_train_step_cell_costs_about_a_plain_compile(tmp_path):
     text = "".join(o.get("text", "") for o in nb.cells[2].outputs)
     plain, total, kernels = (float(v) for v in text.split("RESULT", 1)[1].split()[:3])
     assert kernels > 3000, kernels
-    assert wall <= 1.5 * plain + 2.0, (wall, plain)
+    assert wall <= 1.5 * plain + 2.0, (wall, plain, text)
     assert abs(total - wall) <= 0.1 * wall, (total, wall)
