@@ -76,12 +76,12 @@ class Program:
     @property
     def analysis(self) -> Any:
         if self._analysis is None:
-            from .analysis import Artifacts, analyse
+            from .analysis import Artifacts, analyse_cached
 
             t0 = time.perf_counter()
             recompile_with_metadata(self.stages, self.request.compiler_options)
             stages = self.stages
-            self._analysis = analyse(Artifacts(
+            self._analysis = analyse_cached(Artifacts(
                 closed_jaxpr=stages.closed_jaxpr, lowered=stages.lowered,
                 compiled=stages.compiled, hlo_text=stages.hlo_text, source=self.source,
                 backend=stages.target.platform, name=self.name, fn=self.fn,

@@ -63,8 +63,14 @@ def build_report(
         report["graphs"] = {**report["graphs"], "traced": {**traced, "nodes": nodes}}
     summary = dict(report.get("summary") or {})
     summary.update({f"{k}_seconds": v for k, v in timings.items()})
+    labels = summary.get("from")
+    labels = dict(labels) if isinstance(labels, dict) else ({"*": labels} if labels else {})
+    labels.update({f"{k}_seconds": "measured" for k in timings})
+    summary["from"] = labels
     report["summary"] = summary
     report["timings"] = timings
+    own = report.get("from")
+    report["from"] = {**(own if isinstance(own, dict) else {}), "timings": "measured"}
     return report
 
 
@@ -99,11 +105,16 @@ def text_lines(report: dict[str, Any]) -> list[str]:
     if s.get("eager_kernels"):  # op by op, as --bench runs it; a lower bound with while loops
         bound = "" if s.get("eager_kernels_exact", True) else "at least "
         eager = f"; eager (op by op) would launch {bound}{s['eager_kernels']}"
+        if s.get("scalar_kernels"):  # TPU: one-element ops inside the program, not launches
+            eager += (f" (compare with {s['kernels'] - s['scalar_kernels']} kernels besides "
+                      f"{s['scalar_kernels']} scalar ops)")
     lines.append("  program: " + " → ".join(program) + eager)
     cost = report.get("cost") or {}
+    flops = cost.get("flops") if cost else s.get("flops")
     lines.append(
-        f"  folded: {s.get('folded_constants', 0)} constants; flops {format_count(cost.get('flops'))}; "
-        f"bytes accessed {format_bytes(cost.get('bytes_accessed'))}"
+        f"  folded: {s.get('folded_constants', 0)} constants; flops {format_count(flops)}"
+        f"{_source(report, 'flops')}; bytes accessed {format_bytes(cost.get('bytes_accessed'))}"
+        f"{_source(report, 'bytes_accessed') if cost.get('bytes_accessed') is not None else ''}"
     )
     if report.get("gradient"):
         g = report["gradient"]
@@ -118,6 +129,13 @@ def text_lines(report: dict[str, Any]) -> list[str]:
             lines.append(f"  {key}: {extra}")
     lines.extend(f"  note: {n}" for n in report.get("notes") or [])
     return lines
+
+
+def _source(report: dict[str, Any], key: str) -> str:
+    """`` (XLA)`` / `` (estimate)``: where a headline figure came from (summary labels)."""
+    labels = (report.get("summary") or {}).get("from")
+    label = labels.get(key, labels.get("*")) if isinstance(labels, dict) else labels
+    return f" ({label})" if label else ""
 
 
 def text_summary(report: dict[str, Any]) -> str:

@@ -55,8 +55,6 @@ def test_every_figure_of_the_analysis_is_labelled(compiled):
     assert document["summary"]["flops"] is not None  # something is shown, and labelled
 
 
-@pytest.mark.xfail(strict=True, reason="the report's own timings (report['timings'], summary "
-                   "*_seconds) are not labelled yet: build_report must add their 'from'")
 def test_every_figure_of_the_report_is_labelled(compiled):
     _, c = compiled
     assert unlabelled(c.report()) == []
