@@ -1,6 +1,7 @@
-"""Browser fixtures: one JupyterLab server per session, Debian's Chromium, no network.
+"""Browser fixtures: one JupyterLab and one Jupyter Notebook 7 server per session, Debian's
+Chromium, no network.
 
-Follows /work/shared/TESTING.md: JupyterLab on 127.0.0.1 with every config dir in a temp folder,
+Follows /work/shared/TESTING.md: the servers on 127.0.0.1 with every config dir in a temp folder,
 Playwright driving /usr/bin/chromium, every page failing its test on any non-loopback request.
 """
 
@@ -47,12 +48,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """A JupyterLab server on 127.0.0.1 serving a temp folder: {"url", "root"}."""
+def _serve(tmp_path_factory: pytest.TempPathFactory, app: str) -> Iterator[dict]:
+    """A JupyterLab ("lab") or Jupyter Notebook 7 ("notebook") server on 127.0.0.1 serving a
+    temp folder, every config dir inside it: {"url", "root", "app", "open"(name) -> URL}."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    tmp = tmp_path_factory.mktemp("lab")
+    tmp = tmp_path_factory.mktemp(app)
     root = tmp / "notebooks"
     root.mkdir()
     settings = tmp / "settings"
@@ -78,10 +79,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         }
     )
     port = _free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "jupyterlab",
+    common = [
         "--no-browser",
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.port={port}",
@@ -90,12 +88,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         "--ServerApp.disable_check_xsrf=True",
         "--ServerApp.allow_root=True",
         f"--ServerApp.root_dir={root}",
-        "--LabApp.news_url=None",
-        "--LabApp.extension_manager=readonly",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        "--LabApp.expose_app_in_browser=True",
     ]
-    log = (tmp / "lab.log").open("w")
+    if app == "lab":
+        cmd = [sys.executable, "-m", "jupyterlab", *common, "--LabApp.news_url=None",
+               "--LabApp.extension_manager=readonly",
+               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+               "--LabApp.expose_app_in_browser=True"]  # fmt: skip
+    else:  # Jupyter Notebook 7: JupyterLab's components, one document per page
+        cmd = [sys.executable, "-m", "notebook", *common,
+               "--JupyterNotebookApp.expose_app_in_browser=True"]  # fmt: skip
+    log = (tmp / "server.log").open("w")
     proc = subprocess.Popen(
         cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
@@ -109,10 +111,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
-                        "JupyterLab did not start:\n" + (tmp / "lab.log").read_text()[-3000:]
+                        f"{app} did not start:\n" + (tmp / "server.log").read_text()[-3000:]
                     ) from None
                 time.sleep(0.3)
-        yield {"url": url, "root": root}
+        where = "lab/tree" if app == "lab" else "notebooks"
+        yield {"url": url, "root": root, "app": app,
+               "open": lambda name: f"{url}/{where}/{name}" + ("?reset" if app == "lab" else "")}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -120,6 +124,26 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """A JupyterLab server on 127.0.0.1 serving a temp folder: {"url", "root", ...}."""
+    yield from _serve(tmp_path_factory, "lab")
+
+
+@pytest.fixture(scope="session")
+def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """A Jupyter Notebook 7 server on 127.0.0.1 serving a temp folder."""
+    yield from _serve(tmp_path_factory, "notebook")
+
+
+@pytest.fixture(params=["lab", "notebook"])
+def host(request) -> Iterator[dict]:
+    """Each host the README claims, with its kernel sessions shut down after the test."""
+    server = request.getfixturevalue("lab" if request.param == "lab" else "notebook7")
+    yield server
+    _shutdown_sessions(server)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from uihelpers import kernel_env, report_fixtures, screenshot
+from uihelpers import report_fixtures, screenshot
 
 pytestmark = pytest.mark.ui
 
@@ -118,34 +118,6 @@ def test_live_view_in_jupyterlab(ui_page, lab_session):
         assert rv.get_by_test_id(f"nbc-line-{n}").get_attribute("data-highlighted") == "true"
     rv.scroll_into_view_if_needed()
     screenshot(page, "live_real_view.png")
-
-
-def test_saved_notebook_shows_the_static_picture_without_a_kernel(
-    ui_page, lab_session, monkeypatch
-):
-    from nbclient import NotebookClient
-
-    page, lab = ui_page, lab_session
-    (lab["root"] / "small.json").write_text(json.dumps(report_fixtures().small_report()))
-    path = lab["root"] / "saved.ipynb"
-    _notebook(
-        path,
-        "import json\nfrom nbcompile.widgets import CompilationView\n"
-        "CompilationView(json.load(open('small.json')))",
-    )
-    for key, value in kernel_env().items():
-        monkeypatch.setenv(key, value)
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(
-        nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(lab["root"])}}
-    ).execute()
-    nbformat.write(nb, path)  # unsigned: JupyterLab treats its outputs as untrusted
-    page.goto(f"{lab['url']}/lab/tree/saved.ipynb?reset")
-    img = page.locator('.jp-OutputArea-output img[src^="data:image/svg+xml;base64,"]').first
-    img.wait_for()
-    assert page.evaluate("(el) => el.naturalWidth", img.element_handle()) > 50
-    assert page.locator(".jp-OutputArea-output .nbc-root").count() == 0  # no script ran
-    screenshot(page, "saved_notebook.png")
 
 
 def _static_page(tmp_path: Path, report: dict[str, Any]) -> str:
