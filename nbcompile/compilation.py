@@ -193,8 +193,11 @@ class Compilation:
     def analysis(self) -> Any:
         """The :class:`nbcompile.analysis.Analysis` of this program (computed on first use,
         by whichever run needs it first: that run's timings count it)."""
+        return self._analyse()
+
+    def _analyse(self, progress: Progress | None = None) -> Any:
         fresh = self.program._analysis is None
-        analysis = self.program.analysis
+        analysis = self.program.analyse(progress)
         if fresh:
             self._timings["analyse"] = self.program.analysis_seconds or 0.0
             self._timings.update(getattr(analysis, "timings", None) or {})
@@ -447,14 +450,15 @@ class Compilation:
         return (tuple(id(r) for r in results), tuple(self._notes), tuple(self._changes),
                 tuple(sorted(self._report_timings().items())))
 
-    def report(self) -> dict[str, Any]:
+    def report(self, progress: Progress | None = None) -> dict[str, Any]:
         """The JSON report every view reads (docs/report-schema.md); rebuilt only when this
-        run's results, notes or timings change (re-displays are instant)."""
+        run's results, notes or timings change (re-displays are instant). ``progress`` is told
+        each analysis stage, if the analysis runs now."""
         from .report import build_report
 
-        self.analysis  # noqa: B018 - analyse first: it adds to the timings
-        if self.grad is not None:
-            self.grad.analysis  # noqa: B018 - counted as grad_analyse, not as report
+        self._analyse(progress)  # analyse first: it adds to the timings
+        if self.grad is not None:  # counted as grad_analyse, not as report
+            self.grad._analyse((lambda m: progress(f"{m} (gradient)")) if progress else None)
         key = self._state_key()
         if self._report is None or self._report[0] != key:
             t0 = time.perf_counter()

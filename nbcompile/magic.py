@@ -184,8 +184,7 @@ class CompileMagics(Magics):
         quiet = options.quiet or result.captured.quiet
         if not quiet:
             # the view needs the analysis: do it under the progress line, so "done" is true
-            progress("analysing")
-            result.compilation.report()
+            result.compilation.report(progress=progress)
         progress.done(("cache hit" if result.cache_hit else "compiled")
                       + ("" if quiet else " and analysed"))
         for warning in result.warnings:

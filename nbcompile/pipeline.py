@@ -75,6 +75,10 @@ class Program:
 
     @property
     def analysis(self) -> Any:
+        return self.analyse()
+
+    def analyse(self, progress: Progress | None = None) -> Any:
+        """The analysis, computed now if it was not (``progress`` is told each stage)."""
         if self._analysis is None:
             from .analysis import Artifacts, analyse_cached
 
@@ -86,6 +90,7 @@ class Program:
                 compiled=stages.compiled, hlo_text=stages.hlo_text, source=self.source,
                 backend=stages.target.platform, name=self.name, fn=self.fn,
                 grad_argnums=self.grad_argnums if self.is_value_and_grad else None,
+                progress=progress,
             ))
             self.analysis_seconds = time.perf_counter() - t0
         return self._analysis

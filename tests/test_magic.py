@@ -220,7 +220,8 @@ def test_progress_names_the_target_and_shows_stages(ip, monkeypatch):
     assert shown[-1].startswith("✓ predict: compiled in")
     shown.clear()
     assert run(ip, PREDICT.format(opts=" -f", end="")).success  # displayed: analysed first
-    assert any("analysing" in text for text in shown)
+    stages = [text for text in shown if "analysing: " in text]
+    assert any("(1/10)" in t for t in stages) and any("(10/10)" in t for t in stages), stages
     assert shown[-1].startswith("✓ predict: compiled and analysed in")
 
 

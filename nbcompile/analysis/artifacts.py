@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..capture.source import SourceInfo
@@ -17,7 +18,8 @@ class Artifacts:
     TPU target lowered without libtpu); ``hlo_text`` is ``compiled.as_text()`` (optimised HLO);
     ``grad_argnums`` is set when the program is a ``value_and_grad``; ``backend`` is the platform
     name (``cpu``, ``cuda``, ``tpu``); ``fn`` (optional) is the user's function, used only to name
-    closed-over constants from its globals / closure.
+    closed-over constants from its globals / closure; ``progress`` (optional) is told each
+    analysis stage as it starts.
     """
 
     closed_jaxpr: Any
@@ -29,3 +31,4 @@ class Artifacts:
     grad_argnums: tuple[int, ...] | None = None
     name: str = "f"
     fn: Any | None = None
+    progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,16 +216,32 @@ class _Clock:
     is wall time (what the user waits); the scaling test swaps in CPU time."""
 
     timer = staticmethod(time.perf_counter)
+    #: the stages in order, and what a progress line says while each runs
+    STAGES = {"traced": "the traced program", "parse": "reading XLA's program",
+              "kernels": "kernels and fusions", "inferred_sources": "sources of XLA's kernels",
+              "pre_optimisation": "op counts before optimisation", "folding": "folded constants",
+              "gradient": "forward and backward", "xla": "XLA's cost and memory",
+              "lines": "the per-line map", "counts": "op counts"}  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(self, progress: Callable[[str], None] | None = None) -> None:
         self.timings: dict[str, float] = {}
+        self._progress = progress
+        self._order = list(self.STAGES)
+        self._announce(0)
         self._last = self.timer()
+
+    def _announce(self, index: int) -> None:
+        if self._progress is not None and index < len(self._order):
+            what = self.STAGES[self._order[index]]
+            self._progress(f"analysing: {what} ({index + 1}/{len(self._order)})")
 
     def lap(self, stage: str) -> None:
         now = self.timer()
         key = f"analyse.{stage}"
         self.timings[key] = self.timings.get(key, 0.0) + now - self._last
-        self._last = now
+        if stage in self.STAGES:
+            self._announce(self._order.index(stage) + 1)
+        self._last = self.timer()
 
 
 @contextlib.contextmanager
@@ -249,7 +265,7 @@ def analyse(artifacts: Artifacts) -> Analysis:
 
 def _analyse(artifacts: Artifacts) -> Analysis:
     notes: list[str] = []
-    clock = _Clock()
+    clock = _Clock(artifacts.progress)
     grad = artifacts.grad_argnums is not None
     source = Locator(artifacts.source)
     traced = trace_graph(artifacts.closed_jaxpr, source, artifacts.name, grad=grad)
