@@ -13,7 +13,7 @@ import gc
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from .._compat import stablehlo_ops
 from ..capture.source import Location
@@ -217,7 +217,7 @@ class _Clock:
 
     timer = staticmethod(time.perf_counter)
     #: the stages in order, and what a progress line says while each runs
-    STAGES = {"traced": "the traced program", "parse": "reading XLA's program",
+    STAGES: ClassVar[dict[str, str]] = {"traced": "the traced program", "parse": "reading XLA's program",
               "kernels": "kernels and fusions", "inferred_sources": "sources of XLA's kernels",
               "pre_optimisation": "op counts before optimisation", "folding": "folded constants",
               "gradient": "forward and backward", "xla": "XLA's cost and memory",
