@@ -156,6 +156,10 @@ class FrozenModel:
         out, batch = [], None  # batch: (size, leaf index) of the first leaf that set b
         for i, (leaf, want) in enumerate(zip(leaves, spec["leaves"], strict=True)):
             value = leaf if isinstance(leaf, jax.Array) else np.asarray(leaf)
+            canonical = np.dtype(jax.dtypes.canonicalize_dtype(value.dtype))
+            if canonical != value.dtype and canonical.name == want["dtype"]:
+                # as jax.jit does without x64: float64 NumPy data runs as float32, etc.
+                value = np.asarray(value, dtype=canonical)
             shape, dtype = tuple(value.shape), np.dtype(value.dtype).name
             takes = f"{want['dtype']}{_batch.show(want['shape'])}"
             uses_b = bool(want["shape"]) and want["shape"][0] == _batch.BATCH_DIM

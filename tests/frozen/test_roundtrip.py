@@ -86,3 +86,22 @@ def test_loaded_model_describes_itself(frozen) -> None:
     assert model.platform == "cpu"
     out = model(np.load(path.with_name("attention.x.npy")))
     assert set(out) == {"attn", "out"} and out["attn"].shape == (2, 16, 16)
+
+
+def test_float64_numpy_inputs_are_canonicalised_like_jax_jit(tmp_path):
+    """np.random gives float64; jax.jit (x64 off) runs it as float32 — a frozen model too."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import nbcompile
+
+    def predict(w, x):
+        return jnp.tanh(x @ w)
+
+    w = jnp.asarray(np.random.default_rng(0).normal(size=(3, 2)), jnp.float32)
+    x64 = np.random.default_rng(1).normal(size=(4, 3))  # float64, as NumPy makes it
+    path = tmp_path / "m.nbc"
+    nbcompile.freeze(predict, w, jnp.asarray(x64, jnp.float32), path=path)
+    got = nbcompile.load(path)(x64)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(jax.jit(predict)(w, x64)), rtol=1e-6)
