@@ -13,7 +13,8 @@ function delta(pair, fmt) {
   if (!pair) return "–";
   const [b, a] = pair;
   if (b == null && a == null) return "–";
-  const d = (a || 0) - (b || 0);
+  if (b == null || a == null) return `${b == null ? "–" : fmt(b)} → ${a == null ? "–" : fmt(a)}`;
+  const d = a - b;
   const sign = d > 0 ? "+" : d < 0 ? "−" : "±";
   return `${b == null ? "–" : fmt(b)} → ${a == null ? "–" : fmt(a)} (${sign}${fmt(Math.abs(d))})`;
 }
@@ -25,7 +26,7 @@ function side(d, which, status) {
     h("div", { class: "nbc-diff-label" }, `${which}: ${s.name}${s.label && s.label !== which ? ` (${s.label})` : ""}`));
   if (!graph) { box.appendChild(h("div", { class: "nbc-hint" }, "no compiled program on this side")); return [box, null]; }
   const pg = prepareGraph(graph, s.report);
-  const gv = new GraphView(pg, { name: `diff-${which}`, status, initialBudget: 120, budget: 400 });
+  const gv = new GraphView(pg, { name: `diff-${which}`, status });
   box.appendChild(gv.el);
   return [box, gv];
 }
@@ -55,6 +56,7 @@ export function renderDiff(el, d, view) {
     [h("span", { class: `nbc-dtag nbc-d-${l.change === "edited" ? "changed" : l.change}` }, l.change), l.where || "", h("code", null, trunc(l.text, 60)),
       delta(l.flops, fmtNum), delta(l.bytes, fmtBytes), l.seconds ? delta(l.seconds, fmtSeconds) : "–", l.peak_bytes ? delta(l.peak_bytes, fmtBytes) : "–"]);
   const hunks = (d.source_diff || []).map((hk) => h("div", { class: "nbc-hunk" },
+    hk.label ? h("div", { class: "nbc-hunk-label" }, hk.label) : null,
     ...hk.before.map((t, i) => h("div", { class: "nbc-hunk-del" }, `- ${hk.before_start + i}  ${t}`)),
     ...hk.after.map((t, i) => h("div", { class: "nbc-hunk-add" }, `+ ${hk.after_start + i}  ${t}`))));
   el.append(

@@ -2,7 +2,7 @@
 // highlight, search. Never lays out more than `budget` boxes at once.
 
 import { ancestors, groupPhase } from "./model.js";
-import { HEADER, LINE, PAD, buildScene, initialExpansion, pathData, unitKey } from "./scene.js";
+import { BUDGET, HEADER, INITIAL_LIMIT, LINE, PAD, buildScene, initialExpansion, pathData, unitKey } from "./scene.js";
 import { fmtBytes, h, s } from "./util.js";
 
 let arrowCount = 0;
@@ -15,7 +15,7 @@ export function heatColour(share) {
 }
 
 export class GraphView {
-  constructor(pg, { name, colorBy = "kind", budget = 400, initialBudget = 120, heat = null, status = null, onActivate, onStatus }) {
+  constructor(pg, { name, colorBy = "kind", budget = BUDGET, initialBudget = INITIAL_LIMIT, heat = null, status = null, onActivate, onStatus }) {
     // heat: Map(node id -> share of measured time); status: Map(node id -> added|removed|changed)
     Object.assign(this, { pg, name, colorBy, budget, heat, status, onActivate, onStatus });
     this.expanded = new Set();
@@ -103,11 +103,12 @@ export class GraphView {
       this.t.x += (before.x - after.x) * this.t.k;
       this.t.y += (before.y - after.y) * this.t.k;
       this.applyTransform();
-    } else if (!this.fitted) this.fit();
+    } else if (!this.fitted) this.firstView();
     this.applyClasses();
     const units = [...this.boxes.values()].filter((b) => !b.children).length;
     this.onStatus?.(`${units} boxes drawn for ${this.pg.nodes.length - this.pg.labels.size} ops` +
-      (this.pg.labels.size ? ` (${this.pg.labels.size} parameters/scalars shown as labels)` : ""));
+      (this.pg.labels.size ? ` (${this.pg.labels.size} parameters/scalars shown as labels)` : "") +
+      (this.partial ? " · showing the top: ⤢ fits all, drag to pan" : ""));
   }
 
   draw(tree) {
@@ -247,14 +248,36 @@ export class GraphView {
     this.applyTransform();
   }
 
+  maxHeight() {
+    const view = this.el.ownerDocument?.defaultView;
+    return Math.max(320, Math.min(720, Math.round((view?.innerHeight || 900) * 0.7)));
+  }
+
+  /** First view: the whole graph when it reads at 50 % or more, else its top at a readable
+   * scale (⤢ / "0" fits all; drag or the arrow keys pan). */
+  firstView() {
+    const root = this.boxes?.get("root");
+    const W = this.el.clientWidth;
+    if (!root || !W) return;
+    const maxH = this.maxHeight();
+    const kFit = Math.min(1, (W - 20) / Math.max(root.w, 1), (maxH - 24) / Math.max(root.h, 1));
+    this.partial = kFit < 0.5;
+    if (!this.partial) { this.fit(); return; }
+    this.fitted = true;
+    const k = Math.min(1, Math.max(kFit, Math.min(0.75, (W - 20) / Math.max(root.w, 1))));
+    this.el.style.height = maxH + "px";
+    this.t = { k, x: Math.max(10, (W - root.w * k) / 2), y: 12 };
+    this.applyTransform();
+  }
+
   /** Fit to view: the whole graph inside the canvas (both ways), never above 100 %. */
   fit() {
     const root = this.boxes?.get("root");
     const W = this.el.clientWidth;
     if (!root || !W) return;
     this.fitted = true;
-    const view = this.el.ownerDocument?.defaultView;
-    const maxH = Math.max(320, Math.min(720, Math.round((view?.innerHeight || 900) * 0.7)));
+    this.partial = false;
+    const maxH = this.maxHeight();
     const k = Math.min(1, (W - 20) / Math.max(root.w, 1), (maxH - 24) / Math.max(root.h, 1));
     const H = Math.max(160, Math.min(maxH, root.h * k + 24));
     this.el.style.height = H + "px";

@@ -7,6 +7,7 @@
 
 import { renderDiff } from "./diff.js";
 import { GraphView } from "./graphview.js";
+import { BUDGET, INITIAL_LIMIT } from "./scene.js";
 import { decodeReport, prepareGraph } from "./model.js";
 import { detailsFor, fusionTable, gradientPanel } from "./panels.js";
 import { sourcePanel } from "./source.js";
@@ -97,7 +98,7 @@ function build(el, report, opts, view) {
   const search = h("input", { class: "nbc-search", "data-testid": "nbc-search", type: "search", placeholder: "search op or name…",
     "aria-label": "search ops and names (Enter: next match)" });
   const count = h("span", { class: "nbc-count", "data-testid": "nbc-match-count", "aria-live": "polite" }, "");
-  const budget = opts.budget || 400, initialBudget = opts.initialBudget || 120;
+  const budget = opts.budget || BUDGET, initialBudget = opts.initialBudget || INITIAL_LIMIT;
 
   const graphFor = (tab) => {
     if (graphs.has(tab)) return graphs.get(tab);
@@ -144,7 +145,7 @@ function build(el, report, opts, view) {
     p.hidden = false;
     const gv = graphs.get(tab);
     if (gv && !gv.boxes) gv.render();
-    else if (gv) { if (!gv.fitted) gv.fit(); gv.render(); }
+    else if (gv) { if (!gv.fitted) gv.firstView(); gv.render(); }
     if (!gv) status.textContent = "";
     for (const b of graphButtons) b.disabled = !gv;
     applySelection();

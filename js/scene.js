@@ -24,6 +24,11 @@ export const MAXW = 250;
  * this small: their contents are there on demand, the first view stays readable. */
 export const CHUNK_LIMIT = 40;
 
+/** The first picture: whole levels of groups open while at most this many boxes are drawn
+ * (one group alone may open up to the budget). nbcompile/report/svg.py draws the same. */
+export const INITIAL_LIMIT = 60;
+export const BUDGET = 400;
+
 /** Group ids to expand first: breadth-first, whole depth levels while they fit `limit` boxes. */
 export function initialExpansion(pg, limit, budget) {
   const expanded = new Set();

@@ -141,8 +141,8 @@ function verdict(m) {
   const head = val(m.headroom_bytes);
   return h("figure", { class: "nbc-fig", "data-testid": "nbc-fits" },
     h("figcaption", { class: "nbc-fig-title" }, "Will it fit?"),
-    h("div", { class: "nbc-verdict " + cls, "data-fits": String(fits) }, `${word}: peak ${fmtBytes(peak)} of ${capText}`,
-      head != null ? ` · headroom ${fmtBytes(head)}` : ""),
+    h("div", { class: "nbc-verdict " + cls, "data-fits": String(fits) }, `${word}: peak ${fmtBytes(peak)}`,
+      cap != null ? ` of ${capText}` : ` · ${capText}`, head != null ? ` · headroom ${fmtBytes(head)}` : ""),
     h("div", { class: "nbc-from", "data-testid": "nbc-from" }, `source: peak ${src(m.peak_bytes)}, capacity ${src(m.capacity_bytes, cap == null ? "unknown" : "spec")}`));
 }
 

@@ -5,7 +5,7 @@
 //   node js/bench/layout-bench.mjs build/layout-corpus/*.json > build/layout-bench.json
 //
 // For every graph of every report (traced, compiled, gradient) at the view's first expansion
-// (initialExpansion(120, 400), what the widget draws first), each engine lays out the same boxes
+// (initialExpansion(INITIAL_LIMIT, BUDGET), what the widget draws first), each engine lays out the same boxes
 // (same sizes, same groups) and the same aggregated edges. Measured on the drawn geometry:
 // crossings = pairs of edge segments that properly intersect (curves sampled in 8 pieces);
 // through = edges that run through a box that is neither of their ends nor a group holding one;
@@ -16,7 +16,7 @@ import dagre from "@dagrejs/dagre";
 import ELK from "elkjs/lib/elk.bundled.js";
 import { layered as legacyLayered } from "./legacy-layout.js";
 import { prepareGraph, ancestors } from "../model.js";
-import { buildScene, initialExpansion, pathData, CH, PAD, HEADER } from "../scene.js";
+import { BUDGET, buildScene, initialExpansion, INITIAL_LIMIT, pathData, CH, PAD, HEADER } from "../scene.js";
 import { fmtNum, trunc } from "../util.js";
 
 const elk = new ELK();
@@ -228,7 +228,7 @@ for (const file of files) {
     const graph = report.graphs?.[which];
     if (!graph || !(graph.nodes || []).length) continue;
     const pg = prepareGraph(graph, report);
-    const expanded = initialExpansion(pg, 120, 400);
+    const expanded = initialExpansion(pg, INITIAL_LIMIT, BUDGET);
     const row = { file: file.split("/").pop(), graph: which, nodes: graph.nodes.length };
     for (const [name, engine] of Object.entries(ENGINES)) {
       if (only.length && !only.includes(name)) continue;

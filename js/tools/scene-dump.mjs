@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import { prepareGraph } from "../model.js";
 import { buildScene, initialExpansion } from "../scene.js";
 
-const [file, limit = "120", budget = "400"] = process.argv.slice(2);
+const [file, limit = "60", budget = "400"] = process.argv.slice(2);
 const report = JSON.parse(readFileSync(file, "utf8"));
 const out = {};
 for (const which of ["traced", "compiled", "gradient"]) {

@@ -21,7 +21,9 @@ def _delta(pair: Any, fmt: Callable[[Any], str]) -> str:
     if not pair or (pair[0] is None and pair[1] is None):
         return "–"
     b, a = pair
-    d = (a or 0) - (b or 0)
+    if b is None or a is None:
+        return f"{'–' if b is None else fmt(b)} → {'–' if a is None else fmt(a)}"
+    d = a - b
     sign = "+" if d > 0 else "−" if d < 0 else "±"
     return f"{'–' if b is None else fmt(b)} → {'–' if a is None else fmt(a)} ({sign}{fmt(abs(d))})"
 
@@ -60,7 +62,8 @@ def diff_html(d: dict[str, Any]) -> str:
         f"{escape(r['figure'])}: {_delta([r['before'], r['after']], fmt_bytes if 'bytes' in r['figure'] else fmt_seconds if 'seconds' in r['figure'] else fmt_num)}"
         + (f" ({escape(str(r['from']))})" if r.get("from") else "") for r in d.get("summary") or [])
     hunks = "".join(
-        "".join(f'<div style="color:#c62828">- {h["before_start"] + i}  {escape(t)}</div>'
+        (f"<div><b>{escape(h['label'])}</b></div>" if h.get("label") else "")
+        + "".join(f'<div style="color:#c62828">- {h["before_start"] + i}  {escape(t)}</div>'
                 for i, t in enumerate(h["before"]))
         + "".join(f'<div style="color:#2e7d32">+ {h["after_start"] + i}  {escape(t)}</div>'
                   for i, t in enumerate(h["after"])) for h in d.get("source_diff") or [])

@@ -159,6 +159,20 @@ def diff_report(before: dict[str, Any], after: dict[str, Any], *,
     src_b = (before.get("source") or {}).get("lines") or []
     src_a = (after.get("source") or {}).get("lines") or []
     hunks, change = _source_diff(src_b, src_a)
+    # other cells the program came from (the model's cell): each against its closest
+    # counterpart (cells are renumbered when re-run, so matched by content)
+    olds = [s for s in before.get("sources") or [] if s.get("cell") is not None]
+    for new in after.get("sources") or []:
+        if new.get("cell") is None or not olds:
+            continue
+        old = max(olds, key=lambda o: difflib.SequenceMatcher(
+            a=o.get("lines") or [], b=new.get("lines") or [], autojunk=False).ratio())
+        more, more_change = _source_diff(old.get("lines") or [], new.get("lines") or [])
+        for hunk in more:
+            hunk["label"] = f"{old.get('label')} → {new.get('label')}"
+        hunks += more
+        for text, kind in more_change.items():
+            change.setdefault(text, kind)
     lines = []
     for text in list(la) + [t for t in lb if t not in la]:
         b, a = lb.get(text), la.get(text)

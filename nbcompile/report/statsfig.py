@@ -169,7 +169,8 @@ def _memory_figures(m: dict[str, Any]) -> list[str]:
     cap_text = (f"{fmt_bytes(cap)} ({src(m.get('capacity_bytes'))})" if cap is not None
                 else escape(str(m.get("capacity_label") or "capacity unknown")))  # fmt: skip
     out.append(f'<div data-testid="nbc-fits" data-fits="{str(fits).lower()}"><b>Will it fit?</b> '
-               f"{word}: peak {fmt_bytes(val(m.get('peak_bytes')))} of {cap_text} "
+               f"{word}: peak {fmt_bytes(val(m.get('peak_bytes')))}"
+               f"{' of ' if cap is not None else ' · '}{cap_text} "
                f"(source: peak {src(m.get('peak_bytes'))})</div>")  # fmt: skip
     return out
 

@@ -20,7 +20,7 @@ from .scene import HEADER, LINE, PAD, Scene, build_scene, initial_expansion, pat
 __all__ = ["BUDGET", "LIMIT", "STATUS_COLOURS", "graph_scene", "graph_svg", "heat_colour"]
 
 #: the widget's first expansion: whole levels while at most LIMIT boxes (one group: BUDGET)
-LIMIT = 120
+LIMIT = 60
 BUDGET = 400
 _FILL = {
     "op": ("#e3effa", "#1e6fbf"),

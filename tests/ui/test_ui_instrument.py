@@ -49,6 +49,13 @@ FIT = """(canvas) => { const c = canvas.getBoundingClientRect(), out = [];
           canvasH: c.height, canvasW: c.width}; }"""
 
 
+def shot(element, name: str) -> None:
+    """A picture of one view as a person sees it (build/ui-artifacts; docs/img comes from here)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    element.scroll_into_view_if_needed()
+    element.screenshot(path=str(ARTIFACTS / name))
+
+
 def _notebook(path: Path) -> None:
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in CELLS])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
@@ -135,19 +142,21 @@ def test_view_in_the_host(ui_page, host, tmp_path):
     assert page.evaluate(RUN_ALL) is True
     view = page.locator(".jp-OutputArea-output .nbc-root:not(.nbc-diff)").first
     view.get_by_test_id("nbc-tab-gradient").wait_for(timeout=60_000)
-    check_graph_tabs(view)
+    check_graph_tabs(view)  # ends on the Gradient tab
+    shot(view, f"view-gradient_{host['app']}.png")
     view.get_by_test_id("nbc-tab-graph").click()
-    screenshot(page, f"graph_{host['app']}.png")
+    shot(view, f"view-graph_{host['app']}.png")
     check_stats(view)
-    view.get_by_test_id("nbc-stats").scroll_into_view_if_needed()
-    screenshot(page, f"stats_{host['app']}.png")
+    shot(view, f"view-stats_{host['app']}.png")
     check_source(view)
+    view.get_by_test_id("nbc-heat-time").click()
+    shot(view, f"view-source_{host['app']}.png")
     check_export(page, view, tmp_path)
     diff = page.locator(".jp-OutputArea-output .nbc-root.nbc-diff").first
     diff.get_by_test_id("nbc-diff-after").wait_for()
     check_diff(page, diff)
-    diff.scroll_into_view_if_needed()
-    screenshot(page, f"diff_{host['app']}.png")
+    shot(diff, f"view-diff_{host['app']}.png")
+    screenshot(page, f"host_{host['app']}.png")
 
 
 @pytest.fixture(scope="module")

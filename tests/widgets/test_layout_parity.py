@@ -58,7 +58,7 @@ def _same(a: Any, b: Any, path: str = "") -> str | None:
     return f"{path}: {a!r} != {b!r}"
 
 
-def _check(report: dict[str, Any], tmp_path: Path, limit: int = 120, budget: int = 400) -> None:
+def _check(report: dict[str, Any], tmp_path: Path, limit: int = 60, budget: int = 400) -> None:
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report))
     js = json.loads(subprocess.run(
