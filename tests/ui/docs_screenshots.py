@@ -11,7 +11,6 @@ edited MLP (the diff view) in this process, writes each view as its standalone o
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,12 +21,11 @@ CHROMIUM = "/usr/bin/chromium"
 def _pages(tmp: Path) -> dict[str, Path]:
     import jax
     import jax.numpy as jnp
+    from flax import nnx
 
     import nbcompile
     from nbcompile.report.html import render_static_html
     from nbcompile.widgets import renderer_script
-
-    from flax import nnx
 
     jax.config.update("jax_numpy_rank_promotion", "allow")
 
