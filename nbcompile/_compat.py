@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib.util
 import io
 import logging
 import os
@@ -85,22 +86,44 @@ def _accelerator_files() -> bool:
     return bool(glob.glob("/dev/accel*")) or os.path.isdir("/dev/vfio")
 
 
+def _plugins_without_their_device() -> list[str]:
+    """Accelerator plugins installed here whose device is absent (Linux, where they ship):
+    libtpu (the ``[tpu]`` extra) without TPU device files, the CUDA plugin without a GPU."""
+    if sys.platform != "linux":
+        return []
+    absent = []
+    if importlib.util.find_spec("libtpu") is not None and not _accelerator_files():
+        absent.append("tpu")
+    cuda = ("jax_cuda12_plugin", "jax_cuda13_plugin")
+    if any(importlib.util.find_spec(m) for m in cuda) and not glob.glob("/dev/nvidia[0-9]*"):
+        absent.append("cuda")
+    return absent
+
+
 def quiet_backend_start() -> None:
-    """Start JAX's backends now with native stderr captured, where that only hides noise.
+    """On a machine whose only device is its CPU, start JAX on the CPU, quietly.
 
     With the ``[tpu]`` extra (libtpu) or the CUDA plugin installed on a machine without that
-    device, JAX's first use prints libtpu's hostname errors and "Source Location Trace" blocks,
-    or a CUDA-plugin traceback, into the first cell that touches JAX. Starting the backends
-    here, at ``%load_ext``, with fd 2 redirected keeps them out of the notebook. Nothing is done
-    when the backends already started, when JAX_PLATFORMS picks them, or when accelerator device
-    files exist (a real TPU/GPU: then the messages matter). Checked with JAX 0.10.2.
+    device, JAX's first use tries those backends and fails: libtpu prints hostname errors and
+    "Source Location Trace" blocks into the first cell that touches JAX, the CUDA plugin logs a
+    traceback and is then not registered at all (so compiling for a GPU deviceless is refused),
+    and libtpu loaded at start-up makes JAX's profiler crash the process (JAX 0.10.2). So at
+    ``%load_ext``, where no TPU, NVIDIA or AMD device files exist and such a plugin is
+    installed, JAX is told to run on the CPU (``jax_platforms="cpu"``), as the CUDA plugin's
+    own deviceless recipe asks; deviceless TPU/GPU compiles still use the plugins' compilers.
+    The start is done with fd 2 and JAX's plugin logger silenced. Nothing is done when the
+    backends already started, when JAX_PLATFORMS is set, or when device files exist (a real
+    TPU/GPU: JAX picks it, and its messages matter). Checked with JAX 0.10.2.
     """
     from jax._src import xla_bridge
 
     if xla_bridge.backends_are_initialized() or os.environ.get("JAX_PLATFORMS"):
         return
-    if _accelerator_files() or glob.glob("/dev/nvidia[0-9]*"):
+    if _accelerator_files() or glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"):
         return
+    if not _plugins_without_their_device():
+        return  # plain CPU JAX: nothing to quiet
+    jax.config.update("jax_platforms", "cpu")
     # The CUDA plugin's failure is logged (with a traceback) by JAX's Python logger, which a
     # kernel sends to the cell's stderr, not to fd 2: silence that logger for the start too.
     log = logging.getLogger("jax._src.xla_bridge")
