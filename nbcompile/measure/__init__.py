@@ -6,8 +6,10 @@
     r = bench(fn, args, max_seconds=10.0)
     a = ablate(jax.jit(fn).lower(*args), args)
     p = profile(nbcompile.compile(fn, *args), calls=20)
+    spec_peaks("tpu", "v5e")  # a device's datasheet roofline (FLOP/s, bytes/s, cited)
 """
 
+from ._peaks import spec_peaks
 from ._timing import Timing
 from .ablate import AblationResult, VariantResult, ablate
 from .bench import BenchResult, bench
@@ -32,5 +34,6 @@ __all__ = [
     "passes_for",
     "profile",
     "profile_delta",
+    "spec_peaks",
     "variants_for",
 ]
