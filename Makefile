@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip -q --disable-pip-version-check
 PORT   ?= 8888
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: lab demo test test-fast test-ui test-fuzz test-gpu-deviceless bench bench-check gpu-check docs lint clean
+.PHONY: lab demo test test-fast test-ui test-fuzz test-gpu-deviceless test-tutorials-plugins bench bench-check gpu-check docs lint clean
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "nbcompile needs Python >= 3.11"'
@@ -58,6 +58,22 @@ test-fuzz: $(VENV)/.test-installed
 test-gpu-deviceless: $(VENV)/.test-installed
 	$(PIP) install "jax[cuda12]==$$($(PY) -c 'import jax; print(jax.__version__)')"
 	$(VENV)/bin/pytest -q -m gpu_deviceless
+
+# The tutorials as a user with every accelerator extra sees them on a machine without those
+# devices: libtpu (the [tpu] extra, in .venv) and the CUDA plugin (a ~5 GB download) installed in
+# a side venv layered over .venv -- never into .venv itself -- and notebook kernels started
+# without JAX_PLATFORMS. (`make test` runs the same tests with libtpu only.)
+PLUGINS_VENV := build/plugins-venv
+$(PLUGINS_VENV)/.installed: $(VENV)/.test-installed
+	$(PY) -m venv $(PLUGINS_VENV)
+	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')')" \
+		> "$$($(PLUGINS_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/zz_nbcompile_main_venv.pth"
+	$(PLUGINS_VENV)/bin/python -m pip -q --disable-pip-version-check install \
+		"jax[cuda12]==$$($(PY) -c 'import jax; print(jax.__version__)')"
+	touch $@
+
+test-tutorials-plugins: $(PLUGINS_VENV)/.installed
+	$(PLUGINS_VENV)/bin/python -m pytest -q tests/notebooks tests/test_backend_start.py
 
 bench: $(VENV)/.test-installed /usr/bin/chromium
 	$(PY) -m benchmarks
