@@ -31,7 +31,7 @@ RESULTS = HERE / "results.json"
 OUT = HERE / "out"
 SCHEMA = "nbcompile.bench/1"
 FIGURES = ("overhead", "compile", "eager", "size", "paint", "frozen", "magic", "profile",
-           "growth", "scale", "memory")
+           "growth", "scale", "memory", "layout")
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,8 @@ class Plan:
     # GPT-2 at real scale: model, pairs, compile+analysis target, usable-function target
     scale: list[tuple[str, int, float | None, float | None]] = field(default_factory=list)
     memory: list[tuple[str, int, float | None]] = field(default_factory=list)  # --memory overhead
+    layout: str = ""  # graph layout corpus: "full" (benchmarks.layout_corpus) or "quick"
+    static_picture: list[str] = field(default_factory=list)  # Python static fallback time
 
 
 FULL = Plan(
@@ -77,6 +79,8 @@ FULL = Plan(
     calibration=3,
     scale=[("GPT-2 small train", 3, 1.25, 1.05), ("GPT-2 24-layer train", 2, 1.5, 1.05)],
     memory=[("12-layer train", 5, 1.5)],
+    layout="full",
+    static_picture=["12-layer train", "24-layer train"],
 )
 
 QUICK = Plan(
@@ -93,6 +97,8 @@ QUICK = Plan(
     calibration=1,
     scale=[("GPT-2 1-layer train d64", 1, None, None)],
     memory=[("1-layer train d32", 1, None)],
+    layout="quick",
+    static_picture=["MLP"],
 )
 
 
@@ -211,6 +217,14 @@ def run(
         for model, pairs, target in plan.memory:
             step(f"--memory overhead: {model} ({pairs} pairs)")
             rows.append(_memory_rows.memory_overhead(model, pairs, target))
+    if "layout" in figures and plan.layout:
+        from benchmarks import _layout
+
+        step(f"graph layout on the {plan.layout} corpus (Node: legacy, own, dagre, elkjs)")
+        rows.extend(_layout.layout_rows(plan.layout == "quick", OUT))
+        for model in plan.static_picture:
+            step(f"static picture: {model}")
+            rows.append(_layout.static_picture_row(model))
     return rows, facts
 
 

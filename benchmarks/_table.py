@@ -25,6 +25,8 @@ def format_value(value: float | None, unit: str) -> str:
             if abs(value) >= scale:
                 return f"{value / scale:.3g} {name}"
         return f"{value:.0f} B"
+    if unit == "count":
+        return f"{value:,.0f}"
     a = abs(value)
     if a >= 1:
         return f"{value:.2f} s"
