@@ -27,6 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np
 
+from nbcompile._compat import quiet_backend_start
 from nbcompile.errors import FreezeError
 from nbcompile.units import format_bytes
 
@@ -263,6 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nbcompile`` command; returns the exit status."""
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
+    # With libtpu or the CUDA plugin installed and no such device, start JAX on the CPU without
+    # their start-up noise on stderr (as %load_ext does; nothing changes where a device exists)
+    quiet_backend_start()
     try:
         return handler(args)
     except FreezeError as err:
