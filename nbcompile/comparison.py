@@ -115,17 +115,16 @@ class TargetComparison:
         return show_diff(self.views[0], self.text())
 
 
-def compare_compilations(*compilations: Any) -> TargetComparison:
-    """The same model compiled for several targets: the table, and the diff view of the first
-    against each other one (kernels that exist on one target only, flops and bytes per kernel
-    and per line)."""
+def compare_compilations(table: Any, *compilations: Any) -> TargetComparison:
+    """The same model compiled for several targets: ``table`` (the side-by-side rows,
+    :func:`nbcompile.targets.compare` of them, which ``nbcompile.compare`` builds), and the diff
+    view of the first compilation against each other one (kernels that exist on one target
+    only, flops and bytes per kernel and per line)."""
     from .report.diffview import diff_report
-    from .targets import compare as compare_rows
 
     def label(c: Any) -> str:
         return str(c.target.label).upper().replace("CUDA", "GPU")
 
-    table = compare_rows([(label(c), c.hlo, c.cost, c.memory) for c in compilations])
     first = compilations[0]
     views = [diff_report(first.report(), c.report(), labels=(label(first), label(c)),
                          notes=[f"{label(c)} against {label(first)}: the same model compiled "

@@ -151,3 +151,31 @@ def test_diff_matches_kernels_by_line_text_not_position():
     assert k["status"] == "same"  # the line moved down, the kernel did not change
     (k,) = diff_report(before, rep(["def f(x):", "    return jnp.tanh(x)"], 2, 20.0))["kernels"]
     assert k["status"] == "changed"
+
+
+def test_compare_targets_shows_the_diff_view():
+    """nbcompile.compare(c_cpu, c_tpu): the table, and the same diff view (CPU against a
+    deviceless TPU v5e compile of the same model)."""
+    import jax.numpy as jnp
+
+    import nbcompile
+    from nbcompile.comparison import compare_compilations
+    from nbcompile.targets import compare as compare_rows
+
+    def f(x):
+        return jnp.sum(jnp.tanh(x @ x.T) * 2.0)
+
+    x = jnp.ones((128, 128))
+    cs = [nbcompile.compile(f, x), nbcompile.compile(f, x, backend="tpu", topology="v5e:2x2")]
+    labels = [c.target.label.upper() for c in cs]
+    table = compare_rows([(label, c.hlo, c.cost, c.memory) for label, c in zip(labels, cs,
+                                                                               strict=True)])
+    comparison = compare_compilations(table, *cs)
+    (view,) = comparison.views
+    assert (view["before"]["label"], view["after"]["label"]) == tuple(labels)
+    assert view["before"]["backend"] == "cpu" and view["after"]["backend"] == "tpu"
+    assert view["kernels"] and {k["status"] for k in view["kernels"]} & {"added", "removed"}
+    bundle = comparison._repr_mimebundle_()
+    assert bundle["text/plain"] == comparison.text() and "CPU" in bundle["text/plain"]
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert {"nbc-diff-before", "nbc-diff-after"} <= set(pictures(bundle["text/html"]))
