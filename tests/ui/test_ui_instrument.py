@@ -227,6 +227,8 @@ def test_saved_notebook_fallback_in_the_host(ui_page, host, saved):
     for p in pictures:
         assert p["loaded"] and p["whole"] and p["outside"] == 0, p
     assert "jnp.tanh" in output.locator("table").filter(has_text="bytes at peak").first.inner_text()
+    text = output.inner_text()
+    assert "Top kernels by time" in text and "Will it fit?" in text and "raw XLA figures" in text
     diff_pics = page.locator(".jp-OutputArea-output img[alt='compiled program, after']")
     assert diff_pics.count() == 1
     screenshot(page, f"saved_fallback_{host['app']}.png")
