@@ -46,8 +46,8 @@ export class GraphView {
   }
 
   /** Expand breadth-first, one whole depth level at a time, while the level fits the budget. */
-  expandInitially(limit) {
-    for (const gid of initialExpansion(this.pg, limit, this.budget)) this.expanded.add(gid);
+  expandInitially(limit, chunkLimit) {
+    for (const gid of initialExpansion(this.pg, limit, this.budget, chunkLimit)) this.expanded.add(gid);
   }
 
   unitOf(nodeId) {
@@ -78,7 +78,7 @@ export class GraphView {
   }
 
   expandAll() {
-    this.expandInitially(this.budget);
+    this.expandInitially(this.budget, this.budget); // chunks too, within the budget
     this.render();
   }
 

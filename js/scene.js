@@ -30,14 +30,14 @@ export const INITIAL_LIMIT = 60;
 export const BUDGET = 400;
 
 /** Group ids to expand first: breadth-first, whole depth levels while they fit `limit` boxes. */
-export function initialExpansion(pg, limit, budget) {
+export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT) {
   const expanded = new Set();
   let level = [pg.root];
   let count = pg.root.items.length;
   while (level.length) {
     const groups = level.flatMap((g) => g.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id)));
     const extra = groups.reduce((k, g) => k + g.items.length - 1, 0);
-    const cap = groups.every((g) => g.kind === "chunk") ? Math.min(limit, CHUNK_LIMIT) : limit;
+    const cap = groups.every((g) => g.kind === "chunk") ? Math.min(limit, chunkLimit) : limit;
     if (!groups.length || (count + extra > cap && !(groups.length === 1 && count + extra <= budget))) break;
     groups.forEach((g) => expanded.add(g.id));
     count += extra;

@@ -95,7 +95,7 @@ function profileFigures(p) {
   const rows = (p.kernels || []).slice(0, 12).map((k) => [k.name, fmtSeconds(k.seconds), fmtPct(k.share), k.bound || "–",
     k.roof_fraction != null ? fmtPct(k.roof_fraction) : "–", (k.lines || []).map((l) => l.label).slice(0, 3).join(", ") || "–"]);
   out.push(h("figure", { class: "nbc-fig", "data-testid": "nbc-top-kernels" },
-    h("figcaption", { class: "nbc-fig-title" }, `Top kernels by time (${fmtSeconds(p.step_seconds)} per call, ${p.calls || "?"} calls)`),
+    h("figcaption", { class: "nbc-fig-title" }, `Top kernels by time (${fmtSeconds(p.step_seconds)} per call${p.calls ? `, median of ${p.calls} calls` : ""})`),
     table(["kernel", "time", "share", "bound", "of roof", "lines"], rows, "nbc-top-kernels-table"),
     h("div", { class: "nbc-from", "data-testid": "nbc-from" }, `source: ${p.source || "measured"}`,
       p.coverage != null ? ` · ${fmtPct(p.coverage)} of execution on named kernels` : "")));

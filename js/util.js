@@ -52,7 +52,8 @@ export function fmtBytes(x) {
 
 export function fmtSeconds(x) {
   if (x === null || x === undefined) return "–";
-  if (x < 1e-3) return (x * 1e6).toFixed(0) + " µs";
+  if (x > 0 && x < 1e-6) return (x * 1e9).toFixed(0) + " ns";
+  if (x < 1e-3) return (x * 1e6).toFixed(x < 1e-5 ? 1 : 0) + " µs";
   if (x < 1) return (x * 1e3).toFixed(1) + " ms";
   return x.toFixed(2) + " s";
 }

@@ -38,8 +38,10 @@ def fmt_bytes(x: float | None) -> str:
 def fmt_seconds(x: float | None) -> str:
     if x is None:
         return "–"
+    if 0 < x < 1e-6:
+        return f"{x * 1e9:.0f} ns"
     if x < 1e-3:
-        return f"{x * 1e6:.0f} µs"
+        return f"{x * 1e6:.1f} µs" if x < 1e-5 else f"{x * 1e6:.0f} µs"
     return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s"
 
 
