@@ -104,6 +104,9 @@ class TargetComparison:
             raise AttributeError(name)
         return getattr(self.table, name)
 
+    def __getitem__(self, key: Any) -> Any:  # the table is a dict (``["rows"]``, ``["only_in"]``)
+        return self.table[key]
+
     def text(self) -> str:
         return str(self.table.text())
 

@@ -179,3 +179,4 @@ def test_compare_targets_shows_the_diff_view():
     assert bundle["text/plain"] == comparison.text() and "CPU" in bundle["text/plain"]
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert {"nbc-diff-before", "nbc-diff-after"} <= set(pictures(bundle["text/html"]))
+    assert comparison["rows"] == table["rows"]  # reads through to the table, as compare() did
