@@ -60,20 +60,18 @@ test-gpu-deviceless: $(VENV)/.test-installed
 	$(VENV)/bin/pytest -q -m gpu_deviceless
 
 # The tutorials as a user with every accelerator extra sees them on a machine without those
-# devices: libtpu (the [tpu] extra, in .venv) and the CUDA plugin (a ~5 GB download) installed in
-# a side venv layered over .venv -- never into .venv itself -- and notebook kernels started
-# without JAX_PLATFORMS. (`make test` runs the same tests with libtpu only.)
-PLUGINS_VENV := build/plugins-venv
-$(PLUGINS_VENV)/.installed: $(VENV)/.test-installed
-	$(PY) -m venv $(PLUGINS_VENV)
-	echo "import site; site.addsitedir('$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')')" \
-		> "$$($(PLUGINS_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/zz_nbcompile_main_venv.pth"
-	$(PLUGINS_VENV)/bin/python -m pip -q --disable-pip-version-check install \
-		"jax[cuda12]==$$($(PY) -c 'import jax; print(jax.__version__)')"
+# devices: libtpu (the [tpu] extra, in .venv) plus the CUDA plugin (jax[cuda12]'s packages, a
+# ~5 GB download) installed beside .venv -- never into it -- in build/cuda-plugin, put on the
+# path of the tests and their notebook kernels, which start without JAX_PLATFORMS.
+# (`make test` runs the same tests with libtpu only.)
+CUDA_PLUGIN := build/cuda-plugin
+$(CUDA_PLUGIN)/.installed: $(VENV)/.test-installed
+	V=$$($(PY) -c 'import jax; print(jax.__version__)') && $(PIP) install --target $(CUDA_PLUGIN) \
+		--upgrade "jax-cuda12-plugin[with-cuda]==$$V" "jax-cuda12-pjrt==$$V"
 	touch $@
 
-test-tutorials-plugins: $(PLUGINS_VENV)/.installed
-	$(PLUGINS_VENV)/bin/python -m pytest -q tests/notebooks tests/test_backend_start.py
+test-tutorials-plugins: $(CUDA_PLUGIN)/.installed
+	PYTHONPATH=$(CURDIR)/$(CUDA_PLUGIN) $(VENV)/bin/pytest -q tests/notebooks tests/test_backend_start.py
 
 bench: $(VENV)/.test-installed /usr/bin/chromium
 	$(PY) -m benchmarks

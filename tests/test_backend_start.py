@@ -29,6 +29,11 @@ import nbcompile
 c = nbcompile.compile(lambda a: jax.numpy.tanh(a) * 2.0, jax.numpy.ones((8, 128)), backend="tpu",
                       topology="v5e:2x2")
 print("tpu", c.backend, "T(8,128)" in c.hlo)
+import importlib.util
+if importlib.util.find_spec("jax_cuda12_plugin"):  # make test-tutorials-plugins
+    g = nbcompile.compile(lambda a: jax.numpy.tanh(a @ a.T), jax.numpy.ones((64, 64)),
+                          backend="gpu", gpu="h100")
+    print("gpu", g.backend, g.hlo is not None)
 """
 
 pytestmark = [
@@ -46,5 +51,7 @@ def test_jax_starts_on_the_cpu_quietly_and_can_profile():
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
     assert out[:3] == ["backend cpu", "libtpu loaded False", "profiled"], out
     assert out[3] == "tpu tpu True"
+    if importlib.util.find_spec("jax_cuda12_plugin"):  # the plugin registered, deviceless works
+        assert out[4] == "gpu cuda True", out
     for noise in ("TPU_ACCELERATOR_TYPE", "Source Location Trace", "Jax plugin configuration"):
         assert noise not in run.stderr, run.stderr[:2000]

@@ -37,8 +37,8 @@ predict(params, x)
 # %% code
 c = predict.compilation
 print(type(predict).__name__)
-print(c.summary()["kernels"], "kernels run, where eager execution would launch",
-      c.summary()["eager_kernels"])
+print(c.summary()["kernels"], "kernels run, where running it op by op (jax.disable_jit) would "
+      "dispatch", c.summary()["eager_kernels"], "primitives, one kernel each")
 for f in c.fusions:
     print(f"{f.name:>16}  {f.kind:<7} ops={len(f.ops):>2}  cell lines {f.source_lines}")
 
@@ -75,6 +75,6 @@ print("XLA compiles during the re-run:", len(events))
 # %% md
 # ## What you saw
 # - `%%compile` turned a cell into a compiled `jax.jit` function and showed what XLA did.
-# - XLA ran fewer kernels than eager execution would launch: it fused element-wise work into
-#   the matmuls' neighbours, and each kernel knows the cell lines it came from.
+# - XLA ran fewer kernels than op-by-op execution dispatches: it fused element-wise work into
+#   a few kernels, and each kernel knows the cell lines it came from.
 # - Re-running an unchanged cell is free. Next: `02_what_compiling_does.ipynb`.

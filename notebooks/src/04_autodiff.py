@@ -1,8 +1,10 @@
 # %% md
 # # 04 · Automatic differentiation builds the backward graph
 #
-# **You will learn** what `jax.grad` adds to a program: a *backward* graph, built by the
-# compiler from your forward code, plus *residuals* — forward values kept for the backward pass.
+# **You will learn** what `jax.grad` adds to a program: a *backward* graph, built by JAX's
+# automatic differentiation from your forward code (linearise, then transpose) before any
+# compiler sees it, plus *residuals* — forward values kept for the backward pass. XLA then
+# optimises and fuses the whole forward-and-backward program like any other.
 # `%%compile --grad` compiles `value_and_grad` and shows both halves.
 
 # %% code
@@ -26,15 +28,21 @@ loss(params, x, y)
 # %% code
 c = loss.compilation
 g = c.gradient
-print(f"forward ops {g.forward_ops}, backward ops {g.backward_ops}")
-print("kernels by phase:", g.kernels)
+print(f"JAX's traced gradient program: forward ops {g.forward_ops}, backward ops {g.backward_ops}")
+print("XLA's compiled kernels by phase:", g.kernels,
+      f"({sum(g.kernels.values())} kernels for {g.forward_ops + g.backward_ops} traced ops)")
+print("forward kernels alone (the plain loss):", c.summary()["kernels"])
 for r in g.residuals:
     print(f"residual {r.shape:>12} {r.bytes:>6} B  from line {r.line} ({r.primitive})")
 print("residual memory:", sum(r.bytes for r in g.residuals), "bytes")
 
 # %% code
-# The backward graph is real work, residual bytes add up, and the gradient is right.
+# The backward graph is real work that XLA compiled into kernels of its own, residual bytes add
+# up, and the gradient is right.
 assert g.backward_ops > 0 and g.forward_ops > 0
+assert g.kernels.get("backward", 0) + g.kernels.get("mixed", 0) > 0
+assert sum(g.kernels.values()) > c.summary()["kernels"]  # the gradient program is bigger
+assert sum(g.kernels.values()) < g.forward_ops + g.backward_ops  # and XLA fused it
 assert sum(r.bytes for r in g.residuals) == g.to_json()["residual_bytes"]
 value, grads = c.grad.fn(params, x, y)
 eps = 1e-2
@@ -49,6 +57,7 @@ for name, w in params.items():
 # %% md
 # ## What you saw
 # - `--grad` compiled the forward *and* the backward program; the backward ops were built by
-#   JAX from the forward code (`transpose(jvp(...))` in the traced graph).
+#   JAX's autodiff from the forward code (`transpose(jvp(...))` in the traced graph), then XLA
+#   optimised and fused them into fewer kernels.
 # - Residuals are the price of reverse mode: forward values kept in memory for the backward pass.
 # - The compiled gradient matches central finite differences.

@@ -3,15 +3,19 @@
 #
 # **You will learn** what a *frozen* model is: the compiled program and its trained weights in
 # one file that serves predictions in a fresh process — without your source code, your
-# training data or nbcompile's notebook — giving the same output for the same input. And that
-# freezing for inference drops the training-only work.
+# training data or this notebook — giving the same output for the same input. And that freezing
+# for inference strips the training-only work: dropout's random numbers and batch norm's
+# batch statistics.
 
 # %% code
 %load_ext nbcompile
-import subprocess, sys
+import collections, os, re, subprocess, sys, tempfile
 import jax, jax.numpy as jnp, numpy as np
+from flax import nnx
 import nbcompile
+from nbcompile.debug import equation_ids
 
+out = tempfile.mkdtemp()  # every file this notebook writes goes here
 rng = np.random.default_rng(0)
 X = jnp.asarray(rng.normal(size=(256, 8)), jnp.float32)
 Y = jnp.asarray(np.sin(np.asarray(X).sum(axis=1, keepdims=True)), jnp.float32)
@@ -43,7 +47,10 @@ assert float(value) < first
 # weights (a safetensors-layout section) into one file, with versions, signature and checksums.
 
 # %% code
-%%compile --freeze model.nbc
+path = os.path.join(out, "model.nbc")
+
+# %% code
+%%compile --freeze {path}
 def predict(params, x):
     return jnp.tanh(x @ params["w1"]) @ params["w2"]
 predict(params, X)
@@ -52,12 +59,9 @@ predict(params, X)
 fr = predict.compilation.extras["freeze"]
 print(fr["text"])
 raw = sum(np.asarray(v).nbytes for v in jax.tree_util.tree_leaves(params))
-print(f"file {fr['file_bytes']} B for {raw} B of weights; platforms {fr['platforms']}")
-train = nbcompile.compile(loss, params, X, Y, grad=0)
-print("training graph (value_and_grad) StableHLO ops:", train.grad.summary()["stablehlo_ops"],
-      "| frozen inference program ops:", fr["program_ops"])
-assert fr["weight_bytes"] == raw
-assert fr["program_ops"] < train.grad.summary()["stablehlo_ops"]
+print(f"files written: {os.listdir(out)}; {fr['file_bytes']} B holding {raw} B of weights "
+      f"and the program; platforms {fr['platforms']}")
+assert os.listdir(out) == ["model.nbc"] and fr["weight_bytes"] == raw
 
 # %% md
 # ## Serve it in a fresh process, without the source
@@ -68,38 +72,113 @@ assert fr["program_ops"] < train.grad.summary()["stablehlo_ops"]
 
 # %% code
 x_new = np.asarray(rng.normal(size=(5, 8)), np.float32)  # any batch size: frozen with a symbolic `b`
-np.save("x.npy", x_new)
-out = subprocess.run([sys.executable, "-m", "nbcompile.cli", "run", "model.nbc",
-                      "--input", "x.npy", "--output", "y.npy"], capture_output=True, text=True)
-print(out.stdout or out.stderr)
-served = np.load("y.npy")
+np.save(os.path.join(out, "x.npy"), x_new)
+served = subprocess.run([sys.executable, "-m", "nbcompile.cli", "run", path, "--input",
+                         os.path.join(out, "x.npy"), "--output", os.path.join(out, "y.npy")],
+                        capture_output=True, text=True, cwd=out)
+print(served.stdout or served.stderr)
+y_served = np.load(os.path.join(out, "y.npy"))
 here = np.asarray(predict(params, x_new))
-print("fresh process:", served[:2].ravel(), "| notebook:", here[:2].ravel())
-assert out.returncode == 0
-assert np.array_equal(served, here)        # bit-identical
+print("fresh process:", y_served[:2].ravel(), "| notebook:", here[:2].ravel())
+assert served.returncode == 0
+assert np.array_equal(y_served, here)        # bit-identical
 
 # %% code
-model = nbcompile.load("model.nbc")
+model = nbcompile.load(path)
 print(model.signature["inputs"]["leaves"], "→", model.signature["outputs"]["leaves"])
+print("program:", model.metadata["program"]["stablehlo_ops"], "StableHLO ops; weights:",
+      {name: shape for name, shape in model.weights.items()})
 assert np.array_equal(np.asarray(model(x_new)), here)
-info = subprocess.run([sys.executable, "-m", "nbcompile.cli", "inspect", "model.nbc"],
-                      capture_output=True, text=True)
-print(info.stdout[:1200])
-assert info.returncode == 0
+
+# %% md
+# ## Freezing strips the training-only work
+# A model with **dropout** and **batch norm** computes differently in training: dropout draws
+# random numbers to zero activations, and batch norm normalises with the statistics of the
+# current batch (updating its running averages as a side effect). For inference both are
+# fixed: no random numbers, the stored running averages. Compile the training-mode forward
+# pass, then freeze the inference one, and count.
+
+# %% code
+class Net(nnx.Module):
+    def __init__(self, rngs):
+        self.l1 = nnx.Linear(8, 32, rngs=rngs)
+        self.bn = nnx.BatchNorm(32, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.l2 = nnx.Linear(32, 1, rngs=rngs)
+
+    def __call__(self, x):
+        return self.l2(self.drop(jax.nn.relu(self.bn(self.l1(x)))))
+
+net = Net(nnx.Rngs(0))
+RANDOM = {"random_bits", "random_fold_in", "random_split", "threefry2x32", "rng_bit_generator"}
+
+def census(c):
+    """Random-number primitives and reductions over the batch axis in a compiled program."""
+    eqns = [e for _, e in equation_ids(c.jaxpr)]
+    return (sum(e.primitive.name in RANDOM for e in eqns),
+            sum(e.primitive.name == "reduce_sum" and 0 in e.params["axes"] for e in eqns))
+
+net.train()
+training = nbcompile.compile(net, X)
+mean_before = np.asarray(net.bn.mean[...]).copy()
+a, b = np.asarray(net(X)), np.asarray(net(X))  # two training-mode calls, run eagerly
+moved = float(np.abs(np.asarray(net.bn.mean[...]) - mean_before).max())
+net.eval()
+inference = nbcompile.compile(net, X)
+frozen_path = os.path.join(out, "net.nbc")
+inference.freeze(frozen_path)
+frozen = nbcompile.load(frozen_path)
+text = frozen.exported.mlir_module()
+file_ops = collections.Counter(re.findall(r"stablehlo\.([a-z_]+)", text))
+train_ops = collections.Counter(re.findall(r"stablehlo\.([a-z_]+)", training.stablehlo))
+bits = ("xor", "shift_left", "shift_right_logical", "rng_bit_generator")
+
+for name, c in (("training", training), ("inference", inference)):
+    rand, batch = census(c)
+    print(f"{name:>9}: {rand} random-number primitives, {batch} reductions over the batch, "
+          f"{c.summary()['stablehlo_ops']} StableHLO ops")
+print(f"frozen file's program: {sum(file_ops[k] for k in bits)} random-bit ops "
+      f"(training program: {sum(train_ops[k] for k in bits)}), {file_ops['reduce']} reduce "
+      f"(training: {train_ops['reduce']})")
+print(f"training mode, same input twice: outputs differ by up to {np.abs(a - b).max():.3f}; "
+      f"the running mean moved by {moved:.4f}")
+c1, c2 = np.asarray(frozen(X)), np.asarray(frozen(X))
+print(f"frozen, same input twice: differ by {np.abs(c1 - c2).max()}; vs the eval-mode model: "
+      f"{np.abs(c1 - np.asarray(net(X))).max():.1e}")
+
+# %% code
+assert census(training)[0] > 0 and census(inference)[0] == 0          # dropout's RNG: gone
+assert census(training)[1] >= 2 and census(inference)[1] == 0         # batch statistics: gone
+assert sum(train_ops[k] for k in bits) > 0 and sum(file_ops[k] for k in bits) == 0
+assert train_ops["reduce"] >= 2 and file_ops["reduce"] == 0
+assert inference.summary()["stablehlo_ops"] < training.summary()["stablehlo_ops"]
+assert np.abs(a - b).max() > 0 and moved > 0                          # training varies...
+assert np.array_equal(c1, c2)                                         # ...the frozen model not
+np.testing.assert_allclose(c1, np.asarray(net(X)), rtol=1e-5, atol=1e-6)
 
 # %% md
 # ## Weights as constants: the TensorFlow-style freeze
-# `--freeze-constants` bakes the weights into the program, so XLA may fold weight-only work;
-# the file is then one program with no weight section.
+# `constants=True` (`--freeze-constants`) bakes the weights into the program itself, so XLA may
+# fold weight-only work when it compiles it; the file then has no weight section. Read the file
+# back to check.
 
 # %% code
-const = nbcompile.freeze(predict.compilation.original, params, X, path="model_const.nbc", constants=True)
-print(const.text())
-assert np.array_equal(np.asarray(nbcompile.load("model_const.nbc")(x_new)), here)
+const_path = os.path.join(out, "model_const.nbc")
+nbcompile.freeze(predict.compilation.original, params, X, path=const_path, constants=True)
+const = nbcompile.load(const_path)
+print(f"weights as arguments: {len(model.weights)} weight tensors, program "
+      f"{model.metadata['program']['stablehlo_ops']} ops | constants: {len(const.weights)} "
+      f"weight tensors, program {const.metadata['program']['stablehlo_ops']} ops, "
+      f"{os.path.getsize(const_path)} B file")
+assert const.weights == {} and const.metadata["constants_mode"]
+assert np.array_equal(np.asarray(const(x_new)), here)
 
 # %% md
 # ## What you saw
 # - One file held the architecture and the trained weights; a fresh process served
 #   predictions from it without the source, bit-identical to the notebook.
-# - The frozen inference program is much smaller than the training graph (no backward pass).
-# - Weights can be arguments (small, swappable) or baked-in constants (foldable).
+# - Frozen for inference, a model with dropout and batch norm lost its random-number
+#   generation and its batch statistics: fewer ops, and the same output every call, where the
+#   training-mode model changed its output and its running averages on every call.
+# - Weights can be arguments (a weight section, swappable) or baked-in constants (no weight
+#   section, foldable).

@@ -1,13 +1,17 @@
 # %% md
-# # 07 · Eager vs compiled, and debugging a static graph
+# # 07 · Eager vs static: when compiling pays, and debugging a static graph
 #
-# **You will learn** when compiling makes a model faster (and when it does not), measured on
-# this machine — and why a compiled, fused graph is harder to debug, and how `--debug` gets
-# every intermediate back, down to the source line of a NaN.
+# **You will learn** when compiling makes a model faster and why — the cost of dispatching
+# small ops one by one is a different effect from fusion — measured on this machine; and why a
+# compiled graph is harder to debug than eager code, and which tool shows what: `print`,
+# `jax.debug.print`, `jax_debug_nans`, `checkify` and `--debug`.
 
 # %% code
 %load_ext nbcompile
 import jax, jax.numpy as jnp, numpy as np
+from jax.experimental import checkify
+import nbcompile
+from nbcompile.measure import ablate, variants_for
 
 rng = np.random.default_rng(0)
 d = 128
@@ -16,8 +20,12 @@ p = {k: jnp.asarray(rng.normal(size=(d, d)) / np.sqrt(d), jnp.float32) for k in 
 
 # %% md
 # ## A transformer-style block: many small ops
-# Eagerly, every op is dispatched from Python one at a time. Compiled, XLA runs a few fused
-# kernels. `--bench` measures both (medians over repeated runs), and the compile time.
+# Run without `jit`, JAX dispatches every operation from Python as its own small compiled
+# kernel: that is *eager* execution, what `attention(p, x)` does in plain JAX. Compiled, XLA
+# runs a few fused kernels from one call. `--bench` times both (medians over repeated calls),
+# and beside them the same function under `jax.disable_jit()`, which also unrolls library
+# functions that are themselves jitted into single primitives (slower still, and not what an
+# eager call costs).
 
 # %% code
 %%compile --bench
@@ -30,19 +38,41 @@ def attention(p, x):
 attention(p, x)
 
 # %% code
-b = attention.compilation.extras["bench"]
-print(f"eager {b['eager']['median'] * 1e3:.2f} ms vs compiled {b['compiled']['median'] * 1e3:.2f} ms"
-      f" → ×{b['speedup']:.1f}; compile took {b['compile_seconds']:.2f} s;"
-      f" pays for itself after {b['break_even_calls']} calls")
-print("kernels: eager", b["eager_kernels"], "compiled", b["compiled_kernels"])
-assert b["eager_kernels"] > b["compiled_kernels"]
+b = attention.compilation.bench
+print(b.text())
+print(f"\ncompiled is ×{b.speedup:.1f} faster than the eager call; compiling took "
+      f"{b.compile_seconds:.2f} s, paid back after {b.break_even_calls} calls")
+
+# %% md
+# **Where the eager time goes.** Each eager op pays a fixed dispatch cost — Python, argument
+# checks, launching a kernel — however little work it does. `--bench` measured that cost on a
+# 1-element add: multiplied by the ops dispatched, it accounts for a large share of the eager
+# time. Compiling removes it (one call for the whole block) *and* fuses ops; to see what fusion
+# alone bought, compile the same program with fusion switched off: it still runs as one call.
+
+# %% code
+c = attention.compilation
+ab = ablate(c.lowered, c.args, max_seconds=2,
+            variants=[v for v in variants_for("cpu") if v.name in ("baseline", "no_fusion")])
+unfused = ab["no_fusion"].time.median
+print(f"eager {b.eager.median * 1e6:.0f} µs → compiled without fusion {unfused * 1e6:.0f} µs "
+      f"(one call, {ab['no_fusion'].kernels} kernels) → with fusion {ab['baseline'].time.median * 1e6:.0f} µs "
+      f"({ab['baseline'].kernels} kernels)")
+print(f"dispatch: ~{b.dispatch.median * 1e6:.1f} µs per eager op × {b.eager_kernels} ops ≈ "
+      f"{b.dispatch_share:.0%} of the eager time (estimate)")
+
+# %% code
+assert b.eager_kernels > b.compiled_kernels and b.eager_kernels_exact
+assert b.speedup > 1.2                                  # compiling pays for this block...
+assert b.op_by_op.median > b.eager.median               # ...and disable_jit is not the baseline
+assert b.dispatch_share > 0.1                           # small ops: dispatch is real time
+assert ab["no_fusion"].kernels > ab["baseline"].kernels
 
 # %% md
 # ## A matmul-bound MLP: most of the work is already one library call per op
 # When nearly all the arithmetic is in a few large matrix multiplies, eager execution already
-# runs each one as a single library call, so compiling can only save the few small ops around
-# them. Compare the measured speed-up with the attention block's (when it is small, nbcompile's
-# `why` says what dominates).
+# runs each one as a single library call and dispatches only a handful of ops, so compiling can
+# only save the small ops around them. nbcompile's `why` says what dominates.
 
 # %% code
 W1 = jnp.asarray(rng.normal(size=(1024, 1024)) / 32, jnp.float32)
@@ -56,37 +86,92 @@ def mlp(big, W1, W2):
 mlp(big, W1, W2)
 
 # %% code
-b = mlp.compilation.extras["bench"]
-print(f"speed-up ×{b['speedup']:.2f} (attention block: ×{attention.compilation.extras['bench']['speedup']:.1f});"
-      f" share of arithmetic in dot ops: {b['dot_flop_fraction']:.0%}")
-print("kernels: eager", b["eager_kernels"], "compiled", b["compiled_kernels"], "| why:", b.get("why"))
-assert b["dot_flop_fraction"] > 0.9
-assert b["eager_kernels"] - b["compiled_kernels"] <= 2  # little left for XLA to fuse
+m = mlp.compilation.bench
+print(f"speed-up ×{m.speedup:.2f} (attention block: ×{b.speedup:.1f}); share of arithmetic in "
+      f"dot ops: {m.dot_flop_fraction:.0%}; eager dispatches {m.eager_kernels} ops "
+      f"(≈{m.dispatch_share:.1%} of its time), compiled runs {m.compiled_kernels} kernels")
+print("why:", m.why)
+assert m.dot_flop_fraction > 0.9 and m.eager_kernels <= 4
+assert m.dispatch_share < b.dispatch_share    # dispatch barely matters here
+assert m.speedup < b.speedup                  # so compiling buys less
 
 # %% md
-# ## Debugging a static graph
-# In the compiled program, intermediates that were fused away never exist in memory, and a NaN
-# appears only in the output. `--debug` runs the traced program op by op, keeps a summary of
-# every intermediate, and stops at the first NaN with its source line.
+# ## Debugging a static graph is harder
+# Inside a compiled function your Python runs once, at trace time, on *tracers* — placeholders
+# with a shape and dtype but no values. A `print` shows a tracer, not numbers:
+
+# %% code
+def unstable(x):
+    big = jnp.exp(x * 100.0)          # overflows to inf for large x
+    ratio = big / big                 # inf / inf = NaN ... or is it?
+    print("ratio is", repr(ratio)[:60])
+    return jnp.tanh(ratio).mean()
+
+compiled_out = float(jax.jit(unstable)(x))
+eager_out = float(unstable(x))
+print(f"compiled: {compiled_out} | eager: {eager_out}")
+assert np.isfinite(compiled_out) and np.isnan(eager_out)
+
+# %% md
+# And the compiled program does not compute what the code says, operation by operation: XLA
+# rewrote `exp(a) / exp(a)` into `exp(a - a)` — equal in exact arithmetic, so no NaN where
+# `exp` overflows. The eager run gives NaN, the compiled run a number. Which tool sees what?
+
+# %% code
+def unstable(x):
+    big = jnp.exp(x * 100.0)
+    ratio = big / big
+    jax.debug.print("jax.debug.print inside the program: ratio has {n} NaN", n=jnp.isnan(ratio).sum())
+    return jnp.tanh(ratio).mean()
+
+found = {}
+jax.config.update("jax_debug_nans", True)
+try:
+    found["jax_debug_nans, compiled"] = f"no error, output {float(jax.jit(unstable)(x)):.3f}"
+except FloatingPointError as e:
+    found["jax_debug_nans, compiled"] = f"raised: {str(e).splitlines()[0][:70]}"
+try:
+    found["jax_debug_nans, eager"] = f"no error, output {float(unstable(x)):.3f}"
+except FloatingPointError as e:
+    found["jax_debug_nans, eager"] = f"raised: {str(e).splitlines()[0][:70]}"
+finally:
+    jax.config.update("jax_debug_nans", False)
+err, _ = jax.jit(checkify.checkify(unstable, errors=checkify.float_checks))(x)
+found["checkify (float checks)"] = err.get() or "no error"
+for tool, result in found.items():
+    print(f"{tool:<26} {result}")
+
+# %% md
+# `jax.debug.print` runs *inside* the compiled program: it reports the rewritten program's
+# values (no NaN). `jax_debug_nans` checks a compiled function's *outputs*: finite here, so it
+# says nothing; eagerly it stops at the `div`. `checkify` inserts checks before XLA optimises
+# and catches the `exp` underflowing to zero in the divisor. `--debug` runs the program op by
+# op, stops at the first NaN with its line — and then compares with the compiled program,
+# naming the HLO ops that compute the value differently:
+
+# %% code
+assert "raised" not in found["jax_debug_nans, compiled"] and "raised" in found["jax_debug_nans, eager"]
+assert found["checkify (float checks)"] != "no error"
 
 # %% code
 %%compile --debug -q
 def unstable(x):
     big = jnp.exp(x * 100.0)          # overflows to inf for large x
-    ratio = big / big                 # inf / inf = NaN
+    ratio = big / big                 # inf / inf = NaN op by op
     return jnp.tanh(ratio).mean()
 unstable(x)
 
 # %% code
 dbg = unstable.compilation.debug
 print(dbg.text())
+div = dbg.divergence
 assert dbg.stopped and dbg.nan_at["line"] == 4 and dbg.nan_at["primitive"] == "div"
-# The compiled program computes exp in a fused kernel; whether the NaN even shows there
-# depends on how XLA evaluated it. The op-by-op run is the ground truth:
-print("compiled output:", float(unstable(x)), "| op-by-op output: NaN at line", dbg.nan_at["line"])
+assert div.differs and div.first["line"] == 4 and div.first["compiled"]["nan"] == 0
+assert [op["opcode"] for op in div.hlo_ops if op["from"]] == ["subtract", "exponential"]
 
 # %% md
-# Every intermediate has a summary, including values XLA fused away:
+# Every intermediate has a summary, including values XLA fused away, and any one of them can be
+# recomputed:
 
 # %% code
 %%compile --debug -q
@@ -99,13 +184,17 @@ healthy(x)
 dbg = healthy.compilation.debug
 tanh_id = next(i for i, s in dbg.summaries.items() if s["primitive"] == "tanh")
 out = dbg.summaries[tanh_id]["outputs"][0]
-print(tanh_id, out["shape"], "min/max", out["min"], out["max"])
+print(tanh_id, out["shape"], "min/max", out["min"], out["max"], "|", dbg.divergence.text())
 np.testing.assert_allclose(np.asarray(dbg.value(tanh_id)), np.asarray(jnp.tanh(x @ p["q"])), rtol=1e-5)
 np.testing.assert_allclose(float(dbg.outputs[0]), float(healthy(x)), rtol=1e-5)
+assert not dbg.divergence.differs
 
 # %% md
 # ## What you saw
-# - Compiling a block of many small ops gave a measured speed-up; a matmul-bound MLP gained
-#   little, and the report said why.
-# - `--debug` found the NaN at its source line and primitive, and recovered an intermediate the
-#   compiled program never materialises.
+# - Against the ordinary eager call, compiling the attention block paid off: many small ops, each
+#   paying a dispatch cost, became one call — and fusion, measured apart, bought the rest. A
+#   matmul-bound MLP dispatches few ops and gained less; the report said why.
+# - A compiled function's Python sees tracers, and XLA's rewrites can change numerics: here the
+#   compiled program had no NaN where eager code did. `jax.debug.print` and `jax_debug_nans`
+#   see the compiled values; `checkify` checks before XLA rewrites; `--debug` found the NaN at
+#   its line op by op and named the HLO rewrite that made the compiled program differ.

@@ -44,6 +44,10 @@ print("parameters:", n_params, "| largest constant baked into the program:",
 # %% code
 assert any("hidden" in p for p in paths) and any("out" in p for p in paths)
 assert any(any("hidden" in m for m in f.modules) for f in c.fusions)
+# the graph roots its groups at the argument (`model/...`); a fusion names the module path
+# inside it: every fusion module is the tail of a graph path, never a doubled one
+assert all(any(g.endswith(m) for g in paths) for f in c.fusions for m in f.modules)
+assert not any("MLP/MLP" in m for f in c.fusions for m in f.modules)
 assert max((np.size(v) for v in c.jaxpr.consts), default=0) < 16  # weights are inputs
 np.testing.assert_allclose(np.asarray(c.fn(*c.args)), np.asarray(nnx.jit(lambda m, x: m(x))(model, x)),
                            rtol=1e-6, atol=1e-6)

@@ -15,7 +15,7 @@ from nbcompile.measure.memory_options import memory_options
 GiB = 2**30
 
 # %% md
-# A stack of eight residual blocks (matmul, layer norm, GELU) and a squared-error loss. The
+# A stack of six residual blocks (matmul, layer norm, GELU) and a squared-error loss. The
 # batch is a `jax.ShapeDtypeStruct`: only its shape exists, nothing is allocated, so batches far
 # larger than this machine could hold are planned here.
 
@@ -38,8 +38,9 @@ class Net(nnx.Module):
             x = block(x)
         return jnp.mean(x ** 2)
 
-net = Net(2048, 8, nnx.Rngs(0))
-x = jax.ShapeDtypeStruct((131072, 2048), jnp.float32)
+net = Net(2048, 6, nnx.Rngs(0))
+batch = 163840
+x = jax.ShapeDtypeStruct((batch, 2048), jnp.float32)
 
 # %% md
 # ## The memory map of one training step
@@ -79,13 +80,14 @@ assert top.is_cell and "Block" not in top.label  # a cell line, shown as In [n] 
 
 # %% md
 # ## A bigger batch: does it still fit?
-# `memory_options` compiles the same step again — here at 1.5× the batch — as written and with
-# each `Block` rematerialised (`nnx.remat`: its forward recomputed during its own backward
+# `memory_options` compiles the same step again — here with half as many examples again — as
+# written and with each `Block` rematerialised (`nnx.remat`: its forward recomputed during its own backward
 # step). Every figure is XLA's; XLA:TPU even refuses the first one for lack of HBM, and the map
 # still shows why.
 
 # %% code
-bigger = memory_options(c, batch_size=196608, policies=(), donate=False, search_batch=False)
+bigger = memory_options(c, batch_size=batch * 3 // 2, policies=(), donate=False, search_batch=False)
+print(f"batch {batch} → {batch * 3 // 2}:")
 print(bigger.text())
 plain, remat = bigger.baseline, bigger.options[0]
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import shutil
-import time
-from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[2]
+from ._run import ROOT, execute, noise
+
 NOTEBOOK = ROOT / "notebooks" / "10_will_it_fit.ipynb"
 
 pytestmark = [
@@ -39,19 +36,14 @@ def _printed(nb: nbformat.NotebookNode) -> str:
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    work = tmp_path_factory.mktemp("tutorial10") / NOTEBOOK.name
-    shutil.copy(NOTEBOOK, work)
-    nb = nbformat.read(work, as_version=4)
-    start = time.perf_counter()
-    NotebookClient(nb, kernel_name="python3", timeout=600, allow_errors=False,
-                   resources={"metadata": {"path": str(work.parent)}}).execute()  # fmt: skip
-    return nb, time.perf_counter() - start
+    return execute(NOTEBOOK, tmp_path_factory.mktemp("tutorial10"), timeout=600)
 
 
 def test_the_tutorial_runs_and_checks_its_claims(executed):
     nb, seconds = executed
     asserts = [c for c in nb.cells if c.cell_type == "code" and "assert " in c.source]
     assert len(asserts) >= 2
+    assert noise(nb) == [], noise(nb)
     # budget: ~40 s on an idle 2-core machine (5 TPU compiles); generous for shared CI cores
     assert seconds < 240, f"took {seconds:.0f} s"
 

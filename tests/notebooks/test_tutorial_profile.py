@@ -4,15 +4,12 @@ own assertion cells, computes every figure it states, and shows the profile in i
 from __future__ import annotations
 
 import re
-import shutil
-import time
-from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[2]
+from ._run import ROOT, execute, noise
+
 NOTEBOOK = ROOT / "notebooks" / "09_where_the_time_goes.ipynb"
 # a measured figure written into prose: "12 ms", "3.5×", "97%", "4 GB/s"
 FIGURE = re.compile(r"\d[\d.]*\s*(ms|µs|s\b|%|×|x\b|GB|MB|GFLOP)")
@@ -29,13 +26,7 @@ def test_prose_states_no_figure_the_notebook_does_not_compute():
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    work = tmp_path_factory.mktemp("nb") / NOTEBOOK.name
-    shutil.copy(NOTEBOOK, work)
-    nb = nbformat.read(work, as_version=4)
-    start = time.perf_counter()
-    NotebookClient(nb, kernel_name="python3", timeout=300, allow_errors=False,
-                   resources={"metadata": {"path": str(work.parent)}}).execute()
-    return nb, time.perf_counter() - start
+    return execute(NOTEBOOK, tmp_path_factory.mktemp("nb"))
 
 
 def _stdout(nb) -> str:
@@ -47,6 +38,7 @@ def test_tutorial_runs_checks_its_claims_and_prints_its_measurements(executed):
     nb, seconds = executed
     code = [c.source for c in nb.cells if c.cell_type == "code"]
     assert sum("assert " in s for s in code) >= 4
+    assert noise(nb) == [], noise(nb)
     out = _stdout(nb)
     for claim in ("of execution", "lines with a matrix product", "ridge at",
                   "memory-bound", "fusion cut the element-wise kernels' traffic"):  # fmt: skip

@@ -1,0 +1,91 @@
+"""Execute a tutorial as a user would: in a kernel of this test's own interpreter, with JAX free
+to start every backend installed (JAX_PLATFORMS unset: with the ``[tpu]`` extra or the CUDA
+plugin on a machine without that device, their start-up must not leak into the notebook), and
+record how long it took in ``build/notebook-times.json``.
+
+Each tutorial runs once per test session: the notebooks with a test module of their own
+(``DEDICATED``) are executed there, every other one by ``test_tutorials.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+TIMES = ROOT / "build" / "notebook-times.json"
+#: Tutorials with a test module of their own, which executes them (and checks more).
+DEDICATED = {"09_where_the_time_goes": "test_tutorial_profile.py",
+             "10_will_it_fit": "test_tutorial_memory.py"}  # fmt: skip
+#: What must never appear in a tutorial's output: a traceback, libtpu's or a plugin's start-up
+#: noise (seen with the [tpu] extra / CUDA plugin and no device before %load_ext captured it),
+#: JAX's persistent-cache log lines (seen while nbcompile explained recompiles).
+NOISE = re.compile(r"Traceback|Source Location Trace|E0000 |W0000 |Jax plugin configuration error"
+                   r"|TPU_ACCELERATOR_TYPE|Unable to initialize backend"
+                   r"|(?i:persistent compilation cache|persistent cache entry)")  # fmt: skip
+# The test process runs JAX on the CPU; the kernels see what a user's notebook sees.
+_TEST_ONLY_ENV = ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL")
+
+
+def _kernel_manager(work: Path) -> AsyncKernelManager:
+    """A kernel of this interpreter (``python`` in a kernel spec means ``sys.executable``) with
+    this process's environment (``make test-tutorials-plugins`` adds the CUDA plugin's folder to
+    ``PYTHONPATH``), whatever kernel specs are installed."""
+    spec = work / "kernels" / "nbcompile-tests"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": ["python", "-Xfrozen_modules=off", "-m", "ipykernel_launcher",
+                 "-f", "{connection_file}"],
+        "display_name": "nbcompile tests", "language": "python"}))  # fmt: skip
+    ksm = KernelSpecManager(kernel_dirs=[str(spec.parent)], ensure_native_kernel=False)
+    return AsyncKernelManager(kernel_name="nbcompile-tests", kernel_spec_manager=ksm)
+
+
+def execute(path: Path, work: Path, timeout: int = 300) -> tuple[nbformat.NotebookNode, float]:
+    """Run the notebook at ``path`` in a copy under ``work``; returns it executed and the
+    seconds it took (kernel start included)."""
+    copy = work / path.name
+    shutil.copy(path, copy)
+    nb = nbformat.read(copy, as_version=4)
+    env = {k: v for k, v in os.environ.items() if k not in _TEST_ONLY_ENV}
+    start = time.perf_counter()
+    client = NotebookClient(nb, km=_kernel_manager(work), timeout=timeout, allow_errors=False,
+                            resources={"metadata": {"path": str(work)}})  # fmt: skip
+    client.execute(env=env, cleanup_kc=True)  # shut the kernel down: the manager is ours
+    seconds = time.perf_counter() - start
+    TIMES.parent.mkdir(exist_ok=True)
+    times = json.loads(TIMES.read_text()) if TIMES.exists() else {}
+    times[path.stem] = round(seconds, 1)
+    TIMES.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
+    return nb, seconds
+
+
+def outputs_text(nb: nbformat.NotebookNode, name: str | None = None) -> str:
+    """Every text output (streams ``name`` only when given; else streams, errors and plain-text
+    results) of the executed notebook, joined."""
+    out = []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream" and name in (None, o.get("name")):
+                out.append(o["text"])
+            elif name is None and o.get("output_type") == "error":
+                out.append("\n".join(o.get("traceback", [])))
+            elif name is None:
+                out.append(o.get("data", {}).get("text/plain", ""))
+    return "".join(out)
+
+
+def noise(nb: nbformat.NotebookNode) -> list[str]:
+    """Lines of the outputs that are a traceback or backend start-up noise."""
+    text = outputs_text(nb)
+    return [line for line in text.splitlines() if NOISE.search(line)]
