@@ -68,8 +68,11 @@ class CompilationDiff:
         return show_diff(self.view, self.text())
 
 
-def diff_compilations(before: Any, after: Any) -> CompilationDiff:
-    """The :class:`CompilationDiff` of two :class:`~nbcompile.Compilation`\\ s."""
+def diff_compilations(before: Any, after: Any,
+                      after_report: dict[str, Any] | None = None) -> CompilationDiff:
+    """The :class:`CompilationDiff` of two :class:`~nbcompile.Compilation`\\ s
+    (``after_report``: ``after``'s report when it is being built, for its "what changed"
+    card)."""
     from .analysis import diff
 
     time = None
@@ -84,7 +87,8 @@ def diff_compilations(before: Any, after: Any) -> CompilationDiff:
     from .report.diffview import diff_report
 
     program = diff(before.analysis, after.analysis)
-    view = diff_report(before.report(), after.report(), program=program.to_json(),
+    view = diff_report(before.report(), after_report or after.report(),
+                       program=program.to_json(),
                        time=time.to_json() if time is not None else None, memory=memory)
     return CompilationDiff(before=before.name, after=after.name, program=program, time=time,
                            memory=memory, view=view)

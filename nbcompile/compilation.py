@@ -46,7 +46,8 @@ class Compilation:
     """
 
     __slots__ = (
-        "__weakref__", "_ablation", "_bench", "_changes", "_debug", "_display", "_frozen",
+        "__weakref__", "_ablation", "_bench", "_changes", "_changes_diff", "_debug", "_display",
+        "_frozen",
         "_memory_map", "_notes", "_profile", "_report", "_shown", "_timings", "adapted",
         "args", "cache_hit", "grad", "kwargs", "program", "runnable",
     )
@@ -72,6 +73,7 @@ class Compilation:
         self._display = display
         self._notes: list[str] = []
         self._changes: list[str] = []
+        self._changes_diff: Any = None
         self._timings: dict[str, float] = {}
         self._bench: Any = None
         self._ablation: Any = None
@@ -294,8 +296,14 @@ class Compilation:
         if note and note not in self._notes:
             self._notes.append(note)
 
-    def record_changes(self, changes: Sequence[str]) -> None:
+    def record_changes(self, changes: Sequence[str], since: Compilation | None = None) -> None:
+        """What changed since the last run of this cell's target; ``since`` is that run, whose
+        visual diff against this one the "what changed" card links to."""
+        import weakref
+
         self._changes = list(changes)
+        # weak: a run must not keep every earlier run of its cell alive through this link
+        self._changes_diff = weakref.ref(since) if changes and since is not None else None
 
     def record_timing(self, stage: str, seconds: float) -> None:
         self._timings[stage] = float(seconds)
@@ -432,6 +440,7 @@ class Compilation:
                 out[key] = {**value.to_json(), "text": value.text()}
         if self._changes:
             out["changes"] = {"text": "\n".join(self._changes), "items": list(self._changes)}
+
         return MappingProxyType(out)
 
     def _target_json(self) -> dict[str, Any]:
@@ -446,7 +455,7 @@ class Compilation:
 
     def _state_key(self) -> tuple[Any, ...]:
         results = (self._bench, self._ablation, self._debug, self._frozen, self._profile,
-                   self._memory_map)
+                   self._memory_map, self._changes_diff)
         return (tuple(id(r) for r in results), tuple(self._notes), tuple(self._changes),
                 tuple(sorted(self._report_timings().items())))
 
@@ -467,6 +476,13 @@ class Compilation:
                 grad=self.grad.analysis.to_json() if self.grad is not None else None,
                 node_values=self._debug_values(),
             )
+            since = self._changes_diff() if self._changes_diff is not None else None
+            if since is not None and "changes" in report["extras"]:
+                from .comparison import diff_compilations
+
+                # the "what changed" card links to the visual diff against the last run
+                report["extras"]["changes"]["diff"] = diff_compilations(
+                    since, self, after_report=report).view
             self._timings["report"] = time.perf_counter() - t0
             self._report = (self._state_key(), report)
         return self._report[1]
@@ -597,11 +613,13 @@ def compile(
 
 
 def compare(*compilations: Compilation) -> Any:
-    """Side-by-side table of the same model compiled for several targets (``.text()``)."""
+    """The same model compiled for several targets: a side-by-side table (``.text()``) and,
+    displayed, the visual diff of the first compilation against each other one."""
+    from .comparison import compare_compilations
     from .targets import compare as compare_rows
 
     rows = []
     for c in compilations:
         label = c.target.label.upper().replace("CUDA", "GPU")
         rows.append((label, c.hlo, c.cost, c.memory))
-    return compare_rows(rows)
+    return compare_compilations(compare_rows(rows), *compilations)

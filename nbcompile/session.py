@@ -12,6 +12,7 @@ use (no shell) gets one process-wide session.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,6 +141,8 @@ class Session:
         self.display = DisplayState()
         self.last: Compilation | None = None
         self.last_error: BaseException | None = None
+        # the last run of each target, for the visual diff its next changed run links to
+        self._previous: dict[str, weakref.ref[Compilation]] = {}
 
     def run_cell(
         self,
@@ -210,7 +213,9 @@ class Session:
         )
         if repeat:
             warnings.append(repeat)
-        comp.record_changes(changes)
+        ref = self._previous.get(captured.fn_expr)
+        comp.record_changes(changes, since=ref() if ref is not None and changes else None)
+        self._previous[captured.fn_expr] = weakref.ref(comp)
         for warning in warnings:
             comp.add_note(warning)
         bound = self._bind(captured, comp, fn, namespace)

@@ -87,3 +87,36 @@ def test_diff_of_two_profiled_runs_has_time_deltas_per_kernel_and_line(ip):
     assert "vs" in d.text()
     plain = after.diff(nbcompile.compile(lambda x: x, ip.user_ns["x"]))
     assert plain.time is None  # only when both sides were profiled
+
+
+def test_what_changed_card_links_to_the_visual_diff(ip):
+    import gc
+    import weakref
+
+    import nbcompile
+
+    assert run(ip, PREDICT.format(opts=" -q -f", end="")).success
+    first = nbcompile.last()
+    changed = PREDICT.replace("return h * 2.0 + 1.0", "return jnp.tanh(h @ h.T) * 2.0 + 1.0")
+    assert run(ip, changed.format(opts=" -q", end="")).success
+    second = nbcompile.last()
+    card = second.report()["extras"]["changes"]
+    assert card["diff"] is not None and card["diff"]["schema"].startswith("nbcompile.diff")
+    # the link is weak: earlier runs are not kept alive by later ones
+    probe = weakref.ref(first)
+    del first
+    ip.run_cell("_ = __ = ___ = None")
+    gc.collect()
+    assert probe() is None or probe() is not second
+
+
+def test_compare_shows_the_diff_view_of_two_targets(ip):
+    import nbcompile
+
+    x = ip.user_ns["x"]
+    f = ip.user_ns["jnp"].tanh
+    cpu = nbcompile.compile(lambda v: f(v) * 2.0, x)
+    tpu = nbcompile.compile(lambda v: f(v) * 2.0, x, backend="tpu", topology="v5e:2x2")
+    result = nbcompile.compare(cpu, tpu)
+    assert "kernel" in result.text()
+    assert "text/html" in result._repr_mimebundle_()
