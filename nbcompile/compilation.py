@@ -325,7 +325,8 @@ class Compilation:
 
         self._require_runnable("benchmark")
         result = bench(self.original, self.args, kwargs=self.kwargs, compiled=self.fn,
-                       compile_seconds=self._xla_compile_seconds(), progress=progress)
+                       compile_seconds=self._xla_compile_seconds(), progress=progress,
+                       hlo=self.hlo)
         self._bench = result
         for side in ("eager", "compiled"):
             timing = getattr(result, side, None)
@@ -366,9 +367,17 @@ class Compilation:
         self._require_runnable("debug-run the program")
         if progress:
             progress("debugging (running op by op)")
-        self._debug = debug_run(self.jaxpr, (self.args, self.kwargs), source=self.source)
+        import jax
+
+        compiled = jax.tree.leaves(self.fn(*self.args, **self.kwargs))  # the program itself
+        self._debug = debug_run(self.jaxpr, (self.args, self.kwargs), source=self.source,
+                                compiled_outputs=compiled, hlo=self.hlo)
         if self._debug.stopped:
             self.add_note(str(self._debug.error()))
+        divergence = self._debug.divergence
+        if divergence is not None and divergence.differs:
+            self.add_note("the compiled program computes something different from its "
+                          "op-by-op run: " + divergence.text().splitlines()[0])
         return self._debug
 
     def freeze(self, path: str, *, constants: bool = False,

@@ -27,7 +27,8 @@ def pytest_collection_modifyitems(config, items):
     def first(item: pytest.Item) -> bool:
         path, _, name = item.nodeid.partition("::")
         in_process = not path.startswith("tests/notebooks/")  # a notebook has its own kernel
-        return "test_profile" in path or (in_process and "profile" in name.lower())
+        named = "test_profile" in path or (in_process and "profile" in name.lower())
+        return named or item.get_closest_marker("profiler") is not None
 
     items.sort(key=lambda item: not first(item))
 

@@ -160,3 +160,23 @@ def test_architecture_doc_lists_the_real_units_and_arrows():
         assert unit in rows, f"docs/architecture.md has no row for {unit}"
         documented = set(re.findall(r"`([\w_]+)`", rows[unit]))
         assert documented == allowed, f"{unit}: doc says {sorted(documented)}, code {sorted(allowed)}"
+
+
+def test_library_code_installed_anywhere_is_not_user_code(tmp_path, monkeypatch):
+    """pip --target / PYTHONPATH site folders hold *.dist-info: library, not the user's code."""
+    import sys
+
+    from nbcompile.capture import userfiles
+
+    (tmp_path / "somelib").mkdir()
+    (tmp_path / "somelib-1.0.dist-info").mkdir()
+    (tmp_path / "mine").mkdir()
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    userfiles.is_user_file.cache_clear()
+    try:
+        assert not userfiles.is_user_file(str(tmp_path / "somelib" / "layers.py"))
+        assert userfiles.is_user_file("/home/me/project/model.py")
+        assert userfiles.is_user_file("<ipython-input-3-abc123>")
+        assert not userfiles.is_user_file("/opt/py/lib/python3.11/site-packages/flax/x.py")
+    finally:
+        userfiles.is_user_file.cache_clear()

@@ -129,3 +129,19 @@ def test_grad_of_a_loss_returning_loss_and_aux_differentiates_the_loss():
     np.testing.assert_allclose(value, want, rtol=1e-6)
     np.testing.assert_allclose(aux, want_aux, rtol=1e-6)
     np.testing.assert_allclose(grads, want_grads, rtol=1e-6)
+
+
+def test_debug_says_when_the_compiled_program_differs_from_op_by_op():
+    """exp(a)/exp(a): XLA rewrites it to exp(a - a) (finite) while op by op overflows to NaN."""
+    import jax.numpy as jnp
+
+    import nbcompile
+
+    def unstable(x):
+        big = jnp.exp(x * 100.0)
+        return (big / big).sum()
+
+    c = nbcompile.compile(unstable, jnp.linspace(-1.0, 1.0, 64, dtype=jnp.float32))
+    d = c.run_debug()
+    assert d.divergence is not None and d.divergence.differs
+    assert any("computes something different" in n for n in c.notes), c.notes

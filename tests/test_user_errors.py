@@ -106,6 +106,7 @@ def test_two_shells_in_one_process_keep_their_own_state(shell):
     # (no clear_instance(): it would clear IPython's singleton, the test session's own shell)
 
 
+@pytest.mark.profiler
 def test_compilation_is_a_closed_type(ip, tmp_path):
     import nbcompile
     from nbcompile.compilation import Compilation

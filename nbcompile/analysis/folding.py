@@ -92,9 +92,10 @@ def _trace_constants(traced: Traced, fn: Any, consumers: dict[str, int | None]) 
         mb = node.bytes / 1e6
         hint = _HINT_LARGE.format(mb=mb) if node.bytes > LARGE_CONSTANT_BYTES else None
         what = f"closed-over constant {name}" if name else "closed-over constant"
-        node.folded = True
+        # captured into the program as a constant at trace time: not folding (nothing was
+        # computed ahead of time), so it does not count as a folded constant
         out.append(Folded(what, "trace", node.bytes, node.shape, consumers.get(node.id), hint,
-                          name=name))  # fmt: skip
+                          folded=False, name=name))  # fmt: skip
     return out
 
 
@@ -167,8 +168,10 @@ def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
             None
             if not survived
             else (
-                "XLA left this constant computation to run at every call (it does not fold "
-                "iota/broadcast sources on this backend); precompute it once outside and pass it in"
+                "XLA left this constant computation to run at every call (its constant-folding "
+                "pass skips iota and broadcast sources on every backend, by design: folding them "
+                "would only trade a cheap generated value for a large stored one); precompute it "
+                "once outside and pass it in if it is expensive"
             )
         )
         ops = tuple(m.opcode for m in members)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import site
 import sys
 import sysconfig
 
@@ -19,11 +20,29 @@ __all__ = ["is_user_file"]
 _CELL = re.compile(r"(?:^<ipython-input-\d+-\w+>$|ipykernel_\d+[/\\]\w+\.py$)")
 
 
-@functools.cache
-def _library_roots() -> tuple[str, ...]:
+def _install_folders(entries: tuple[str, ...]) -> set[str]:
+    """``sys.path`` entries that hold installed distributions (``*.dist-info``): ``pip install
+    --target`` folders, ``PYTHONPATH`` site folders, .pth-added site directories — library code
+    wherever it was installed. (Not ``*.egg-info``: a setuptools editable install leaves one in
+    the user's own project folder, which is user code.)"""
+    found = set()
+    for entry in entries:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        if any(n.endswith(".dist-info") for n in names):
+            found.add(entry)
+    return found
+
+
+@functools.lru_cache(maxsize=8)
+def _library_roots(entries: tuple[str, ...]) -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     roots |= {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    roots |= set(site.getsitepackages()) | {site.getusersitepackages()}
+    roots |= _install_folders(entries)
     roots.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # nbcompile itself
     return tuple(sorted(os.path.join(os.path.abspath(r), "") for r in roots if r))
 
@@ -37,5 +56,7 @@ def is_user_file(filename: str | None) -> bool:
         return True
     if filename.startswith("<"):  # <frozen ...>, <string>, <stdin>
         return False
+    if re.search(r"[/\\](?:site|dist)-packages[/\\]", filename):
+        return False
     path = os.path.join(os.path.abspath(filename), "")
-    return not any(path.startswith(root) for root in _library_roots())
+    return not any(path.startswith(root) for root in _library_roots(tuple(sys.path)))

@@ -44,10 +44,11 @@ def test_numpy_constant_matmul_is_folded_into_one_constant(folded_matmul):
     trace = [f for f in a.folded if f.stage == "trace"]
     assert {f.name for f in trace} == {"A", "B"}
     assert all(f.bytes == 8 * 8 * 4 and f.shape == "f32[8,8]" for f in trace)
+    assert not any(f.folded for f in trace)  # captured into the program, not folded
     (dot,) = [f for f in _xla(a) if "dot" in f.ops]
     assert dot.folded and dot.hint is None
     assert dot.line == const_matmul.__code__.co_firstlineno + 1
-    assert a.summary()["folded_constants"] >= 3
+    assert a.summary()["folded_constants"] >= 1
     assert not any(n.op == "dot" for n in a.compiled_graph.nodes)
 
 

@@ -75,8 +75,14 @@ def test_cli_run_refuses_bad_inputs(mlp_file: Path, tmp_path: Path, capsys) -> N
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     assert main(["run", str(mlp_file), "--input", str(tmp_path / "obj.npy")]) == 1
     assert "not a plain .npy" in capsys.readouterr().err
-    np.save(tmp_path / "x64.npy", np.zeros((4, 32)))
-    assert main(["run", str(mlp_file), "--input", str(tmp_path / "x64.npy")]) == 1
+    np.save(tmp_path / "x64.npy", np.zeros((4, 32)))  # float64 runs as float32, like jax.jit
+    assert main(["run", str(mlp_file), "--input", str(tmp_path / "x64.npy")]) == 0
+    capsys.readouterr()
+    np.save(tmp_path / "i32.npy", np.zeros((4, 32), np.int32))  # a dtype the model does not take
+    assert main(["run", str(mlp_file), "--input", str(tmp_path / "i32.npy")]) == 1
+    assert "[NBC507]" in capsys.readouterr().err
+    np.save(tmp_path / "wide.npy", np.zeros((4, 31), np.float32))  # a shape it does not take
+    assert main(["run", str(mlp_file), "--input", str(tmp_path / "wide.npy")]) == 1
     assert "[NBC507]" in capsys.readouterr().err
     np.save(tmp_path / "x.npy", np.zeros((4, 32), np.float32))
     assert main(["run", str(mlp_file), "--input", str(tmp_path / "x.npy")]) == 0
