@@ -64,13 +64,16 @@ _CLIENT: Any = None
 def xla_cost(hlo_text: str) -> dict[str, float] | None:
     """XLA's HLO cost analysis (CPU cost model) of one module text, or None if unavailable."""
     global _CLIENT
+    import jax
+
     try:
-        import jax
         from jaxlib import _hlo, _jax
 
         if _CLIENT is None:
             _CLIENT = jax.devices("cpu")[0].client
         module = _hlo.hlo_module_from_text(hlo_text)
         return dict(_jax.hlo_module_cost_analysis(_CLIENT, module))
-    except Exception:  # XLA rejects the text or the API moved: lose the figure, not the analysis
+    except (ImportError, AttributeError):  # the private API moved in this jaxlib: no figure
+        return None
+    except jax.errors.JaxRuntimeError:  # XLA rejected the module text: no figure for it
         return None

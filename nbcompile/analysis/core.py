@@ -143,11 +143,13 @@ def _graph_json(graph: Graph | None, bytes_from: str) -> dict[str, Any] | None:
 
 
 def _pre_optimisation_text(lowered: Any, notes: list[str]) -> str | None:
-    try:
-        return lowered.compiler_ir("hlo").as_hlo_module().to_string()
-    except Exception as err:  # the backend cannot give pre-optimisation HLO
-        notes.append(f"pre-optimisation HLO unavailable ({type(err).__name__})")
-    return None
+    """Pre-optimisation HLO (with metadata); JAX returns None where a backend cannot give it."""
+    module = lowered.compiler_ir("hlo")
+    if module is None:
+        notes.append("pre-optimisation HLO is not available for this backend: op counts before "
+                     "optimisation and XLA-level folding are not shown")
+        return None
+    return module.as_hlo_module().to_string()
 
 
 def _pre_optimisation(text: str | None, notes: list[str]) -> HloModule | None:
@@ -164,12 +166,10 @@ def _pre_optimisation(text: str | None, notes: list[str]) -> HloModule | None:
 def _optimised(artifacts: Artifacts, notes: list[str]) -> HloModule | None:
     text = artifacts.hlo_text
     if text is None and artifacts.compiled is not None:
-        try:
-            text = artifacts.compiled.as_text()
-        except Exception:  # some backends cannot print
-            text = None
+        text = artifacts.compiled.as_text()  # None where the backend prints no text
     if text is None:
-        notes.append("no optimised HLO: the program was not compiled for this backend")
+        notes.append("no optimised HLO: " + ("this backend prints none" if artifacts.compiled
+                     is not None else "the program was not compiled for this backend"))
         return None
     try:
         return parse_hlo(text)
@@ -189,18 +189,19 @@ def _static_cost_estimate(unit_costs: dict[str, dict[str, Any]]) -> dict[str, An
             "estimate": "static"}  # fmt: skip
 
 
-def _call(obj: Any, method: str) -> Any:
-    try:
-        return getattr(obj, method)()
-    except Exception:  # XLA's analyses are best-effort and raise on some backends
-        return None
+def _xla_figures(compiled: Any, notes: list[str]) -> tuple[Any, Any]:
+    """XLA's cost and memory analyses, normalised; JAX returns None where a backend gives
+    none, and then a note says so (the view shows "not reported", never a made-up figure)."""
+    cost, memory = compiled.cost_analysis(), compiled.memory_analysis()
+    for name, value in (("cost analysis (flops, bytes)", cost), ("memory analysis", memory)):
+        if value is None:
+            notes.append(f"XLA reports no {name} for this backend")
+    return normalise_cost(cost), normalise_memory(memory)
 
 
 def _stablehlo_ops(lowered: Any) -> int | None:
-    try:
-        return stablehlo_ops(lowered.compiler_ir("stablehlo"))[0]
-    except Exception:
-        return None
+    module = lowered.compiler_ir("stablehlo")  # None where unavailable (JAX's contract)
+    return stablehlo_ops(module)[0] if module is not None else None
 
 
 def _overlay_fusions(traced: Traced, info: CompiledInfo) -> None:
@@ -288,8 +289,7 @@ def _analyse(artifacts: Artifacts) -> Analysis:
     gradient = analyse_gradient(artifacts.grad_argnums, traced, info) if grad else None
     clock.lap("gradient")
     compiled = artifacts.compiled
-    cost = normalise_cost(_call(compiled, "cost_analysis")) if compiled is not None else None
-    memory = normalise_memory(_call(compiled, "memory_analysis")) if compiled is not None else None
+    cost, memory = _xla_figures(compiled, notes) if compiled is not None else (None, None)
     if cost is None and info is not None and info.unit_costs:
         cost = _static_cost_estimate(info.unit_costs)
         notes.append("XLA reports no cost for this backend: flops/bytes are static estimates "

@@ -89,3 +89,19 @@ def test_scalar_rng_ops_on_tpu_are_counted_apart():
     assert any("scalar-unit" in note for note in c.analysis.notes)
     cpu = nbcompile.compile(dropout, *ARGS, key)
     assert not any("scalar-unit" in note for note in cpu.analysis.notes)
+
+
+def test_a_figure_xla_does_not_give_stays_missing_with_a_note(monkeypatch):
+    """JAX returns None for an analysis a backend cannot give: the figure stays None (shown as
+    "not reported"), a note says so, and nothing else of the analysis is lost."""
+    import jax
+
+    monkeypatch.setattr(jax.stages.Compiled, "cost_analysis", lambda self: None)
+    monkeypatch.setattr(jax.stages.Compiled, "memory_analysis", lambda self: None)
+    c = nbcompile.compile(loss, *ARGS)
+    notes = c.analysis.notes
+    assert any("no cost analysis" in n for n in notes), notes
+    assert any("no memory analysis" in n for n in notes), notes
+    assert c.memory is None and c.fusions  # the rest of the analysis is intact
+    assert c.cost is None or c.cost.get("estimate") == "static"  # labelled, never XLA's
+    assert "not reported" in repr(c) or "estimate" in repr(c)
