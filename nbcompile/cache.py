@@ -125,11 +125,13 @@ class _Walker:
 
     def user_class(self, cls: type, depth: int) -> None:
         for klass in cls.__mro__:
-            module = getattr(klass, "__module__", "")
+            module = klass.__dict__.get("__module__", "")
             if klass is object or module in ("builtins", "abc"):
                 continue
-            for name, attr in sorted(vars(klass).items()):
-                inner = getattr(attr, "__func__", attr)  # classmethod / staticmethod
+            for name, attr in sorted(klass.__dict__.items()):
+                # only real functions are looked at: asking an arbitrary class attribute for
+                # __func__ can run its code (lazy modules import on attribute access)
+                inner = attr.__func__ if isinstance(attr, classmethod | staticmethod) else attr
                 if isinstance(inner, types.FunctionType) and is_user_file(
                     inner.__code__.co_filename
                 ):
@@ -176,7 +178,7 @@ class _Walker:
                 continue
             seen.add(id(obj))
             classes.setdefault(type(obj), None)
-            state = obj if isinstance(obj, dict) else getattr(obj, "__dict__", None)
+            state = obj if isinstance(obj, dict) else _instance_dict(obj)
             if isinstance(state, dict):
                 todo.extend(state.values())
             elif isinstance(obj, list | tuple):
@@ -217,24 +219,38 @@ class _Walker:
         cls = type(obj)
         self.out(f"object:{cls.__module__}.{cls.__qualname__}")
         self.user_class(cls, depth)
-        state = getattr(obj, "__dict__", None)
+        state = _instance_dict(obj)
         if isinstance(state, dict):
             for k in sorted(state, key=str):
                 self.out(f".{k}=")
                 self.visit(state[k], depth - 1)
-        elif hasattr(cls, "__slots__"):
-            for name in getattr(cls, "__slots__", ()):
-                if hasattr(obj, name):
-                    self.out(f".{name}=")
-                    self.visit(getattr(obj, name), depth - 1)
+        elif "__slots__" in cls.__dict__:
+            slots = cls.__dict__["__slots__"]
+            for name in (slots,) if isinstance(slots, str) else slots:
+                try:
+                    value = object.__getattribute__(obj, name)
+                except AttributeError:  # an unset slot
+                    continue
+                self.out(f".{name}=")
+                self.visit(value, depth - 1)
         else:
             self.identity(obj, "opaque")
 
 
+def _instance_dict(obj: Any) -> dict[str, Any] | None:
+    """``obj.__dict__`` read without running any of ``obj``'s code (no ``__getattr__``: lazy
+    modules and proxies import or compute on attribute access); None when it has none."""
+    try:
+        state = object.__getattribute__(obj, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
 def _wrapped(obj: Any) -> Any | None:
     """``obj.__wrapped__`` when ``obj`` stores one (jit objects, ``functools.wraps``)."""
-    state = getattr(obj, "__dict__", None)
-    return state.get("__wrapped__") if isinstance(state, dict) else None
+    state = _instance_dict(obj)
+    return state.get("__wrapped__") if state is not None else None
 
 
 def fingerprint(*objects: Any, inputs: tuple[Any, ...] = ()) -> tuple[str, list[Any]]:

@@ -234,3 +234,33 @@ def test_freeze_rerun_after_new_weights_writes_the_new_weights(ip, tmp_path):
                           text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == f"ok {len(SCENARIOS)}"
+
+
+def test_the_cache_key_never_runs_the_users_objects(ip):
+    """Fingerprinting what traced code reads must not execute it: Keras keeps lazy modules
+    (importing on attribute access) on classes the walk reaches; one raised
+    ModuleNotFoundError('_gdbm') through %%compile in a full test session."""
+    setup = '''
+import jax.numpy as jnp
+class Lazy:
+    def __getattr__(self, name):
+        raise ModuleNotFoundError("No module named '_gdbm' (imported on attribute access)")
+class Holder:
+    lazy = Lazy()
+    __slots__ = ("value",)
+    def __init__(self):
+        self.value = 2.0
+holder, lazy = Holder(), Lazy()
+def f(x):
+    return x * holder.value if lazy is not None else x
+x = jnp.ones(3)
+'''
+    assert ip.run_cell(setup).success
+    res = ip.run_cell("%%compile -q\nf(x)\n")
+    assert res.success, res.error_in_exec
+    assert ip.run_cell("holder.value = 3.0").success  # a slot the traced code reads
+    assert ip.run_cell("%%compile -q\nf(x)\n").success
+    import nbcompile
+
+    c = nbcompile.last()
+    assert not c.cache_hit and float(c.fn(*c.args)[0]) == 3.0

@@ -18,7 +18,7 @@ import nbformat
 import pytest
 from uihelpers import ARTIFACTS, kernel_env, screenshot
 
-pytestmark = pytest.mark.ui
+pytestmark = [pytest.mark.ui, pytest.mark.profiler]  # profiler: before any TPU compile
 
 MODEL = '''import jax.numpy as jnp
 import nbcompile

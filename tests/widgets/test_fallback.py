@@ -15,6 +15,8 @@ from nbcompile.report.diffview import diff_report
 from nbcompile.report.html import render_html
 from nbcompile.widgets import CompilationView
 
+pytestmark = pytest.mark.profiler  # its fixture profiles: before any TPU compile
+
 SVG_NS = "{http://www.w3.org/2000/svg}"
 IMG = re.compile(r'<img src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)" alt="[^"]*" '
                  r'data-testid="([^"]+)"')
