@@ -87,7 +87,8 @@ def _jsonable(value: Any) -> Any:
 def text_lines(report: dict[str, Any]) -> list[str]:
     s = report.get("summary") or {}
     t = report.get("timings") or {}
-    stages = ", ".join(f"{k} {v:.3f}" for k, v in t.items())
+    phases = {k: v for k, v in t.items() if "." not in k and not k.endswith("_call")}
+    stages = ", ".join(f"{k} {v:.3f}" for k, v in phases.items())
     total = sum(v for k, v in t.items() if k in ("trace", "lower", "compile"))
     if report.get("cache_hit"):
         head = f"{report['name']}: cache hit for {report['backend']}, nothing compiled"

@@ -1,0 +1,310 @@
+"""The ``Compilation`` type: one run over a compiled :class:`~nbcompile.pipeline.Program`.
+
+Two objects, so that a cache hit can never be stale:
+
+- a :class:`Program` is what one trace → lower → compile produced (the JAX stage objects, the
+  target, the lazily computed analysis, the ``value_and_grad`` program with ``--grad``). It
+  depends only on what the cache key covers, so the cell cache stores and reuses Programs;
+- a :class:`Compilation` is one *run*: a Program plus the live call (the callable, its example
+  arguments and model weights as they are now) and what this run measured (bench, ablation,
+  debug, freeze, profile, memory). Every ``%%compile`` run gets a fresh Compilation, so values
+  are always read live and notes of earlier options never linger.
+
+``Compilation`` is a closed type: every field is declared in ``__slots__`` and changed only by
+its own methods. It renders itself: ``text/plain`` summary, self-contained HTML fallback, and
+the interactive widget where a widget manager runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from ..capture.models import Adapted
+from ..capture.source import SourceInfo
+from ..pipeline import Program, describe_args
+from ..stages import Progress
+from ._display import Display
+from ._runs import Runs
+
+__all__ = ["Compilation"]
+
+
+def _runnable(program: Program, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    abstract = any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in leaves)
+    return program.stages.target.present and program.stages.compiled is not None and not abstract
+
+
+class Compilation(Runs, Display):
+    """Everything one ``%%compile`` run / ``nbcompile.compile`` call produced.
+
+    Figures a backend cannot give are ``None`` (documented per attribute), never faked.
+    """
+
+    __slots__ = (
+        "__weakref__", "_ablation", "_bench", "_changes", "_changes_diff", "_debug", "_display",
+        "_frozen",
+        "_memory_map", "_notes", "_profile", "_report", "_shown", "_timings", "adapted",
+        "args", "cache_hit", "grad", "kwargs", "program", "runnable",
+    )
+
+    def __init__(
+        self,
+        program: Program,
+        adapted: Adapted,
+        *,
+        cache_hit: bool = False,
+        display: Any = None,
+    ) -> None:
+        self.program = program
+        self.adapted = adapted
+        self.args: tuple[Any, ...] = tuple(adapted.args)
+        self.kwargs: dict[str, Any] = dict(adapted.kwargs)
+        self.cache_hit = cache_hit
+        self.runnable = _runnable(program, self.args, self.kwargs)
+        self.grad: Compilation | None = (
+            Compilation(program.grad, adapted, cache_hit=cache_hit, display=display)
+            if program.grad is not None else None
+        )
+        self._display = display
+        self._notes: list[str] = []
+        self._changes: list[str] = []
+        self._changes_diff: Any = None
+        self._timings: dict[str, float] = {}
+        self._bench: Any = None
+        self._ablation: Any = None
+        self._debug: Any = None
+        self._frozen: Any = None
+        self._profile: Any = None
+        self._memory_map: Any = None
+        self._report: tuple[Any, dict[str, Any]] | None = None
+        self._shown: Any = None
+        if program.stages.target.note:
+            self._notes.append(program.stages.target.note)
+        grad_notes = self.grad.notes if self.grad is not None else ()
+        self._notes += [n for n in (*program.stages.notes, *program.notes, *grad_notes)
+                        if n not in self._notes]
+        if not self.runnable and program.stages.target.present and program.stages.compiled:
+            self._notes.append("compile-only: the example arguments are abstract "
+                               "(jax.ShapeDtypeStruct), so nothing was allocated or run")
+
+    # --- what was compiled ------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.program.name
+
+    @property
+    def fn(self) -> Any:
+        """The compiled callable: the ``jax.jit`` object whose program this is (for a target
+        that is not here it can be inspected, lowered and exported, not run here)."""
+        return self.program.stages.jitted
+
+    @property
+    def original(self) -> Callable[..., Any]:
+        """The pure function that was compiled (a model's call with its parameters explicit)."""
+        return self.adapted.fn
+
+    @property
+    def source(self) -> SourceInfo:
+        return self.program.source
+
+    @property
+    def target(self) -> Any:
+        """The hardware :class:`nbcompile.targets.Target` this program was compiled for."""
+        return self.program.stages.target
+
+    @property
+    def backend(self) -> str:
+        return self.target.platform
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The compile options that shaped the program (jit options, target, grad)."""
+        return self.program.request.describe()
+
+    @property
+    def grad_argnums(self) -> tuple[int, ...] | None:
+        return self.program.grad_argnums
+
+    @property
+    def signature(self) -> list[str]:
+        """One line per argument: the user's name and the types of its leaves."""
+        return describe_args(self.args, list(self.adapted.arg_names))
+
+    @property
+    def stages(self) -> Any:
+        return self.program.stages
+
+    @property
+    def jaxpr(self) -> Any:
+        """The closed jaxpr of the traced program."""
+        return self.stages.closed_jaxpr
+
+    @property
+    def lowered(self) -> Any:
+        return self.stages.lowered
+
+    @property
+    def compiled(self) -> Any | None:
+        """``jax.stages.Compiled``, or None where the backend could not compile."""
+        return self.stages.compiled
+
+    @property
+    def stablehlo(self) -> str:
+        """StableHLO text before optimisation (with source locations)."""
+        return self.stages.lowered.as_text(debug_info=True)
+
+    @property
+    def hlo(self) -> str | None:
+        """XLA's optimised HLO text, or None where the backend could not compile."""
+        return self.stages.hlo_text
+
+    @property
+    def placement(self) -> Any:
+        """How the arguments were placed: shardings and per-device shapes (with a mesh)."""
+        return self.stages.placement
+
+    @property
+    def timings(self) -> dict[str, float]:
+        """Seconds this run spent, by phase; the phases add up to the whole cell.
+
+        Phases (keys without a dot): the cell's steps when run by the magic (``capture``,
+        ``run``, ``cache_lookup``, ``pipeline``, ``measure``, ``freeze``, ``bind``), the stages
+        this run compiled (``trace``, ``lower``, ``compile``; ``grad_trace``... for ``--grad``'s
+        program; absent on a cache hit, which compiled nothing), the analyses this run computed
+        (``analyse``, ``grad_analyse``), ``report`` and ``display``. Keys with a dot are parts of
+        the phase before the dot (``analyse.parse``); ``eager_call`` / ``compiled_call`` are
+        ``--bench``'s per-call medians, not phases.
+        """
+        out: dict[str, float] = {}
+        if not self.cache_hit:
+            out.update(self.stages.timings)
+        out.update(self._timings)
+        if self.grad is not None:
+            for key, seconds in self.grad.timings.items():
+                if "." not in key and not key.endswith("_call"):
+                    out[f"grad_{key}"] = seconds
+        return out
+
+    # --- analysis ----------------------------------------------------------------------------
+    @property
+    def analysis(self) -> Any:
+        """The :class:`nbcompile.analysis.Analysis` of this program (computed on first use,
+        by whichever run needs it first: that run's timings count it)."""
+        return self._analyse()
+
+    def _analyse(self, progress: Progress | None = None) -> Any:
+        fresh = self.program._analysis is None
+        analysis = self.program.analyse(progress)
+        if fresh:
+            self._timings["analyse"] = self.program.analysis_seconds or 0.0
+            self._timings.update(getattr(analysis, "timings", None) or {})
+        return analysis
+
+    @property
+    def graph(self) -> Any:
+        """:class:`nbcompile.analysis.Graph` of the traced program."""
+        return self.analysis.traced_graph
+
+    @property
+    def fusions(self) -> list[Any]:
+        """The kernels XLA fused, each with member ops, kind, cost and source locations."""
+        return self.analysis.fusions
+
+    @property
+    def folded(self) -> list[Any]:
+        """Constants folded at trace, lowering or XLA compile time."""
+        return self.analysis.folded
+
+    @property
+    def gradient(self) -> Any | None:
+        """Forward/backward view of the ``value_and_grad`` program (None without ``grad``)."""
+        return self.grad.analysis.gradient if self.grad is not None else None
+
+    @property
+    def cost(self) -> dict[str, Any] | None:
+        """XLA's cost analysis, normalised (None where the backend reports none)."""
+        return self.analysis.cost
+
+    @property
+    def memory(self) -> dict[str, Any] | None:
+        """XLA's memory analysis, normalised (None where the backend reports none)."""
+        return self.analysis.memory
+
+    @property
+    def collectives(self) -> list[dict[str, Any]]:
+        """Collectives of the compiled program (with a mesh), ``crosses_hosts`` from the mesh."""
+        from ..targets import program_collectives
+
+        return program_collectives(self.hlo, self.target)
+
+    def summary(self) -> dict[str, Any]:
+        """Headline figures: op counts before/after, kernels, fusions, folded, flops, times."""
+        out: dict[str, Any] = {"name": self.name, "backend": self.backend}
+        out.update(self.analysis.summary())
+        for stage, seconds in self.timings.items():
+            out[f"{stage}_seconds"] = seconds
+        return out
+
+    def diff(self, other: Compilation) -> Any:
+        """What changed from ``other`` to this compilation: ops, fusions, costs, signature, and
+        per-kernel / per-line time when both were profiled (``CompilationDiff``)."""
+        from ..comparison import diff_compilations
+
+        return diff_compilations(other, self)
+
+    # --- this run's results --------------------------------------------------------------------
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(self._notes)
+
+    @property
+    def changes(self) -> tuple[str, ...]:
+        """What changed since the last run of this cell's target (empty when nothing did)."""
+        return tuple(self._changes)
+
+    @property
+    def bench(self) -> Any | None:
+        """:class:`nbcompile.measure.BenchResult` of ``--bench`` / :meth:`run_bench`."""
+        return self._bench
+
+    @property
+    def ablation(self) -> Any | None:
+        """:class:`nbcompile.measure.AblationResult` of ``--ablate`` / :meth:`run_ablation`."""
+        return self._ablation
+
+    @property
+    def debug(self) -> Any | None:
+        """:class:`nbcompile.debug.DebugResult` of ``--debug`` / :meth:`run_debug`."""
+        return self._debug
+
+    @property
+    def frozen(self) -> Any | None:
+        """What :meth:`freeze` / ``--freeze`` wrote (``FreezeResult``), else None."""
+        return self._frozen
+
+    @property
+    def profile(self) -> Any | None:
+        """The :class:`nbcompile.measure.Profile` of :meth:`run_profile` / ``--profile``."""
+        return self._profile
+
+    def add_note(self, note: str) -> None:
+        if note and note not in self._notes:
+            self._notes.append(note)
+
+    def record_changes(self, changes: Sequence[str], since: Compilation | None = None) -> None:
+        """What changed since the last run of this cell's target; ``since`` is that run, whose
+        visual diff against this one the "what changed" card links to."""
+        import weakref
+
+        self._changes = list(changes)
+        # weak: a run must not keep every earlier run of its cell alive through this link
+        self._changes_diff = weakref.ref(since) if changes and since is not None else None
+
+    def record_timing(self, stage: str, seconds: float) -> None:
+        self._timings[stage] = float(seconds)
+
+
