@@ -43,6 +43,7 @@ demo: $(VENV)/.lab-installed
 
 test: $(VENV)/.test-installed /usr/bin/chromium
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
 	$(VENV)/bin/pytest -q
 
@@ -87,6 +88,7 @@ docs: $(VENV)/.test-installed
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf build dist .pytest_cache .ruff_cache

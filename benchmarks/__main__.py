@@ -30,8 +30,20 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results.json"
 OUT = HERE / "out"
 SCHEMA = "nbcompile.bench/1"
-FIGURES = ("overhead", "compile", "eager", "size", "paint", "frozen", "magic", "profile",
-           "growth", "scale", "memory", "layout")
+FIGURES = (
+    "overhead",
+    "compile",
+    "eager",
+    "size",
+    "paint",
+    "frozen",
+    "magic",
+    "profile",
+    "growth",
+    "scale",
+    "memory",
+    "layout",
+)
 
 
 @dataclass(frozen=True)
@@ -209,8 +221,7 @@ def run(
             rows.extend(_scale.scale_rows(model, pairs, total, usable))
             rows.append(_display.displayed_size(model, None, "not measured at this size"))
         step(f"first paint at scale: {', '.join(m for m, *_ in plan.scale)}")
-        rows.extend(_display.first_paint([m for m, *_ in plan.scale], plan.paint_repeats, OUT,
-                                         {}))
+        rows.extend(_display.first_paint([m for m, *_ in plan.scale], plan.paint_repeats, OUT, {}))
     if "memory" in figures:
         from benchmarks import _memory_rows
 

@@ -48,8 +48,9 @@ MODELS: dict[str, Callable[[], Model]] = {
     # picoGPT-style GPT-2 (a Python loop over heads: many small kernels), benchmarks/_gpt2.py
     "GPT-2 small train": lambda: _gpt2.gpt2_train_step(n_layer=12),
     "GPT-2 24-layer train": lambda: _gpt2.gpt2_train_step(n_layer=24),
-    "GPT-2 1-layer train d64": lambda: _gpt2.gpt2_train_step(n_layer=1, d=64, n_head=4,
-                                                             vocab=256, n_ctx=16),
+    "GPT-2 1-layer train d64": lambda: _gpt2.gpt2_train_step(
+        n_layer=1, d=64, n_head=4, vocab=256, n_ctx=16
+    ),
 }
 
 

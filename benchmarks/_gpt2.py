@@ -87,16 +87,25 @@ def _params(n_layer: int, d: int, vocab: int, n_ctx: int, seed: int) -> dict[str
         return {"g": jnp.ones((d,), jnp.float32), "b": jnp.zeros((d,), jnp.float32)}
 
     blocks = [
-        {"mlp": {"c_fc": dense(d, 4 * d), "c_proj": dense(4 * d, d)},
-         "attn": {"c_attn": dense(d, 3 * d), "c_proj": dense(d, d)},
-         "ln_1": norm(), "ln_2": norm()}
+        {
+            "mlp": {"c_fc": dense(d, 4 * d), "c_proj": dense(4 * d, d)},
+            "attn": {"c_attn": dense(d, 3 * d), "c_proj": dense(d, d)},
+            "ln_1": norm(),
+            "ln_2": norm(),
+        }
         for _ in range(n_layer)
-    ]  # fmt: skip
+    ]
     return {"wte": normal(vocab, d), "wpe": normal(n_ctx, d), "blocks": blocks, "ln_f": norm()}
 
 
-def gpt2_forward(n_layer: int = 12, d: int = 768, n_head: int = 12, vocab: int = 2048,
-                 n_ctx: int = 64, seed: int = 0) -> Model:  # fmt: skip
+def gpt2_forward(
+    n_layer: int = 12,
+    d: int = 768,
+    n_head: int = 12,
+    vocab: int = 2048,
+    n_ctx: int = 64,
+    seed: int = 0,
+) -> Model:
     """picoGPT's ``gpt2`` forward: (params, token ids) -> logits."""
     params = _params(n_layer, d, vocab, n_ctx, seed)
     tokens = jax.random.randint(jax.random.key(seed + 1), (n_ctx,), 0, vocab)
@@ -107,8 +116,14 @@ def gpt2_forward(n_layer: int = 12, d: int = 768, n_head: int = 12, vocab: int =
     return forward, (params, tokens)
 
 
-def gpt2_loss(n_layer: int = 12, d: int = 768, n_head: int = 12, vocab: int = 2048,
-              n_ctx: int = 64, seed: int = 0) -> Model:  # fmt: skip
+def gpt2_loss(
+    n_layer: int = 12,
+    d: int = 768,
+    n_head: int = 12,
+    vocab: int = 2048,
+    n_ctx: int = 64,
+    seed: int = 0,
+) -> Model:
     """Next-token cross-entropy of :func:`gpt2_forward`: (params, tokens) -> loss."""
     forward, (params, _) = gpt2_forward(n_layer, d, n_head, vocab, n_ctx, seed)
     # n_ctx + 1 tokens: the model reads the first n_ctx and predicts the last n_ctx
@@ -122,8 +137,14 @@ def gpt2_loss(n_layer: int = 12, d: int = 768, n_head: int = 12, vocab: int = 20
     return loss_fn, (params, tokens)
 
 
-def gpt2_train_step(n_layer: int = 12, d: int = 768, n_head: int = 12, vocab: int = 2048,
-                    n_ctx: int = 64, seed: int = 0) -> Model:  # fmt: skip
+def gpt2_train_step(
+    n_layer: int = 12,
+    d: int = 768,
+    n_head: int = 12,
+    vocab: int = 2048,
+    n_ctx: int = 64,
+    seed: int = 0,
+) -> Model:
     """One SGD step of next-token cross-entropy: (params, tokens) -> (new params, loss)."""
     loss_fn, args = gpt2_loss(n_layer, d, n_head, vocab, n_ctx, seed)
 

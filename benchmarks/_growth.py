@@ -20,7 +20,9 @@ from benchmarks._stats import Row, Target
 
 ROOT = Path(__file__).resolve().parent.parent
 
-_NBCOMPILE = "%%compile\ndef f(x):\n    return jnp.tanh(x @ x.T).sum() * 2.0\nf(jnp.ones(({n}, 16)))"
+_NBCOMPILE = (
+    "%%compile\ndef f(x):\n    return jnp.tanh(x @ x.T).sum() * 2.0\nf(jnp.ones(({n}, 16)))"
+)
 _JIT = "def f(x):\n    return jnp.tanh(x @ x.T).sum() * 2.0\njax.jit(f)(jnp.ones(({n}, 16)))"
 
 
@@ -56,11 +58,20 @@ def child(side: str, cells: int) -> dict[str, float]:
 
 
 def _run_side(side: str, cells: int) -> float:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "benchmarks._growth", side, str(cells)],
-                          capture_output=True, text=True, env=env, timeout=1800, check=False,
-                          cwd=ROOT)
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks._growth", side, str(cells)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+        check=False,
+        cwd=ROOT,
+    )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed")
     marks = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -70,10 +81,16 @@ def _run_side(side: str, cells: int) -> float:
 def growth(cells: int, pairs: int) -> Row:
     """RSS growth per cell, ``%%compile`` vs plain ``jax.jit``, over the second half of
     ``cells`` recompiling cells; ``pairs`` fresh-process pairs."""
-    row = Row("RSS growth / recompile", f"{cells} cells, new shape each", "bytes",
-              "%%compile cells", "jax.jit cells", target=Target("ratio", "<=", 1.2, "≤ 1.2"),
-              note=f"{pairs} pairs of fresh processes; growth over cells {cells // 2}–{cells}, "
-                   "after gc.collect(); displayed like a user's cells")
+    row = Row(
+        "RSS growth / recompile",
+        f"{cells} cells, new shape each",
+        "bytes",
+        "%%compile cells",
+        "jax.jit cells",
+        target=Target("ratio", "<=", 1.2, "≤ 1.2"),
+        note=f"{pairs} pairs of fresh processes; growth over cells {cells // 2}–{cells}, "
+        "after gc.collect(); displayed like a user's cells",
+    )
     subject, anchor = [], []
     try:
         for i in range(pairs):

@@ -37,10 +37,15 @@ def memory_overhead(model: str, pairs: int, target: float | None) -> Row:
         c.report()
         return time.perf_counter() - t0
 
-    row = Row("--memory overhead", model, "s", "compile+analysis+memory_map+report",
-              "compile+analysis+report",
-              target=None if target is None else Target("ratio", "<=", target, f"≤ {target:g}"),
-              note=f"{pairs} pairs, fresh model per repetition")  # fmt: skip
+    row = Row(
+        "--memory overhead",
+        model,
+        "s",
+        "compile+analysis+memory_map+report",
+        "compile+analysis+report",
+        target=None if target is None else Target("ratio", "<=", target, f"≤ {target:g}"),
+        note=f"{pairs} pairs, fresh model per repetition",
+    )
     subj, anch = paired(lambda: compile_once(True), lambda: compile_once(False), pairs)
     row.set_pairs(subj, anch)
     row.extra["memory_map_seconds"] = map_seconds

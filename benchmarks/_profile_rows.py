@@ -47,10 +47,15 @@ def profile_overhead(model: str, pairs: int, calls: int) -> Row:
             jax.block_until_ready(compiled(*args))
         return 1.5 * (time.perf_counter() - t0) + 1.0
 
-    row = Row("--profile overhead", model, "s", f"profile(c, calls={calls})",
-              f"1.5 × {calls} plain calls + 1 s",
-              target=Target("ratio", "<=", 1.0, "≤ 1.00 (within budget)"),
-              note=f"{pairs} pairs; analysis ready, peaks cached")  # fmt: skip
+    row = Row(
+        "--profile overhead",
+        model,
+        "s",
+        f"profile(c, calls={calls})",
+        f"1.5 × {calls} plain calls + 1 s",
+        target=Target("ratio", "<=", 1.0, "≤ 1.00 (within budget)"),
+        note=f"{pairs} pairs; analysis ready, peaks cached",
+    )
     subj, anch = paired(subject, budget, pairs)
     row.set_pairs(subj, anch)
     row.extra["coverage"] = coverage
@@ -60,9 +65,15 @@ def profile_overhead(model: str, pairs: int, calls: int) -> Row:
 def calibration(pairs: int) -> Row:
     from nbcompile.measure import _peaks
 
-    row = Row("calibration", "CPU peaks", "s", "cpu_peaks(refresh=True)", None,
-              target=Target("subject", "<=", 2.0, "≤ 2 s once per machine"),
-              note=f"{pairs} fresh measurements into a temporary cache")  # fmt: skip
+    row = Row(
+        "calibration",
+        "CPU peaks",
+        "s",
+        "cpu_peaks(refresh=True)",
+        None,
+        target=Target("subject", "<=", 2.0, "≤ 2 s once per machine"),
+        note=f"{pairs} fresh measurements into a temporary cache",
+    )
     seconds, peaks = [], []
     old = os.environ.get("NBCOMPILE_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="nbcompile-bench-peaks-") as tmp:

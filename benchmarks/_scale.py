@@ -58,15 +58,16 @@ def _target(value: float | None) -> Target | None:
     return None if value is None else Target("ratio", "<=", value, f"≤ {value:g}")
 
 
-def scale_rows(model: str, pairs: int, total_target: float | None,
-               usable_target: float | None) -> list[Row]:  # fmt: skip
+def scale_rows(
+    model: str, pairs: int, total_target: float | None, usable_target: float | None
+) -> list[Row]:
     """compile + analysis + report vs bare compile, and nbcompile.compile returning vs bare
     compile: in wall time, then in the process's CPU time (all threads: XLA's too), which other
     work on a shared machine does not inflate."""
     counter = XlaCompileCounter.get()
-    series: dict[str, list[float]] = {k: [] for k in
-                                      ("bare", "bare_cpu", "usable", "usable_cpu", "total",
-                                       "total_cpu")}  # fmt: skip
+    series: dict[str, list[float]] = {
+        k: [] for k in ("bare", "bare_cpu", "usable", "usable_cpu", "total", "total_cpu")
+    }
     compiles: list[int] = []
     keep: dict[str, Any] = {}
     for i in range(pairs):
@@ -93,15 +94,44 @@ def scale_rows(model: str, pairs: int, total_target: float | None,
     cpu_note = note + "; process CPU time (all threads)"
     anchor = "jit.lower().compile()"
     rows = [
-        Row("compile+analysis", model, "s", "nbcompile.compile+analysis+report", anchor,
-            note=note, extra=dict(extra), target=_target(total_target)),
-        Row("usable function", model, "s", "nbcompile.compile returns", anchor, note=note,
-            target=_target(usable_target)),
-        Row("compile+analysis CPU", model, "s", "nbcompile.compile+analysis+report", anchor,
-            note=cpu_note, target=_target(total_target)),
-        Row("usable function CPU", model, "s", "nbcompile.compile returns", anchor,
-            note=cpu_note, target=_target(usable_target)),
-    ]  # fmt: skip
+        Row(
+            "compile+analysis",
+            model,
+            "s",
+            "nbcompile.compile+analysis+report",
+            anchor,
+            note=note,
+            extra=dict(extra),
+            target=_target(total_target),
+        ),
+        Row(
+            "usable function",
+            model,
+            "s",
+            "nbcompile.compile returns",
+            anchor,
+            note=note,
+            target=_target(usable_target),
+        ),
+        Row(
+            "compile+analysis CPU",
+            model,
+            "s",
+            "nbcompile.compile+analysis+report",
+            anchor,
+            note=cpu_note,
+            target=_target(total_target),
+        ),
+        Row(
+            "usable function CPU",
+            model,
+            "s",
+            "nbcompile.compile returns",
+            anchor,
+            note=cpu_note,
+            target=_target(usable_target),
+        ),
+    ]
     rows[0].set_pairs(series["total"], series["bare"])
     rows[1].set_pairs(series["usable"], series["bare"])
     rows[2].set_pairs(series["total_cpu"], series["bare_cpu"])

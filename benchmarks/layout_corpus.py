@@ -55,14 +55,20 @@ def tutorials(out: Path, only: str | None = None) -> None:
         if only and only not in path.stem:
             continue
         nb = nbformat.read(path, as_version=4)
-        nb.cells.insert(0, nbformat.v4.new_code_cell(_DUMP_CELL.format(out=str(out),
-                                                                       stem=path.stem[:2])))
+        nb.cells.insert(
+            0, nbformat.v4.new_code_cell(_DUMP_CELL.format(out=str(out), stem=path.stem[:2]))
+        )
         nb.cells.append(nbformat.v4.new_code_cell(_FLUSH_CELL))
         work = out / "_work"
         work.mkdir(exist_ok=True)
         print("tutorial", path.stem, flush=True)
-        NotebookClient(nb, kernel_name="python3", timeout=600, allow_errors=True,
-                       resources={"metadata": {"path": str(work)}}).execute()
+        NotebookClient(
+            nb,
+            kernel_name="python3",
+            timeout=600,
+            allow_errors=True,
+            resources={"metadata": {"path": str(work)}},
+        ).execute()
 
 
 def train_steps(out: Path) -> None:
@@ -96,8 +102,10 @@ def real_models(out: Path) -> None:
         shell.reset(new_session=False)
         for text in case.cells:
             assert shell.run_cell(text).success, case.name
-        for tag, options, call in (("fwd", "", case.forward),
-                                   ("grad", f"--grad {case.grad}", case.loss)):
+        for tag, options, call in (
+            ("fwd", "", case.forward),
+            ("grad", f"--grad {case.grad}", case.loss),
+        ):
             res = shell.run_cell(f"%%compile -q {options}\n{call}\n")
             if not res.success:
                 print("  failed:", tag, res.error_in_exec, flush=True)

@@ -67,7 +67,6 @@ def stablehlo_ops(module: Any) -> tuple[int, list[str]]:
     return ops, targets
 
 
-
 def extension_session() -> Any | None:
     """The :class:`~nbcompile.session.Session` of the IPython shell running now, if it loaded
     ``nbcompile`` (found through IPython's magics registry); None outside IPython."""

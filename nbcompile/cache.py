@@ -272,18 +272,22 @@ class CacheKey:
     pins: list[Any] = field(default_factory=list, repr=False)
 
 
-def make_key(
-    *, source: str, options: str, target: Any, adapted: Any, backend: str
-) -> CacheKey:
+def make_key(*, source: str, options: str, target: Any, adapted: Any, backend: str) -> CacheKey:
     """The key of compiling ``adapted`` (an :class:`~nbcompile.capture.models.Adapted`)."""
     from . import __version__
 
     reads, pins = fingerprint(target, inputs=tuple(adapted.models))
-    text = "\n".join([
-        source, options, signature_key(adapted.args, adapted.kwargs), backend,
-        f"nbcompile={__version__} jax={jax.__version__} jaxlib={jax.lib.__version__}",
-        repr(adapted.arg_names), reads,
-    ])
+    text = "\n".join(
+        [
+            source,
+            options,
+            signature_key(adapted.args, adapted.kwargs),
+            backend,
+            f"nbcompile={__version__} jax={jax.__version__} jaxlib={jax.lib.__version__}",
+            repr(adapted.arg_names),
+            reads,
+        ]
+    )
     digest = hashlib.sha256(text.encode()).hexdigest()
     return CacheKey(digest=digest, structure=tuple(adapted.structure), pins=pins)
 
@@ -326,8 +330,10 @@ def enable_persistent_cache(directory: str | os.PathLike[str] | None = None) -> 
     """Point JAX's persistent compilation cache at a per-user folder (unless already set)."""
     if jax.config.jax_compilation_cache_dir:
         return Path(jax.config.jax_compilation_cache_dir)
-    base = directory or os.environ.get("NBCOMPILE_CACHE_DIR") or (
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nbcompile" / "jax"
+    base = (
+        directory
+        or os.environ.get("NBCOMPILE_CACHE_DIR")
+        or (Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nbcompile" / "jax")
     )
     path = Path(base)
     try:

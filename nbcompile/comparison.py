@@ -39,7 +39,9 @@ class CompilationDiff:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "before": self.before, "after": self.after, "program": self.program.to_json(),
+            "before": self.before,
+            "after": self.after,
+            "program": self.program.to_json(),
             "time": self.time.to_json() if self.time is not None else None,
             "memory": self.memory,
         }
@@ -54,8 +56,10 @@ class CompilationDiff:
         if self.time is not None:
             lines += ["  " + ln for ln in self.time.text().splitlines()]
         if self.memory is not None:
-            lines.append(f"  memory peak: {self.memory['before']} → {self.memory['after']} bytes "
-                         f"({self.memory['source']})")
+            lines.append(
+                f"  memory peak: {self.memory['before']} → {self.memory['after']} bytes "
+                f"({self.memory['source']})"
+            )
         if len(lines) == 1:
             lines.append("  no change")
         return "\n".join(lines)
@@ -68,8 +72,9 @@ class CompilationDiff:
         return show_diff(self.view, self.text())
 
 
-def diff_compilations(before: Any, after: Any,
-                      after_report: dict[str, Any] | None = None) -> CompilationDiff:
+def diff_compilations(
+    before: Any, after: Any, after_report: dict[str, Any] | None = None
+) -> CompilationDiff:
     """The :class:`CompilationDiff` of two :class:`~nbcompile.Compilation`\\ s
     (``after_report``: ``after``'s report when it is being built, for its "what changed"
     card)."""
@@ -87,11 +92,16 @@ def diff_compilations(before: Any, after: Any,
     from .report.diffview import diff_report
 
     program = diff(before.analysis, after.analysis)
-    view = diff_report(before.report(), after_report or after.report(),
-                       program=program.to_json(),
-                       time=time.to_json() if time is not None else None, memory=memory)
-    return CompilationDiff(before=before.name, after=after.name, program=program, time=time,
-                           memory=memory, view=view)
+    view = diff_report(
+        before.report(),
+        after_report or after.report(),
+        program=program.to_json(),
+        time=time.to_json() if time is not None else None,
+        memory=memory,
+    )
+    return CompilationDiff(
+        before=before.name, after=after.name, program=program, time=time, memory=memory, view=view
+    )
 
 
 @dataclass
@@ -133,7 +143,13 @@ def compare_compilations(table: Any, *compilations: Any) -> TargetComparison:
         return str(c.target.label).upper().replace("CUDA", "GPU")
 
     first = compilations[0]
-    views = [diff_report(first.report(), c.report(), labels=(label(first), label(c)),
-                         notes=[f"{label(c)} against {label(first)}: the same model compiled "
-                                "for two targets"]) for c in compilations[1:]]  # fmt: skip
+    views = [
+        diff_report(
+            first.report(),
+            c.report(),
+            labels=(label(first), label(c)),
+            notes=[f"{label(c)} against {label(first)}: the same model compiled for two targets"],
+        )
+        for c in compilations[1:]
+    ]
     return TargetComparison(table=table, views=views)

@@ -78,7 +78,13 @@ class History:
         self.warned: set[str] = set()
 
     def record(
-        self, captured: Any, comp: Any, options: str, key: str, *, compiled: bool,
+        self,
+        captured: Any,
+        comp: Any,
+        options: str,
+        key: str,
+        *,
+        compiled: bool,
         cell_id: str | None = None,
     ) -> tuple[list[str], str | None]:
         """Add this run; return (what changed since the last run, a repeat warning or None).
@@ -89,9 +95,14 @@ class History:
         """
         name = captured.fn_expr
         entry = Entry(
-            lines=["", *captured.source.lines[1:]], signature=list(comp.signature),
-            options=options, versions=_versions(), key=key, compiled=compiled,
-            cell=cell_id, defines=name in captured.defined,
+            lines=["", *captured.source.lines[1:]],
+            signature=list(comp.signature),
+            options=options,
+            versions=_versions(),
+            key=key,
+            compiled=compiled,
+            cell=cell_id,
+            defines=name in captured.defined,
         )
         past = self.entries.setdefault(name, [])
         previous = past[-1] if past else None
@@ -99,8 +110,11 @@ class History:
         if previous is None or previous.key == key:
             return [], None
         changes = [f"changed since the last run of `{name}`:"]
-        same_cell = (previous.cell == entry.cell if entry.cell is not None
-                     else previous.defines == entry.defines)
+        same_cell = (
+            previous.cell == entry.cell
+            if entry.cell is not None
+            else previous.defines == entry.defines
+        )
         if same_cell:
             changes += source_changes(previous.lines, entry.lines)
         else:
@@ -111,8 +125,10 @@ class History:
         if previous.versions != entry.versions:
             changes.append(f"versions: {previous.versions} → {entry.versions}")
         if len(changes) == 1:
-            changes.append("something the traced code reads changed (a global or closed-over "
-                           "value, or the model's structure or flags), so it was compiled again")
+            changes.append(
+                "something the traced code reads changed (a global or closed-over "
+                "value, or the model's structure or flags), so it was compiled again"
+            )
         return changes, self._repeat_warning(name)
 
     def _repeat_warning(self, name: str) -> str | None:
@@ -125,12 +141,20 @@ class History:
             for change in signature_changes(a.signature, b.signature):
                 counts[change.split(":", 1)[0].removeprefix("argument ")] += 1
         culprit = counts.most_common(1)[0][0] if counts else None
-        why = f"argument `{culprit}` keeps changing type/shape" if culprit else "the cell keeps changing"
-        return (f"`{name}` was compiled {len(compiles)} times in this session: {why}; "
-                "pad or bucket shapes, or mark configuration arguments --static")
+        why = (
+            f"argument `{culprit}` keeps changing type/shape"
+            if culprit
+            else "the cell keeps changing"
+        )
+        return (
+            f"`{name}` was compiled {len(compiles)} times in this session: {why}; "
+            "pad or bucket shapes, or mark configuration arguments --static"
+        )
 
 
-_MISS = re.compile(r"TRACING CACHE MISS at (?P<at>[^\n]*)\n\s*for (?P<fn>\S+) defined at (?P<def>\S+)")
+_MISS = re.compile(
+    r"TRACING CACHE MISS at (?P<at>[^\n]*)\n\s*for (?P<fn>\S+) defined at (?P<def>\S+)"
+)
 
 
 class RecompileWatcher(logging.Filter):
@@ -186,7 +210,8 @@ class RecompileWatcher(logging.Filter):
             reasons = [ln.strip().lstrip("* ") for ln in msg.splitlines()[3:] if ln.strip()]
             at = m["at"].split(" (")[0].rstrip(":")
             notes.append(
-                f"`{name}` was compiled again (called at {at}): " + "; ".join(reasons)
+                f"`{name}` was compiled again (called at {at}): "
+                + "; ".join(reasons)
                 + " — each new shape/dtype compiles once; pad or bucket shapes to avoid it"
             )
         self.messages.clear()

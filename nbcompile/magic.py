@@ -83,8 +83,9 @@ class _Progress:
     def done(self, what: str = "done") -> None:
         if self.handle is not None:
             elapsed = time.perf_counter() - self.start
-            self.handle.update({"text/plain": f"✓ {self.name}: {what} in {elapsed:.1f} s"},
-                               raw=True)
+            self.handle.update(
+                {"text/plain": f"✓ {self.name}: {what} in {elapsed:.1f} s"}, raw=True
+            )
 
 
 @magics_class
@@ -108,41 +109,105 @@ class CompileMagics(Magics):
             print(f"nbcompile: {note}", file=sys.stderr)
 
     @magic_arguments()
-    @argument("TARGET", nargs="?", default=None,
-              help="the callable to compile (default: the one called on the last line)")
-    @argument("-b", "--backend", choices=["cpu", "gpu", "tpu"], default=None,
-              help="platform to compile for (default: JAX's default backend); absent devices "
-                   "are compiled deviceless where possible")
-    @argument("-g", "--grad", nargs="?", const="0", default=None, metavar="ARGNUMS",
-              help="also compile value_and_grad(TARGET, ARGNUMS) (default 0) and show the "
-                   "backward graph; TARGET must return a scalar")
-    @argument("--freeze", metavar="PATH", default=None,
-              help="write the frozen single-file model (.nbc) after compiling")
-    @argument("--freeze-constants", action="store_true",
-              help="with --freeze: bake the weights into the program as constants")
-    @argument("--bench", action="store_true",
-              help="measure eager vs compiled, compile time and break-even call count")
-    @argument("--ablate", action="store_true",
-              help="recompile with fusion / constant folding off and measure what each bought")
-    @argument("--debug", action="store_true",
-              help="run op by op keeping every intermediate; stop at the first NaN/Inf")
-    @argument("--profile", nargs="?", const="20", default=None, metavar="N",
-              help="measure N calls (default 20): time per kernel, per cell line, per module")
-    @argument("--memory", action="store_true",
-              help="map memory: what is live at the peak, line by line, and whether it fits")
-    @argument("--mesh", metavar="SHAPE", default=None,
-              help="compile for a device mesh, e.g. 4x2 or 4x2:data,model")
-    @argument("--shard", nargs="+", metavar="ARG=SPEC", default=None,
-              help="shard an argument over mesh axes, e.g. x=data,None")
+    @argument(
+        "TARGET",
+        nargs="?",
+        default=None,
+        help="the callable to compile (default: the one called on the last line)",
+    )
+    @argument(
+        "-b",
+        "--backend",
+        choices=["cpu", "gpu", "tpu"],
+        default=None,
+        help="platform to compile for (default: JAX's default backend); absent devices "
+        "are compiled deviceless where possible",
+    )
+    @argument(
+        "-g",
+        "--grad",
+        nargs="?",
+        const="0",
+        default=None,
+        metavar="ARGNUMS",
+        help="also compile value_and_grad(TARGET, ARGNUMS) (default 0) and show the "
+        "backward graph; TARGET must return a scalar",
+    )
+    @argument(
+        "--freeze",
+        metavar="PATH",
+        default=None,
+        help="write the frozen single-file model (.nbc) after compiling",
+    )
+    @argument(
+        "--freeze-constants",
+        action="store_true",
+        help="with --freeze: bake the weights into the program as constants",
+    )
+    @argument(
+        "--bench",
+        action="store_true",
+        help="measure eager vs compiled, compile time and break-even call count",
+    )
+    @argument(
+        "--ablate",
+        action="store_true",
+        help="recompile with fusion / constant folding off and measure what each bought",
+    )
+    @argument(
+        "--debug",
+        action="store_true",
+        help="run op by op keeping every intermediate; stop at the first NaN/Inf",
+    )
+    @argument(
+        "--profile",
+        nargs="?",
+        const="20",
+        default=None,
+        metavar="N",
+        help="measure N calls (default 20): time per kernel, per cell line, per module",
+    )
+    @argument(
+        "--memory",
+        action="store_true",
+        help="map memory: what is live at the peak, line by line, and whether it fits",
+    )
+    @argument(
+        "--mesh",
+        metavar="SHAPE",
+        default=None,
+        help="compile for a device mesh, e.g. 4x2 or 4x2:data,model",
+    )
+    @argument(
+        "--shard",
+        nargs="+",
+        metavar="ARG=SPEC",
+        default=None,
+        help="shard an argument over mesh axes, e.g. x=data,None",
+    )
     @argument("--topology", default=None, help="TPU topology for deviceless compiles, e.g. v5e:2x2")
-    @argument("--target", dest="gpu", default=None,
-              help="GPU model for deviceless compiles, e.g. h100")
-    @argument("--static", metavar="ARGNAMES", default=None,
-              help="comma-separated argument names passed to jax.jit as static_argnames")
-    @argument("--donate", metavar="ARGNAMES", default=None,
-              help="comma-separated argument names passed to jax.jit as donate_argnames")
-    @argument("--args", dest="args_expr", metavar="EXPR", default=None,
-              help="the example arguments, when the last line is not a call of TARGET")
+    @argument(
+        "--target", dest="gpu", default=None, help="GPU model for deviceless compiles, e.g. h100"
+    )
+    @argument(
+        "--static",
+        metavar="ARGNAMES",
+        default=None,
+        help="comma-separated argument names passed to jax.jit as static_argnames",
+    )
+    @argument(
+        "--donate",
+        metavar="ARGNAMES",
+        default=None,
+        help="comma-separated argument names passed to jax.jit as donate_argnames",
+    )
+    @argument(
+        "--args",
+        dest="args_expr",
+        metavar="EXPR",
+        default=None,
+        help="the example arguments, when the last line is not a call of TARGET",
+    )
     @argument("-f", "--force", action="store_true", help="recompile even if nothing changed")
     @argument("-q", "--quiet", action="store_true", help="compile and bind without display")
     @cell_magic("compile")
@@ -160,20 +225,39 @@ class CompileMagics(Magics):
         # parse_argstring would keep quotes; a shell would not (--freeze '/p/m.nbc').
         args = self.compile.parser.parse_args(arg_split(line, posix=True))
         options = CellOptions(
-            fn=args.TARGET, backend=args.backend, grad=_argnums(args.grad),
-            freeze=args.freeze, freeze_constants=args.freeze_constants, bench=args.bench,
-            ablate=args.ablate, debug=args.debug, profile=_calls(args.profile),
-            memory=args.memory, mesh=args.mesh, shard=_shards(args.shard),
-            topology=args.topology, gpu=args.gpu, static=_names(args.static),
-            donate=_names(args.donate), args_expr=args.args_expr, force=args.force,
-            quiet=args.quiet, line=line,
+            fn=args.TARGET,
+            backend=args.backend,
+            grad=_argnums(args.grad),
+            freeze=args.freeze,
+            freeze_constants=args.freeze_constants,
+            bench=args.bench,
+            ablate=args.ablate,
+            debug=args.debug,
+            profile=_calls(args.profile),
+            memory=args.memory,
+            mesh=args.mesh,
+            shard=_shards(args.shard),
+            topology=args.topology,
+            gpu=args.gpu,
+            static=_names(args.static),
+            donate=_names(args.donate),
+            args_expr=args.args_expr,
+            force=args.force,
+            quiet=args.quiet,
+            line=line,
         )
         filename = self.shell.compile.cache("\n" + cell, self.shell.execution_count)
         progress = _Progress(options.fn or "%%compile")
         try:
-            result = self.session.run_cell(cell, options, self.shell.user_ns, filename,
-                                           progress=progress, cell_id=self.cell_id,
-                                           cells=cell_files(self.shell))
+            result = self.session.run_cell(
+                cell,
+                options,
+                self.shell.user_ns,
+                filename,
+                progress=progress,
+                cell_id=self.cell_id,
+                cells=cell_files(self.shell),
+            )
         except NbcompileError as err:
             progress.done("failed")
             if err.code in _USAGE_CODES:
@@ -185,8 +269,9 @@ class CompileMagics(Magics):
         if not quiet:
             # the view needs the analysis: do it under the progress line, so "done" is true
             result.compilation.report(progress=progress)
-        progress.done(("cache hit" if result.cache_hit else "compiled")
-                      + ("" if quiet else " and analysed"))
+        progress.done(
+            ("cache hit" if result.cache_hit else "compiled") + ("" if quiet else " and analysed")
+        )
         for warning in result.warnings:
             print(f"nbcompile: {warning}", file=sys.stderr)
         return None if quiet else result.compilation
@@ -231,8 +316,9 @@ def magics_of(shell: Any) -> CompileMagics | None:
     return shell.magics_manager.registry.get(CompileMagics.__name__)
 
 
-def _show_nbcompile_error(shell: Any, etype: type, value: BaseException, tb: Any,
-                          tb_offset: int | None = None) -> list[str]:
+def _show_nbcompile_error(
+    shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None
+) -> list[str]:
     magics = magics_of(shell)
     if magics is not None:
         magics.session.last_error = value
@@ -261,8 +347,10 @@ def unload_ipython_extension(ipython: Any) -> None:
     magics = magics_of(ipython)
     if magics is None:
         return
-    for event, fn in (("pre_run_cell", magics.pre_run_cell),
-                      ("post_run_cell", magics.post_run_cell)):
+    for event, fn in (
+        ("pre_run_cell", magics.pre_run_cell),
+        ("post_run_cell", magics.post_run_cell),
+    ):
         if fn in ipython.events.callbacks[event]:
             ipython.events.unregister(event, fn)
     magics.watcher.close()

@@ -85,13 +85,20 @@ class Program:
             t0 = time.perf_counter()
             recompile_with_metadata(self.stages, self.request.compiler_options)
             stages = self.stages
-            self._analysis = analyse_cached(Artifacts(
-                closed_jaxpr=stages.closed_jaxpr, lowered=stages.lowered,
-                compiled=stages.compiled, hlo_text=stages.hlo_text, source=self.source,
-                backend=stages.target.platform, name=self.name, fn=self.fn,
-                grad_argnums=self.grad_argnums if self.is_value_and_grad else None,
-                progress=progress,
-            ))
+            self._analysis = analyse_cached(
+                Artifacts(
+                    closed_jaxpr=stages.closed_jaxpr,
+                    lowered=stages.lowered,
+                    compiled=stages.compiled,
+                    hlo_text=stages.hlo_text,
+                    source=self.source,
+                    backend=stages.target.platform,
+                    name=self.name,
+                    fn=self.fn,
+                    grad_argnums=self.grad_argnums if self.is_value_and_grad else None,
+                    progress=progress,
+                )
+            )
             self.analysis_seconds = time.perf_counter() - t0
         return self._analysis
 
@@ -105,10 +112,15 @@ class Program:
 
 def _short_dtype(dtype: Any) -> str:
     name = str(dtype)
-    for long, short in (("float", "f"), ("bfloat", "bf"), ("uint", "u"), ("int", "s"),
-                        ("complex", "c")):
+    for long, short in (
+        ("float", "f"),
+        ("bfloat", "bf"),
+        ("uint", "u"),
+        ("int", "s"),
+        ("complex", "c"),
+    ):
         if name.startswith(long):
-            return short + name[len(long):]
+            return short + name[len(long) :]
     return "pred" if name == "bool" else name
 
 
@@ -150,9 +162,13 @@ def _unwrapped(fn: Any) -> Any:
 def _check_kind(adapted: Adapted) -> None:
     """async def and generator functions cannot be traced: say so, naming what they are."""
     fn = _unwrapped(adapted.fn)
-    kind = ("an async def (a coroutine function)" if inspect.iscoroutinefunction(fn)
-            else "a generator function (it yields)" if inspect.isgeneratorfunction(fn)
-            else None)
+    kind = (
+        "an async def (a coroutine function)"
+        if inspect.iscoroutinefunction(fn)
+        else "a generator function (it yields)"
+        if inspect.isgeneratorfunction(fn)
+        else None
+    )
     if kind is not None:
         raise TraceError(
             f"`{adapted.name}` is {kind}, which JAX cannot trace into a program",
@@ -170,8 +186,10 @@ def _jit_options(adapted: Adapted, jit_kwargs: dict[str, Any]) -> tuple[dict[str
     own = positional_names(adapted.fn) if adapted.rebindable else []
     keyword_ok = set(adapted.kwargs) | set(_keyword_names(adapted.fn) if adapted.rebindable else ())
     static: set[int] = set(_as_tuple(out.get("static_argnums")))
-    for option, nums_key in (("static_argnames", "static_argnums"),
-                             ("donate_argnames", "donate_argnums")):
+    for option, nums_key in (
+        ("static_argnames", "static_argnums"),
+        ("donate_argnames", "donate_argnums"),
+    ):
         wanted = _as_tuple(out.pop(option, ()))
         if not wanted:
             continue
@@ -183,9 +201,11 @@ def _jit_options(adapted: Adapted, jit_kwargs: dict[str, Any]) -> tuple[dict[str
             elif name in names:
                 nums.append(names.index(name))
             else:
-                user = names[: len(names) - len(adapted.state_argnums)] if not \
-                    adapted.models or adapted.kind != "function" else [
-                        n for i, n in enumerate(names) if i not in adapted.state_argnums]
+                user = (
+                    names[: len(names) - len(adapted.state_argnums)]
+                    if not adapted.models or adapted.kind != "function"
+                    else [n for i, n in enumerate(names) if i not in adapted.state_argnums]
+                )
                 legal = ", ".join([*user, *sorted(keyword_ok - set(names))]) or "(none)"
                 raise CaptureError(
                     f"{flag} {name}: `{adapted.name}` has no argument named `{name}`",
@@ -226,8 +246,9 @@ def _grad_argnums(adapted: Adapted, request: CompileRequest) -> tuple[int, ...] 
         raise CaptureError(
             f"--grad {bad[0]}: `{adapted.name}` is called with {len(adapted.args)} arguments",
             code="NBC114",
-            hint="give argument positions, e.g. --grad 0 (" + ", ".join(
-                f"{i}={n}" for i, n in enumerate(adapted.arg_names)) + ")",
+            hint="give argument positions, e.g. --grad 0 ("
+            + ", ".join(f"{i}={n}" for i, n in enumerate(adapted.arg_names))
+            + ")",
         )
     return argnums
 
@@ -238,8 +259,9 @@ def _resolve(request: CompileRequest, adapted: Adapted) -> Target:
         backend_here = request.backend in (None, jax.default_backend())
         if not (backend_here and request.topology is None and request.gpu is None):
             mesh = infer_mesh((adapted.args, adapted.kwargs))  # keep the args' own shardings
-    return resolve_target(backend=request.backend, topology=request.topology,
-                          gpu=request.gpu, mesh=mesh)
+    return resolve_target(
+        backend=request.backend, topology=request.topology, gpu=request.gpu, mesh=mesh
+    )
 
 
 def _returns_loss_and_aux(out_info: Any) -> bool:
@@ -267,14 +289,24 @@ def build_program(
     specs = parse_shard_specs(request.shard, target.mesh.axis_names if target.mesh else None)
     names = list(adapted.arg_names)
     static_names = set(_as_tuple(jit_kwargs.get("static_argnames")))
-    placement = place_args(adapted.args, adapted.kwargs, target, names=names, static=static,
-                           static_names=static_names, specs=specs)
+    placement = place_args(
+        adapted.args,
+        adapted.kwargs,
+        target,
+        names=names,
+        static=static,
+        static_names=static_names,
+        specs=specs,
+    )
     label = name or adapted.name
     common = {"source": source, "arg_names": names}
     options = request.compiler_options or None
     stages = run_stages(
-        make_jitted(adapted.fn, jit_kwargs=jit_kwargs, compiler_options=options), placement,
-        target, progress=progress, **common,
+        make_jitted(adapted.fn, jit_kwargs=jit_kwargs, compiler_options=options),
+        placement,
+        target,
+        progress=progress,
+        **common,
     )
     grad = None
     notes = []
@@ -282,18 +314,41 @@ def build_program(
         say = (lambda m: progress(f"{m} (gradient)")) if progress else None
         has_aux = _returns_loss_and_aux(stages.traced.out_info)
         if has_aux:
-            notes.append("--grad: the function returns (loss, aux); the gradient is of the "
-                         "loss, aux is carried along (value_and_grad(..., has_aux=True))")
+            notes.append(
+                "--grad: the function returns (loss, aux); the gradient is of the "
+                "loss, aux is carried along (value_and_grad(..., has_aux=True))"
+            )
         gstages = run_stages(
-            make_jitted(adapted.fn, grad_argnums=argnums, has_aux=has_aux,
-                        jit_kwargs=jit_kwargs, compiler_options=options),
-            replace(placement, per_device_shapes=dict(placement.per_device_shapes)), target,
-            progress=say, **common,
+            make_jitted(
+                adapted.fn,
+                grad_argnums=argnums,
+                has_aux=has_aux,
+                jit_kwargs=jit_kwargs,
+                compiler_options=options,
+            ),
+            replace(placement, per_device_shapes=dict(placement.per_device_shapes)),
+            target,
+            progress=say,
+            **common,
         )
-        grad = Program(stages=gstages, request=request, name=f"value_and_grad({label})",
-                       source=source, fn=adapted.fn, grad_argnums=argnums,
-                       is_value_and_grad=True)
+        grad = Program(
+            stages=gstages,
+            request=request,
+            name=f"value_and_grad({label})",
+            source=source,
+            fn=adapted.fn,
+            grad_argnums=argnums,
+            is_value_and_grad=True,
+        )
     if target.lower_only and request.compiler_options:
         notes.append(f"compiler options not used: nothing is compiled for {target.label} here")
-    return Program(stages=stages, request=request, name=label, source=source, fn=adapted.fn,
-                   grad=grad, grad_argnums=argnums, notes=notes)
+    return Program(
+        stages=stages,
+        request=request,
+        name=label,
+        source=source,
+        fn=adapted.fn,
+        grad=grad,
+        grad_argnums=argnums,
+        notes=notes,
+    )

@@ -13,9 +13,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-WIDGET_MIMES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
-_CDN_TRAITS = ("jquery_url", "mathjax_url", "mermaid_js_url", "mermaid_layout_elk_js_url",
-               "require_js_url", "widget_renderer_url", "jupyter_widgets_base_url")
+WIDGET_MIMES = (
+    "application/vnd.jupyter.widget-view+json",
+    "application/vnd.jupyter.widget-state+json",
+)
+_CDN_TRAITS = (
+    "jquery_url",
+    "mathjax_url",
+    "mermaid_js_url",
+    "mermaid_layout_elk_js_url",
+    "require_js_url",
+    "widget_renderer_url",
+    "jupyter_widgets_base_url",
+)
 _REMOTE = re.compile(r"""(?:src|href)=["']https?://""")
 
 
@@ -36,8 +46,13 @@ def strip_widgets(nb: Any) -> int:
 def execute(nb: Any, cwd: str | os.PathLike[str], timeout: int = 600) -> Any:
     from nbclient import NotebookClient
 
-    NotebookClient(nb, kernel_name="python3", timeout=timeout, allow_errors=False,
-                   resources={"metadata": {"path": str(cwd)}}).execute()
+    NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=timeout,
+        allow_errors=False,
+        resources={"metadata": {"path": str(cwd)}},
+    ).execute()
     return nb
 
 
@@ -53,8 +68,13 @@ def to_html(nb: Any) -> str:
     return body
 
 
-def render(path: str | os.PathLike[str], out: str | os.PathLike[str], *,
-           run: bool = True, timeout: int = 600) -> Path:
+def render(
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    run: bool = True,
+    timeout: int = 600,
+) -> Path:
     """Execute ``path`` (unless ``run=False``) and write offline-viewable HTML to ``out``."""
     import nbformat
 

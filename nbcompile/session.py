@@ -67,23 +67,43 @@ class CellOptions:
         if self.donate:
             jit["donate_argnames"] = tuple(self.donate)
         return CompileRequest(
-            backend=self.backend, grad=_as_argnums(self.grad), topology=self.topology,
-            gpu=self.gpu, mesh=self.mesh, shard=dict(self.shard), jit_kwargs=jit,
+            backend=self.backend,
+            grad=_as_argnums(self.grad),
+            topology=self.topology,
+            gpu=self.gpu,
+            mesh=self.mesh,
+            shard=dict(self.shard),
+            jit_kwargs=jit,
         )
 
     def compile_key(self) -> str:
         """The options that change the compiled program (not display or measurement ones)."""
-        parts = [self.fn, self.backend, self.grad, self.mesh, sorted(self.shard.items()),
-                 self.topology, self.gpu, self.static, self.donate, self.args_expr]
+        parts = [
+            self.fn,
+            self.backend,
+            self.grad,
+            self.mesh,
+            sorted(self.shard.items()),
+            self.topology,
+            self.gpu,
+            self.static,
+            self.donate,
+            self.args_expr,
+        ]
         return repr(parts)
 
     def describe(self) -> str:
         """The program-changing options as the user wrote them, for the 'what changed' card."""
         parts = []
-        for flag, value in (("--backend", self.backend), ("--topology", self.topology),
-                            ("--target", self.gpu), ("--mesh", self.mesh),
-                            ("--static", ",".join(self.static)),
-                            ("--donate", ",".join(self.donate)), ("--args", self.args_expr)):
+        for flag, value in (
+            ("--backend", self.backend),
+            ("--topology", self.topology),
+            ("--target", self.gpu),
+            ("--mesh", self.mesh),
+            ("--static", ",".join(self.static)),
+            ("--donate", ",".join(self.donate)),
+            ("--args", self.args_expr),
+        ):
             if value:
                 parts.append(f"{flag} {value}")
         if self.grad is not None:
@@ -156,8 +176,14 @@ class Session:
     ) -> CellResult:
         __tracebackhide__ = True
         clock = _Clock()
-        captured = capture(cell, filename, magic_line=options.line, fn=options.fn,
-                           args_expr=options.args_expr, cells=cells)
+        captured = capture(
+            cell,
+            filename,
+            magic_line=options.line,
+            fn=options.fn,
+            args_expr=options.args_expr,
+            cells=cells,
+        )
         if progress is not None and hasattr(progress, "name"):
             progress.name = captured.fn_expr  # the progress line names what compiles
         before = snapshot(namespace)
@@ -168,15 +194,22 @@ class Session:
             restore(namespace, before)
             raise TraceError(
                 "interrupted (before XLA compiled anything): nothing was bound or changed",
-                code="NBC209", line=captured.call_line, hint="run the cell again when ready",
+                code="NBC209",
+                line=captured.call_line,
+                hint="run the cell again when ready",
             ) from exc
         except BaseException:
             restore(namespace, before)
             raise
 
     def _run(
-        self, captured: Captured, options: CellOptions, namespace: dict[str, Any],
-        progress: Progress | None, clock: _Clock, cell_id: str | None,
+        self,
+        captured: Captured,
+        options: CellOptions,
+        namespace: dict[str, Any],
+        progress: Progress | None,
+        clock: _Clock,
+        cell_id: str | None,
     ) -> CellResult:
         __tracebackhide__ = True
         run_body(captured, namespace)
@@ -185,14 +218,20 @@ class Session:
         clock.lap("run")
         body = "\n".join(captured.source.lines[1:])  # the %%compile line is in compile_key()
         backend = options.backend or jax.default_backend()
-        key = make_key(source=body, options=options.compile_key(), target=fn, adapted=adapted,
-                       backend=backend)
+        key = make_key(
+            source=body, options=options.compile_key(), target=fn, adapted=adapted, backend=backend
+        )
         program = None if options.force else self.cache.get(key)
         clock.lap("cache_lookup")
         warnings: list[str] = []
         if program is None:
-            program = build_program(adapted, options.request(), source=captured.source,
-                                    name=captured.fn_expr, progress=progress)
+            program = build_program(
+                adapted,
+                options.request(),
+                source=captured.source,
+                name=captured.fn_expr,
+                progress=progress,
+            )
             comp = Compilation(program, adapted, display=self.display)
             self._check_trace_side_effects(comp, captured, namespace, warnings)
             self.cache.put(key, program)
@@ -208,7 +247,11 @@ class Session:
             comp.freeze(options.freeze, constants=options.freeze_constants, progress=progress)
             clock.lap("freeze")
         changes, repeat = self.history.record(
-            captured, comp, options.describe(), key.digest, compiled=not comp.cache_hit,
+            captured,
+            comp,
+            options.describe(),
+            key.digest,
+            compiled=not comp.cache_hit,
             cell_id=cell_id,
         )
         if repeat:
@@ -220,8 +263,11 @@ class Session:
             comp.add_note(warning)
         bound = self._bind(captured, comp, fn, namespace)
         clock.lap("bind")
-        stage_seconds = sum(v for k, v in comp.timings.items()
-                            if k.removeprefix("grad_") in ("trace", "lower", "compile"))
+        stage_seconds = sum(
+            v
+            for k, v in comp.timings.items()
+            if k.removeprefix("grad_") in ("trace", "lower", "compile")
+        )
         clock.steps["pipeline"] = max(clock.steps.pop("compile") - stage_seconds, 0.0)
         for step, seconds in clock.steps.items():
             comp.record_timing(step, seconds)
@@ -229,13 +275,15 @@ class Session:
         return CellResult(comp, captured, bound, comp.cache_hit, changes, warnings)
 
     @staticmethod
-    def _check_trace_side_effects(comp: Compilation, captured: Captured,
-                                  namespace: dict[str, Any], warnings: list[str]) -> None:
+    def _check_trace_side_effects(
+        comp: Compilation, captured: Captured, namespace: dict[str, Any], warnings: list[str]
+    ) -> None:
         leaked = _leaked_tracers(namespace)
         if leaked:
             raise TraceError(
                 f"a traced value was stored in the global `{leaked[0]}` while tracing",
-                code="NBC204", line=captured.call_line,
+                code="NBC204",
+                line=captured.call_line,
                 hint="return it from the function instead of assigning a global",
             )
         printed = comp.stages.printed_at_trace
@@ -266,8 +314,9 @@ class Session:
             comp.memory_map  # noqa: B018 - computed now, shown in the view
 
     @staticmethod
-    def _bind(captured: Captured, comp: Compilation, fn: Any,
-              namespace: dict[str, Any]) -> list[str]:
+    def _bind(
+        captured: Captured, comp: Compilation, fn: Any, namespace: dict[str, Any]
+    ) -> list[str]:
         """Rebind a cell-defined function to its compiled jit object (models stay as they are;
         programs for a device that is not here, or compile-only ones, keep the function)."""
         name = captured.fn_name
@@ -306,4 +355,3 @@ def last() -> Compilation | None:
 def last_error() -> BaseException | None:
     """The last nbcompile error shown in this kernel, with JAX's error as ``__cause__``."""
     return current_session().last_error
-

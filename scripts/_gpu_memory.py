@@ -25,7 +25,9 @@ def _stats(device: Any) -> dict[str, int] | None:
         return None
 
 
-def memory_rows(models: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[dict[str, Any]]:
+def memory_rows(
+    models: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]],
+) -> list[dict[str, Any]]:
     import jax
 
     from nbcompile.analysis.cost import normalise_memory
@@ -36,10 +38,17 @@ def memory_rows(models: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]) -
     for name, (fn, args) in models.items():
         abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
         compiled = jax.jit(fn).lower(*abstract).compile()
-        m = memory_map_from_hlo(compiled.as_text(), platform=jax.default_backend(),
-                                xla_memory=normalise_memory(compiled.memory_analysis()) or {})  # fmt: skip
-        row: dict[str, Any] = {"model": name, "peak_bytes": m.peak_bytes,
-                               "allocated_bytes": m.allocated_bytes, "measured_bytes": None}  # fmt: skip
+        m = memory_map_from_hlo(
+            compiled.as_text(),
+            platform=jax.default_backend(),
+            xla_memory=normalise_memory(compiled.memory_analysis()) or {},
+        )
+        row: dict[str, Any] = {
+            "model": name,
+            "peak_bytes": m.peak_bytes,
+            "allocated_bytes": m.allocated_bytes,
+            "measured_bytes": None,
+        }
         before = _stats(device)
         if not before or "peak_bytes_in_use" not in before:
             row["note"] = f"{device.platform} reports no memory_stats(): nothing measured"
@@ -57,24 +66,41 @@ def memory_rows(models: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]) -
             row["ratio_to_peak"] = measured / m.peak_bytes
             row["ratio_to_allocated"] = measured / m.allocated_bytes if m.allocated_bytes else None
             ratio = row["ratio_to_allocated"] or row["ratio_to_peak"]
-            row["note"] = ("within 10 %" if abs(ratio - 1) <= 0.10 else
-                           "the allocator rounds each buffer up and keeps XLA's whole temporary "
-                           "block: compare with allocated_bytes")  # fmt: skip
+            row["note"] = (
+                "within 10 %"
+                if abs(ratio - 1) <= 0.10
+                else "the allocator rounds each buffer up and keeps XLA's whole temporary "
+                "block: compare with allocated_bytes"
+            )
         else:
-            row["note"] = ("the process peak was set before this call (e.g. by autotuning): "
-                           "this call's peak is not separable")  # fmt: skip
+            row["note"] = (
+                "the process peak was set before this call (e.g. by autotuning): "
+                "this call's peak is not separable"
+            )
         del placed
         rows.append(row)
     return rows
 
 
 def memory_table(rows: list[dict[str, Any]]) -> str:
-    head = ["model", "map peak (live)", "XLA allocation", "measured peak", "measured / allocation",
-            "note"]  # fmt: skip
+    head = [
+        "model",
+        "map peak (live)",
+        "XLA allocation",
+        "measured peak",
+        "measured / allocation",
+        "note",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         ratio = r.get("ratio_to_allocated")
-        cells = [r["model"], r["peak_bytes"], r["allocated_bytes"], r["measured_bytes"] or "—",
-                 f"{ratio:.3f}" if ratio else "—", r.get("note", "")]  # fmt: skip
+        cells = [
+            r["model"],
+            r["peak_bytes"],
+            r["allocated_bytes"],
+            r["measured_bytes"] or "—",
+            f"{ratio:.3f}" if ratio else "—",
+            r.get("note", ""),
+        ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)

@@ -26,9 +26,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-FIELDS = ("core_count", "clock_rate_ghz", "memory_bandwidth", "l2_cache_size",
-          "device_memory_size", "shared_memory_per_core", "shared_memory_per_block_optin",
-          "major", "minor")  # fmt: skip
+FIELDS = (
+    "core_count",
+    "clock_rate_ghz",
+    "memory_bandwidth",
+    "l2_cache_size",
+    "device_memory_size",
+    "shared_memory_per_core",
+    "shared_memory_per_block_optin",
+    "major",
+    "minor",
+)
 
 
 def models(scale: int = 1) -> dict[str, tuple[Callable[..., Any], tuple[Any, ...]]]:
@@ -53,8 +61,11 @@ def models(scale: int = 1) -> dict[str, tuple[Callable[..., Any], tuple[Any, ...
         return (out - mu) / jnp.sqrt(((out - mu) ** 2).mean(-1, keepdims=True) + 1e-5) + x
 
     normal = lambda k, *s: jax.random.normal(k, s, jnp.float32) * 0.02  # noqa: E731
-    mlp_params = {"w1": normal(keys[0], d, hidden), "b1": jnp.zeros((1, hidden)),
-                  "w2": normal(keys[1], hidden, d)}  # fmt: skip
+    mlp_params = {
+        "w1": normal(keys[0], d, hidden),
+        "b1": jnp.zeros((1, hidden)),
+        "w2": normal(keys[1], hidden, d),
+    }
     att_params = {n: normal(keys[2 + i], d, d) for i, n in enumerate(("wq", "wk", "wv", "wo"))}
     return {
         "mlp": (mlp, (mlp_params, normal(keys[6], batch, d))),
@@ -86,10 +97,15 @@ def check_models(deviceless: str | None, scale: int = 1, repeats: int = 20) -> l
     for name, (fn, args) in models(scale).items():
         tc = nbcompile.compile(fn, *args)
         summary = hlo_summary(tc.hlo)
-        row = {"model": name, "backend": jax.default_backend(),
-               "kernels": summary["kernels"], "fusions": summary["fusions"],
-               "custom_calls": summary["custom_calls"], "compile_s": tc.timings["compile"],
-               "run_ms": time_calls(tc.fn, args, repeats) * 1e3}  # fmt: skip
+        row = {
+            "model": name,
+            "backend": jax.default_backend(),
+            "kernels": summary["kernels"],
+            "fusions": summary["fusions"],
+            "custom_calls": summary["custom_calls"],
+            "compile_s": tc.timings["compile"],
+            "run_ms": time_calls(tc.fn, args, repeats) * 1e3,
+        }
         if deviceless:
             try:
                 other = nbcompile.compile(fn, *args, backend="gpu", gpu=deviceless)
@@ -106,14 +122,32 @@ def check_models(deviceless: str | None, scale: int = 1, repeats: int = 20) -> l
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The rows as a GitHub markdown table."""
-    head = ["model", "backend", "kernels", "fusions", "custom calls", "compile s", "run ms",
-            "deviceless target", "deviceless kernels", "deviceless fusions"]  # fmt: skip
+    head = [
+        "model",
+        "backend",
+        "kernels",
+        "fusions",
+        "custom calls",
+        "compile s",
+        "run ms",
+        "deviceless target",
+        "deviceless kernels",
+        "deviceless fusions",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["model"], r["backend"], r["kernels"], r["fusions"], r["custom_calls"],
-                 f"{r['compile_s']:.3f}", f"{r['run_ms']:.3f}", r.get("deviceless", "—"),
-                 r.get("deviceless_kernels", r.get("deviceless_error", "—")),
-                 r.get("deviceless_fusions", "—")]  # fmt: skip
+        cells = [
+            r["model"],
+            r["backend"],
+            r["kernels"],
+            r["fusions"],
+            r["custom_calls"],
+            f"{r['compile_s']:.3f}",
+            f"{r['run_ms']:.3f}",
+            r.get("deviceless", "—"),
+            r.get("deviceless_kernels", r.get("deviceless_error", "—")),
+            r.get("deviceless_fusions", "—"),
+        ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 
@@ -182,10 +216,18 @@ def main(argv: list[str] | None = None) -> int:
     if not all(r["device_plane"] for r in profiled):
         print("WARNING: --profile found no device-plane kernel events on this GPU")
     if options.json:
-        Path(options.json).write_text(json.dumps({"kind": kind, "target_config": real,
-                                                  "rows": rows, "profile": profiled,
-                                                  "memory": memory},
-                                                 indent=2))  # fmt: skip
+        Path(options.json).write_text(
+            json.dumps(
+                {
+                    "kind": kind,
+                    "target_config": real,
+                    "rows": rows,
+                    "profile": profiled,
+                    "memory": memory,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -34,21 +34,73 @@ from .hlo import (
 from .hlo import shape_elements as _elements
 from .lines import Locator
 
-__all__ = ["CompiledInfo", "Fusion", "analyse_compiled", "infer_missing_sites", "is_scalar_kernel",
-           "op_name_phase"]
+__all__ = [
+    "CompiledInfo",
+    "Fusion",
+    "analyse_compiled",
+    "infer_missing_sites",
+    "is_scalar_kernel",
+    "op_name_phase",
+]
 
-FREE_OPS = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all",
-            "add-dependency", "opt-barrier", "domain", "partition-id", "replica-id"}  # fmt: skip
+FREE_OPS = {
+    "parameter",
+    "constant",
+    "tuple",
+    "get-tuple-element",
+    "bitcast",
+    "after-all",
+    "add-dependency",
+    "opt-barrier",
+    "domain",
+    "partition-id",
+    "replica-id",
+}
 CONTROL_OPS = {"while": "loop", "conditional": "branch", "call": "function"}
-COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
-               "all-reduce-start", "all-gather-start", "collective-permute-start",
-               "ragged-all-to-all", "collective-broadcast"}  # fmt: skip
-_TRANSCENDENTAL = {"exponential", "log", "tanh", "logistic", "rsqrt", "sqrt", "power", "sine",
-                   "cosine", "tan", "atan2", "exponential-minus-one", "log-plus-one", "erf",
-                   "cbrt"}  # fmt: skip
-_NO_FLOPS = FREE_OPS | {"broadcast", "reshape", "transpose", "copy", "slice", "concatenate",
-                        "dynamic-slice", "dynamic-update-slice", "pad", "iota", "gather",
-                        "convert", "reverse"}  # fmt: skip
+COLLECTIVES = {
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+    "all-reduce-start",
+    "all-gather-start",
+    "collective-permute-start",
+    "ragged-all-to-all",
+    "collective-broadcast",
+}
+_TRANSCENDENTAL = {
+    "exponential",
+    "log",
+    "tanh",
+    "logistic",
+    "rsqrt",
+    "sqrt",
+    "power",
+    "sine",
+    "cosine",
+    "tan",
+    "atan2",
+    "exponential-minus-one",
+    "log-plus-one",
+    "erf",
+    "cbrt",
+}
+_NO_FLOPS = FREE_OPS | {
+    "broadcast",
+    "reshape",
+    "transpose",
+    "copy",
+    "slice",
+    "concatenate",
+    "dynamic-slice",
+    "dynamic-update-slice",
+    "pad",
+    "iota",
+    "gather",
+    "convert",
+    "reverse",
+}
 
 
 def op_name_phase(op_name: str | None) -> str | None:
@@ -110,14 +162,22 @@ class Fusion:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.name, "name": self.name, "kind": self.kind, "ops": list(self.ops),
-            "nodes": [self.node] if self.node else [], "lines": list(self.source_lines),
-            "locations": [loc.to_json() for loc in self.locations], "modules": list(self.modules),
-            "flops": self.flops, "bytes": self.bytes, "bytes_saved": self.bytes_saved,
-            "phase": self.phase, "computation": self.computation,
+            "id": self.name,
+            "name": self.name,
+            "kind": self.kind,
+            "ops": list(self.ops),
+            "nodes": [self.node] if self.node else [],
+            "lines": list(self.source_lines),
+            "locations": [loc.to_json() for loc in self.locations],
+            "modules": list(self.modules),
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "bytes_saved": self.bytes_saved,
+            "phase": self.phase,
+            "computation": self.computation,
             "lines_inferred": self.lines_inferred,
             "from": {"flops": self.cost_from, "bytes": self.cost_from, "bytes_saved": "estimate"},
-        }  # fmt: skip
+        }
 
 
 Sites = tuple[list[int], list[Location]]  # compiling-cell lines, nearest user locations
@@ -180,9 +240,12 @@ def _module_text(module: HloModule, instr: Instruction, shapes: dict[str, str]) 
             continue
         seen.add(name)
         # metadata left out: XLA does not cost it, and it is most of the text to parse
-        lines = [("ROOT " if i.is_root and not i.text.startswith("ROOT") else "")
-                 + i.text[: len(i.text) - len(i.tail)] + i.bare_tail
-                 for i in sub.instructions]  # fmt: skip
+        lines = [
+            ("ROOT " if i.is_root and not i.text.startswith("ROOT") else "")
+            + i.text[: len(i.text) - len(i.tail)]
+            + i.bare_tail
+            for i in sub.instructions
+        ]
         header = sub.header.removeprefix("ENTRY").strip()
         texts.append(header + "\n" + "\n".join(lines) + "\n}\n")
         todo.extend(c for i in sub.instructions for c in i.called)
@@ -237,12 +300,14 @@ class _Structure:
         tail = instr.bare_tail
         if "%" not in tail:
             return tail
+
         def name(m: re.Match[str]) -> str:
             ref = m.group(1)
             if ref in local:
                 return f"#{local[ref]}"
             key = self.computation(ref) if ref in self.module.computations else None
             return f"@{key}" if key is not None else m.group(0)
+
         return _NAME_REF.sub(name, tail)
 
     def computation(self, name: str) -> int | None:
@@ -256,19 +321,36 @@ class _Structure:
         parts = []
         for k, i in enumerate(comp.instructions):
             local[i.name] = k
-            parts.append((i.opcode, i.shape, tuple(local.get(o, o) for o in i.operands),
-                          i.literal, i.is_root, self._tail(i, local)))  # fmt: skip
+            parts.append(
+                (
+                    i.opcode,
+                    i.shape,
+                    tuple(local.get(o, o) for o in i.operands),
+                    i.literal,
+                    i.is_root,
+                    self._tail(i, local),
+                )
+            )
         key = self.ids.setdefault(tuple(parts), len(self.ids))
         self.computations[name] = key
         return key
 
     def kernel(self, instr: Instruction, shapes: dict[str, str]) -> tuple:
-        return (instr.opcode, instr.shape, tuple(shapes.get(o) for o in instr.operands),
-                self._tail(instr, {}))  # fmt: skip
+        return (
+            instr.opcode,
+            instr.shape,
+            tuple(shapes.get(o) for o in instr.operands),
+            self._tail(instr, {}),
+        )
 
 
-def _cost(module: HloModule, instr: Instruction, shapes: dict[str, str], use_xla: bool,
-          structure: _Structure | None = None) -> dict:  # fmt: skip
+def _cost(
+    module: HloModule,
+    instr: Instruction,
+    shapes: dict[str, str],
+    use_xla: bool,
+    structure: _Structure | None = None,
+) -> dict:
     key = structure.kernel(instr, shapes) if structure is not None and use_xla else None
     if key is not None and key in structure.costs:
         figures = structure.costs[key]
@@ -288,8 +370,13 @@ def _cost(module: HloModule, instr: Instruction, shapes: dict[str, str], use_xla
     return dict(figures)
 
 
-def _sites(module: HloModule, instrs: list[Instruction], source: Locator,
-           landed: dict | None = None, fusion: str = "") -> Sites:  # fmt: skip
+def _sites(
+    module: HloModule,
+    instrs: list[Instruction],
+    source: Locator,
+    landed: dict | None = None,
+    fusion: str = "",
+) -> Sites:
     """The sources of ``instrs``; with ``landed``, also record (primitive, location) -> the
     fusion they are in, for the traced-graph overlay."""
     lines: set[int] = set()
@@ -319,8 +406,9 @@ def _primitive(op_name: str) -> str:
     return op_name.split(";", 1)[0].rsplit("/", 1)[-1]
 
 
-def analyse_compiled(module: HloModule, source: Locator, grad: bool,
-                     use_xla_cost: bool = True, infer: bool = True) -> CompiledInfo:  # fmt: skip
+def analyse_compiled(
+    module: HloModule, source: Locator, grad: bool, use_xla_cost: bool = True, infer: bool = True
+) -> CompiledInfo:
     """Fusions, kernels, per-kernel cost and the compiled graph of an optimised module; with
     ``infer`` also the sources of XLA-made kernels (else call :func:`infer_missing_sites`)."""
     graph = Graph()
@@ -336,8 +424,15 @@ def analyse_compiled(module: HloModule, source: Locator, grad: bool,
         for instr in comp.instructions:
             if instr.opcode in CONTROL_OPS:
                 for called in instr.called:
-                    groups.setdefault(called, graph.group(groups.get(comp.name), f"{instr.name}"
-                                      f" {called}", CONTROL_OPS[instr.opcode], unique=True))  # fmt: skip
+                    groups.setdefault(
+                        called,
+                        graph.group(
+                            groups.get(comp.name),
+                            f"{instr.name} {called}",
+                            CONTROL_OPS[instr.opcode],
+                            unique=True,
+                        ),
+                    )
     sites: dict[str, Sites] = {}
     paths: dict[str, list[str]] = {}
     landed: dict[tuple[str, Location | None], str] = {}
@@ -348,20 +443,39 @@ def analyse_compiled(module: HloModule, source: Locator, grad: bool,
         for instr in comp.instructions:
             members = _members(module, instr) if instr.opcode == "fusion" else [instr]
             line_list, locs = sites[instr.name] = _sites(
-                module, [instr, *members], source,
-                landed if instr.opcode == "fusion" else None, instr.name)
+                module,
+                [instr, *members],
+                source,
+                landed if instr.opcode == "fusion" else None,
+                instr.name,
+            )
             phase = _kernel_phase(instr, members) if grad else None
-            kind = ("param" if instr.opcode == "parameter" else "const" if instr.opcode ==
-                    "constant" else "fusion" if instr.opcode == "fusion" else "call"
-                    if instr.opcode in CONTROL_OPS else "op")  # fmt: skip
-            node = graph.add_node(instr.kind if kind == "fusion" else instr.opcode, kind,
-                                  prefix="c", label=instr.name, shape=instr.shape,
-                                  bytes=shape_bytes(instr.shape), group=group,
-                                  line=line_list[0] if line_list else None,
-                                  location=locs[0] if locs else None,
-                                  file=locs[0].file if locs else None,
-                                  file_line=locs[0].line if locs else None,
-                                  path=_module_path(instr.op_name) or "", phase=phase)  # fmt: skip
+            kind = (
+                "param"
+                if instr.opcode == "parameter"
+                else "const"
+                if instr.opcode == "constant"
+                else "fusion"
+                if instr.opcode == "fusion"
+                else "call"
+                if instr.opcode in CONTROL_OPS
+                else "op"
+            )
+            node = graph.add_node(
+                instr.kind if kind == "fusion" else instr.opcode,
+                kind,
+                prefix="c",
+                label=instr.name,
+                shape=instr.shape,
+                bytes=shape_bytes(instr.shape),
+                group=group,
+                line=line_list[0] if line_list else None,
+                location=locs[0] if locs else None,
+                file=locs[0].file if locs else None,
+                file_line=locs[0].line if locs else None,
+                path=_module_path(instr.op_name) or "",
+                phase=phase,
+            )
             node.extra["opcode"] = instr.opcode
             ids[instr.name] = node.id
             for operand in instr.operands:
@@ -380,8 +494,15 @@ def analyse_compiled(module: HloModule, source: Locator, grad: bool,
                 )
             if instr.opcode in COLLECTIVES:
                 groups_ = parse_replica_groups(instr.attrs.get("replica_groups"))
-                collectives.append({"name": instr.name, "opcode": instr.opcode, "node": node.id,
-                                    "replica_groups": groups_, "bytes": node.bytes})  # fmt: skip
+                collectives.append(
+                    {
+                        "name": instr.name,
+                        "opcode": instr.opcode,
+                        "node": node.id,
+                        "replica_groups": groups_,
+                        "bytes": node.bytes,
+                    }
+                )
                 node.extra["replica_groups"] = groups_
             runs = instr.opcode not in FREE_OPS and instr.opcode not in CONTROL_OPS
             if runs:
@@ -399,22 +520,46 @@ def analyse_compiled(module: HloModule, source: Locator, grad: bool,
                 paths[instr.name] = modules
             if instr.opcode == "fusion":
                 node.fusion = instr.name
-                fusions.append(Fusion(
-                    name=instr.name, kind=instr.kind or "loop",
-                    ops=[m.opcode for m in members if m.opcode != "parameter"],
-                    source_lines=line_list, locations=locs, modules=modules,
-                    flops=cost.get("flops"), bytes=cost.get("bytes accessed"),
-                    bytes_saved=_bytes_saved(module, instr), phase=phase,
-                    computation=comp.name, node=node.id,
-                    op_names=sorted({m.op_name for m in members if m.op_name}),
-                    cost_from="XLA" if cost.get("source") == "xla" else "estimate",
-                ))  # fmt: skip
+                fusions.append(
+                    Fusion(
+                        name=instr.name,
+                        kind=instr.kind or "loop",
+                        ops=[m.opcode for m in members if m.opcode != "parameter"],
+                        source_lines=line_list,
+                        locations=locs,
+                        modules=modules,
+                        flops=cost.get("flops"),
+                        bytes=cost.get("bytes accessed"),
+                        bytes_saved=_bytes_saved(module, instr),
+                        phase=phase,
+                        computation=comp.name,
+                        node=node.id,
+                        op_names=sorted({m.op_name for m in members if m.op_name}),
+                        cost_from="XLA" if cost.get("source") == "xla" else "estimate",
+                    )
+                )
             if instr.is_root and comp.is_entry:
-                out = graph.add_node("output", "output", prefix="c", label="output",
-                                     shape=instr.shape, bytes=node.bytes)  # fmt: skip
+                out = graph.add_node(
+                    "output",
+                    "output",
+                    prefix="c",
+                    label="output",
+                    shape=instr.shape,
+                    bytes=node.bytes,
+                )
                 graph.add_edge(node.id, out.id, node.bytes, instr.shape)
-    info = CompiledInfo(graph, fusions, kernels, unit_costs, phases, collectives,
-                        [c.name for c in comps], sites, paths, landed)  # fmt: skip
+    info = CompiledInfo(
+        graph,
+        fusions,
+        kernels,
+        unit_costs,
+        phases,
+        collectives,
+        [c.name for c in comps],
+        sites,
+        paths,
+        landed,
+    )
     if infer:
         infer_missing_sites(module, info)
     return info
@@ -430,8 +575,9 @@ _NEAR_CAP = 64  # locations kept per inferred kernel (keeps the search linear)
 _Near = tuple[int, frozenset, frozenset]  # hops, compiling-cell lines, locations
 
 
-def _infer_missing_sites(module: HloModule, fusions: list[Fusion], graph: Graph,
-                         sites: dict[str, Sites]) -> None:  # fmt: skip
+def _infer_missing_sites(
+    module: HloModule, fusions: list[Fusion], graph: Graph, sites: dict[str, Sites]
+) -> None:
     """XLA-made fusions without metadata (a wrapped convert, iota, broadcast, layout copy) take
     the sources of the nearest kernels that consume them, else of those that feed them (up to
     eight hops through tuples and control flow of the same computation); ``lines_inferred``

@@ -66,7 +66,7 @@ class Analysis:
 
     @property
     def cost_source(self) -> str | None:
-        """"XLA" (``cost_analysis()``), "estimate" (nbcompile's static figures) or None."""
+        """ "XLA" (``cost_analysis()``), "estimate" (nbcompile's static figures) or None."""
         if self.cost is None:
             return None
         return "estimate" if self.cost.get("estimate") else "XLA"
@@ -79,11 +79,14 @@ class Analysis:
         cost_from = self.cost_source or "XLA"
         labels = {
             "flops": cost_from if flops is not None else "estimate",
-            "bytes_accessed": cost_from, "transcendentals": cost_from,
-            "analytic_flops": "estimate", "analytic_bytes": "estimate",
-            "bytes_saved_by_fusion": "estimate", "residual_bytes": "estimate",
+            "bytes_accessed": cost_from,
+            "transcendentals": cost_from,
+            "analytic_flops": "estimate",
+            "analytic_bytes": "estimate",
+            "bytes_saved_by_fusion": "estimate",
+            "residual_bytes": "estimate",
             "peak_bytes": "estimate" if memory.get("peak_bytes_is_bound") else "XLA",
-        }  # fmt: skip
+        }
         return {
             **self.counts,
             "fusions": len(self.fusions),
@@ -114,21 +117,33 @@ class Analysis:
         memory = self.memory
         if memory:
             bound = memory.get("peak_bytes_is_bound")
-            memory = dict(memory, **{"from": {"*": "XLA", "peak_bytes_is_bound": "XLA",
-                                              "peak_bytes": "estimate" if bound else "XLA"}})
+            memory = dict(
+                memory,
+                **{
+                    "from": {
+                        "*": "XLA",
+                        "peak_bytes_is_bound": "XLA",
+                        "peak_bytes": "estimate" if bound else "XLA",
+                    }
+                },
+            )
         return {
             "summary": self.summary(),
-            "graphs": {"traced": _graph_json(self.traced_graph, "estimate"),
-                       "compiled": _graph_json(self.compiled_graph, "XLA")},
+            "graphs": {
+                "traced": _graph_json(self.traced_graph, "estimate"),
+                "compiled": _graph_json(self.compiled_graph, "XLA"),
+            },
             "fusions": [f.to_json() for f in self.fusions],
             "folded": [f.to_json() for f in self.folded],
             "gradient": self.gradient.to_json() if self.gradient else None,
-            "cost": cost, "memory": memory,
+            "cost": cost,
+            "memory": memory,
             "analytic": dict(self.analytic, **{"from": "estimate"}),
-            "lines": self.lines_json(), "sources": list(self.sources),
+            "lines": self.lines_json(),
+            "sources": list(self.sources),
             "collectives": [dict(c, **{"from": "XLA"}) for c in self.collectives],
             "notes": list(self.notes),
-        }  # fmt: skip
+        }
 
 
 def _graph_json(graph: Graph | None, bytes_from: str) -> dict[str, Any] | None:
@@ -146,8 +161,10 @@ def _pre_optimisation_text(lowered: Any, notes: list[str]) -> str | None:
     """Pre-optimisation HLO (with metadata); JAX returns None where a backend cannot give it."""
     module = lowered.compiler_ir("hlo")
     if module is None:
-        notes.append("pre-optimisation HLO is not available for this backend: op counts before "
-                     "optimisation and XLA-level folding are not shown")
+        notes.append(
+            "pre-optimisation HLO is not available for this backend: op counts before "
+            "optimisation and XLA-level folding are not shown"
+        )
         return None
     return module.as_hlo_module().to_string()
 
@@ -168,8 +185,14 @@ def _optimised(artifacts: Artifacts, notes: list[str]) -> HloModule | None:
     if text is None and artifacts.compiled is not None:
         text = artifacts.compiled.as_text()  # None where the backend prints no text
     if text is None:
-        notes.append("no optimised HLO: " + ("this backend prints none" if artifacts.compiled
-                     is not None else "the program was not compiled for this backend"))
+        notes.append(
+            "no optimised HLO: "
+            + (
+                "this backend prints none"
+                if artifacts.compiled is not None
+                else "the program was not compiled for this backend"
+            )
+        )
         return None
     try:
         return parse_hlo(text)
@@ -181,12 +204,17 @@ def _optimised(artifacts: Artifacts, notes: list[str]) -> HloModule | None:
 def _static_cost_estimate(unit_costs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Sum of the per-kernel HLO cost analysis (used where ``cost_analysis()`` gives nothing,
     e.g. deviceless GPU compiles). ``estimate`` marks it as such in every view."""
+
     def total(key: str) -> float:
         return float(sum(c.get(key) or 0.0 for c in unit_costs.values()))
 
-    return {"flops": total("flops"), "bytes_accessed": total("bytes accessed"),
-            "transcendentals": total("transcendentals"), "optimal_seconds": None,
-            "estimate": "static"}  # fmt: skip
+    return {
+        "flops": total("flops"),
+        "bytes_accessed": total("bytes accessed"),
+        "transcendentals": total("transcendentals"),
+        "optimal_seconds": None,
+        "estimate": "static",
+    }
 
 
 def _xla_figures(compiled: Any, notes: list[str]) -> tuple[Any, Any]:
@@ -218,11 +246,18 @@ class _Clock:
 
     timer = staticmethod(time.perf_counter)
     #: the stages in order, and what a progress line says while each runs
-    STAGES: ClassVar[dict[str, str]] = {"traced": "the traced program", "parse": "reading XLA's program",
-              "kernels": "kernels and fusions", "inferred_sources": "sources of XLA's kernels",
-              "pre_optimisation": "op counts before optimisation", "folding": "folded constants",
-              "gradient": "forward and backward", "xla": "XLA's cost and memory",
-              "lines": "the per-line map", "counts": "op counts"}  # fmt: skip
+    STAGES: ClassVar[dict[str, str]] = {
+        "traced": "the traced program",
+        "parse": "reading XLA's program",
+        "kernels": "kernels and fusions",
+        "inferred_sources": "sources of XLA's kernels",
+        "pre_optimisation": "op counts before optimisation",
+        "folding": "folded constants",
+        "gradient": "forward and backward",
+        "xla": "XLA's cost and memory",
+        "lines": "the per-line map",
+        "counts": "op counts",
+    }
 
     def __init__(self, progress: Callable[[str], None] | None = None) -> None:
         self.timings: dict[str, float] = {}
@@ -278,11 +313,15 @@ def _analyse(artifacts: Artifacts) -> Analysis:
     if info is not None:
         infer_missing_sites(post, info)
     clock.lap("inferred_sources")
-    pre_text = (_pre_optimisation_text(artifacts.lowered, notes)
-                if artifacts.lowered is not None else None)  # fmt: skip
+    pre_text = (
+        _pre_optimisation_text(artifacts.lowered, notes) if artifacts.lowered is not None else None
+    )
     # the pre-optimisation module is parsed only when folding has candidates to check
-    pre = (_pre_optimisation(pre_text, notes)
-           if pre_text is not None and has_const_candidates(traced) else None)  # fmt: skip
+    pre = (
+        _pre_optimisation(pre_text, notes)
+        if pre_text is not None and has_const_candidates(traced)
+        else None
+    )
     clock.lap("pre_optimisation")
     folded = find_folded(traced, pre, post, source, artifacts.fn)
     clock.lap("folding")
@@ -292,8 +331,10 @@ def _analyse(artifacts: Artifacts) -> Analysis:
     cost, memory = _xla_figures(compiled, notes) if compiled is not None else (None, None)
     if cost is None and info is not None and info.unit_costs:
         cost = _static_cost_estimate(info.unit_costs)
-        notes.append("XLA reports no cost for this backend: flops/bytes are static estimates "
-                     "from XLA's HLO cost analysis of the optimised program (no timing model)")
+        notes.append(
+            "XLA reports no cost for this backend: flops/bytes are static estimates "
+            "from XLA's HLO cost analysis of the optimised program (no timing model)"
+        )
     stablehlo = _stablehlo_ops(artifacts.lowered) if artifacts.lowered is not None else None
     clock.lap("xla")
     if info is not None:
@@ -307,8 +348,9 @@ def _analyse(artifacts: Artifacts) -> Analysis:
         "hlo_ops_before": count_instructions(pre_text) if pre_text is not None else None,
         "hlo_ops_after": post.instruction_count() if post is not None else None,
         "kernels": len(info.kernels) if info is not None else None,
-        "scalar_kernels": (sum(1 for k in info.kernels if is_scalar_kernel(k))
-                           if info is not None else None),
+        "scalar_kernels": (
+            sum(1 for k in info.kernels if is_scalar_kernel(k)) if info is not None else None
+        ),
         "eager_kernels": traced.eager_kernels,
         "eager_kernels_exact": traced.eager_exact,  # False: a lower bound (loops, shard_map)
     }
@@ -317,23 +359,30 @@ def _analyse(artifacts: Artifacts) -> Analysis:
             f"{counts['scalar_kernels']} of the {counts['kernels']} kernels are unfused ops on "
             "one-element values (e.g. the threefry fold-in of random-number streams, u32[1]): "
             "XLA:TPU runs them as scalar-unit instructions, not vector kernels; compare "
-            f"{counts['kernels'] - counts['scalar_kernels']} kernels with the eager op count")
+            f"{counts['kernels'] - counts['scalar_kernels']} kernels with the eager op count"
+        )
     analytic = analytic_cost(traced.eqns)
     clock.lap("counts")
     analysis = Analysis(
         traced_graph=traced.graph,
         compiled_graph=info.graph if info is not None else None,
         fusions=info.fusions if info is not None else [],
-        folded=folded, gradient=gradient, cost=cost, memory=memory,
-        analytic=analytic, lines=lines, notes=notes,
+        folded=folded,
+        gradient=gradient,
+        cost=cost,
+        memory=memory,
+        analytic=analytic,
+        lines=lines,
+        notes=notes,
         collectives=info.collectives if info is not None else [],
         counts=counts,
         kernel_costs=info.unit_costs if info is not None else {},
-        located=located, sources=sources,
+        located=located,
+        sources=sources,
         kernel_sites=info.sites if info is not None else {},
         kernel_modules=info.modules if info is not None else {},
         timings=clock.timings,
         walk_order=[e.node.id for e in traced.eqns],
-    )  # fmt: skip
+    )
     clock.lap("counts")
     return analysis

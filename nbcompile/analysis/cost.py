@@ -50,8 +50,11 @@ def normalise_cost(raw: Any) -> dict[str, float | None] | None:
     if not isinstance(raw, dict) or not raw:
         return None
     out: dict[str, float | None] = {
-        "flops": None, "bytes_accessed": None, "transcendentals": None, "optimal_seconds": None,
-    }  # fmt: skip
+        "flops": None,
+        "bytes_accessed": None,
+        "transcendentals": None,
+        "optimal_seconds": None,
+    }
     for key, value in raw.items():
         out[_key(str(key))] = _number(value)
     return out
@@ -62,11 +65,18 @@ def normalise_memory(stats: Any) -> dict[str, float | None] | None:
     if stats is None:
         return None
     out = {key: _number(getattr(stats, attr, None)) for key, attr in _MEMORY_FIELDS.items()}
-    if out["peak_bytes"] is None and None not in (out["argument_bytes"], out["output_bytes"],
-                                                  out["temp_bytes"]):  # fmt: skip
+    if out["peak_bytes"] is None and None not in (
+        out["argument_bytes"],
+        out["output_bytes"],
+        out["temp_bytes"],
+    ):
         # Upper bound when XLA does not report a peak: everything live at once, minus aliasing.
-        out["peak_bytes"] = (out["argument_bytes"] + out["output_bytes"] + out["temp_bytes"]
-                             - (out["alias_bytes"] or 0.0))  # fmt: skip
+        out["peak_bytes"] = (
+            out["argument_bytes"]
+            + out["output_bytes"]
+            + out["temp_bytes"]
+            - (out["alias_bytes"] or 0.0)
+        )
         out["peak_bytes_is_bound"] = 1.0
     return out if any(v is not None for v in out.values()) else None
 
@@ -76,5 +86,8 @@ def analytic_cost(eqns: list[Any]) -> dict[str, float]:
     length, while bodies once) and the bytes every equation reads and writes if run alone."""
     flops = sum(e.node.flops or 0.0 for e in eqns if not e.is_call)
     nbytes = sum(e.bytes for e in eqns if not e.is_call)
-    return {"flops": float(flops), "bytes_accessed": float(nbytes),
-            "equations": float(sum(1 for e in eqns if not e.is_call))}  # fmt: skip
+    return {
+        "flops": float(flops),
+        "bytes_accessed": float(nbytes),
+        "equations": float(sum(1 for e in eqns if not e.is_call)),
+    }

@@ -32,8 +32,18 @@ class Diff:
 
     @property
     def changed(self) -> bool:
-        return any((self.ops_added, self.ops_removed, self.fusions_added, self.fusions_removed,
-                    self.folded_added, self.folded_removed, self.signature, self.cost))  # fmt: skip
+        return any(
+            (
+                self.ops_added,
+                self.ops_removed,
+                self.fusions_added,
+                self.fusions_removed,
+                self.folded_added,
+                self.folded_removed,
+                self.signature,
+                self.cost,
+            )
+        )
 
     @property
     def lines(self) -> list[int]:
@@ -45,12 +55,15 @@ class Diff:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "changed": self.changed, "lines": self.lines,
+            "changed": self.changed,
+            "lines": self.lines,
             "ops": {"added": self.ops_added, "removed": self.ops_removed},
             "fusions": {"added": self.fusions_added, "removed": self.fusions_removed},
             "folded": {"added": self.folded_added, "removed": self.folded_removed},
-            "signature": self.signature, "cost": self.cost, "summary": self.summary,
-        }  # fmt: skip
+            "signature": self.signature,
+            "cost": self.cost,
+            "summary": self.summary,
+        }
 
     def text(self) -> str:
         if not self.changed:
@@ -110,8 +123,11 @@ def _compare(before: list[dict], after: list[dict], key: Any) -> tuple[list, lis
 
 def _signature(a: Analysis) -> list[str]:
     g = a.traced_graph
-    return [n.shape for n in g.nodes if n.kind == "param" and n.group is None] + [
-        "->"] + [n.shape for n in g.nodes if n.kind == "output"]  # fmt: skip
+    return (
+        [n.shape for n in g.nodes if n.kind == "param" and n.group is None]
+        + ["->"]
+        + [n.shape for n in g.nodes if n.kind == "output"]
+    )
 
 
 def diff(a: Analysis, b: Analysis) -> Diff:
@@ -134,6 +150,9 @@ def diff(a: Analysis, b: Analysis) -> Diff:
         if va != vb:
             d.cost[key] = {"before": va, "after": vb}
     sum_a, sum_b = a.summary(), b.summary()
-    d.summary = {k: {"before": sum_a.get(k), "after": sum_b.get(k)}
-                 for k in sum_a if sum_a.get(k) != sum_b.get(k)}  # fmt: skip
+    d.summary = {
+        k: {"before": sum_a.get(k), "after": sum_b.get(k)}
+        for k in sum_a
+        if sum_a.get(k) != sum_b.get(k)
+    }
     return d

@@ -25,11 +25,26 @@ from .traced import _MOVEMENT, Traced
 __all__ = ["LARGE_CONSTANT_BYTES", "Folded", "find_folded"]
 
 LARGE_CONSTANT_BYTES = 1 << 20
-_HLO_MOVEMENT = {"broadcast", "reshape", "transpose", "bitcast", "copy", "slice", "convert",
-                 "concatenate", "pad", "iota", "constant", "parameter", "tuple",
-                 "get-tuple-element"}  # fmt: skip
-_HINT_LARGE = ("pass it as an argument instead: a baked-in array makes the program {mb:.1f} MB "
-               "larger and every compile slower")  # fmt: skip
+_HLO_MOVEMENT = {
+    "broadcast",
+    "reshape",
+    "transpose",
+    "bitcast",
+    "copy",
+    "slice",
+    "convert",
+    "concatenate",
+    "pad",
+    "iota",
+    "constant",
+    "parameter",
+    "tuple",
+    "get-tuple-element",
+}
+_HINT_LARGE = (
+    "pass it as an argument instead: a baked-in array makes the program {mb:.1f} MB "
+    "larger and every compile slower"
+)
 
 
 @dataclass
@@ -45,10 +60,18 @@ class Folded:
     name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"what": self.what, "stage": self.stage, "bytes": self.bytes, "shape": self.shape,
-                "line": self.line, "hint": self.hint, "folded": self.folded,
-                "ops": list(self.ops), "name": self.name,
-                "from": {"bytes": "XLA" if self.stage == "xla" else "estimate"}}  # fmt: skip
+        return {
+            "what": self.what,
+            "stage": self.stage,
+            "bytes": self.bytes,
+            "shape": self.shape,
+            "line": self.line,
+            "hint": self.hint,
+            "folded": self.folded,
+            "ops": list(self.ops),
+            "name": self.name,
+            "from": {"bytes": "XLA" if self.stage == "xla" else "estimate"},
+        }
 
 
 def _names(fn: Any) -> dict[int, str]:
@@ -84,8 +107,11 @@ def _trace_constants(traced: Traced, fn: Any, consumers: dict[str, int | None]) 
     pool = {}
     if fn is not None:
         fn_ = inspect.unwrap(getattr(fn, "__wrapped__", fn))
-        pool = {k: v for k, v in (getattr(fn_, "__globals__", {}) or {}).items()
-                if isinstance(v, np.ndarray)}  # fmt: skip
+        pool = {
+            k: v
+            for k, v in (getattr(fn_, "__globals__", {}) or {}).items()
+            if isinstance(v, np.ndarray)
+        }
     out = []
     for node, _var, value in traced.consts:
         name = _name_of(value, names, pool)
@@ -94,8 +120,18 @@ def _trace_constants(traced: Traced, fn: Any, consumers: dict[str, int | None]) 
         what = f"closed-over constant {name}" if name else "closed-over constant"
         # captured into the program as a constant at trace time: not folding (nothing was
         # computed ahead of time), so it does not count as a folded constant
-        out.append(Folded(what, "trace", node.bytes, node.shape, consumers.get(node.id), hint,
-                          folded=False, name=name))  # fmt: skip
+        out.append(
+            Folded(
+                what,
+                "trace",
+                node.bytes,
+                node.shape,
+                consumers.get(node.id),
+                hint,
+                folded=False,
+                name=name,
+            )
+        )
     return out
 
 
@@ -111,9 +147,22 @@ def _hlo_const_roots(module: HloModule) -> list[tuple[Instruction, list[Instruct
         for instr in comp.instructions:
             if instr.opcode in ("constant", "iota"):
                 const[instr.name] = [instr]
-            elif instr.opcode not in ("parameter", "rng", "rng-bit-generator", "custom-call",
-                                      "infeed", "recv", "while", "conditional", "call") and \
-                    instr.operands and all(o in const for o in instr.operands):  # fmt: skip
+            elif (
+                instr.opcode
+                not in (
+                    "parameter",
+                    "rng",
+                    "rng-bit-generator",
+                    "custom-call",
+                    "infeed",
+                    "recv",
+                    "while",
+                    "conditional",
+                    "call",
+                )
+                and instr.operands
+                and all(o in const for o in instr.operands)
+            ):
                 members = [instr]
                 for o in instr.operands:
                     members.extend(m for m in const[o] if m not in members)
@@ -132,8 +181,9 @@ def has_const_candidates(traced: Traced) -> bool:
     return bool(_const_eqns_from_graph(traced))
 
 
-def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
-                source: Locator, fn: Any = None) -> list[Folded]:  # fmt: skip
+def find_folded(
+    traced: Traced, pre: HloModule | None, post: HloModule | None, source: Locator, fn: Any = None
+) -> list[Folded]:
     """Everything constant about the program, in trace / lowering / xla order.
 
     ``pre`` (the pre-optimisation module) may be a callable: it is only needed, and only
@@ -147,21 +197,36 @@ def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
     candidates = _const_eqns_from_graph(traced)
     if pre is None or not candidates:
         return out
-    pre_keys = {(_key(i), _where(pre, i, source)) for c in pre.computations.values()
-                for i in c.instructions if i.opcode != "constant"}  # fmt: skip
+    pre_keys = {
+        (_key(i), _where(pre, i, source))
+        for c in pre.computations.values()
+        for i in c.instructions
+        if i.opcode != "constant"
+    }
     for e in candidates:
         if (e.primitive, e.node.location) not in pre_keys:
             e.node.folded = True
-            out.append(Folded(f"{e.primitive} on constants", "lowering", e.node.bytes,
-                              e.node.shape, e.node.line, ops=(e.primitive,)))  # fmt: skip
+            out.append(
+                Folded(
+                    f"{e.primitive} on constants",
+                    "lowering",
+                    e.node.bytes,
+                    e.node.shape,
+                    e.node.line,
+                    ops=(e.primitive,),
+                )
+            )
     roots = _hlo_const_roots(pre)
     if post is None or not roots:
         return out
     # Keyed by source location too: the folded `A @ B` and the `x @ M` that uses it are both
     # "dot_general" ops, and only their lines tell them apart.
-    post_keys = {(i.opcode, i.op_name, _where(post, i, source))
-                 for c in post.computations.values()
-                 for i in c.instructions if i.opcode != "constant"}  # fmt: skip
+    post_keys = {
+        (i.opcode, i.op_name, _where(post, i, source))
+        for c in post.computations.values()
+        for i in c.instructions
+        if i.opcode != "constant"
+    }
     for root, members in roots:
         survived = (root.opcode, root.op_name, _where(pre, root, source)) in post_keys
         hint = (
@@ -175,9 +240,18 @@ def find_folded(traced: Traced, pre: HloModule | None, post: HloModule | None,
             )
         )
         ops = tuple(m.opcode for m in members)
-        out.append(Folded(f"{root.opcode} of constants ({len(members)} ops)", "xla",
-                          shape_bytes(root.shape), root.shape.split("{")[0],
-                          _line(pre, root, source), hint, folded=not survived, ops=ops))  # fmt: skip
+        out.append(
+            Folded(
+                f"{root.opcode} of constants ({len(members)} ops)",
+                "xla",
+                shape_bytes(root.shape),
+                root.shape.split("{")[0],
+                _line(pre, root, source),
+                hint,
+                folded=not survived,
+                ops=ops,
+            )
+        )
     return out
 
 

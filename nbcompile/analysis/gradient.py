@@ -32,8 +32,13 @@ class Residual:
     node: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"shape": self.shape, "bytes": self.bytes, "line": self.line,
-                "primitive": self.primitive, "node": self.node}  # fmt: skip
+        return {
+            "shape": self.shape,
+            "bytes": self.bytes,
+            "line": self.line,
+            "primitive": self.primitive,
+            "node": self.node,
+        }
 
 
 @dataclass
@@ -56,17 +61,22 @@ class Gradient:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "argnums": list(self.argnums), "forward_ops": self.forward_ops,
-            "backward_ops": self.backward_ops, "recompute_ops": self.recompute_ops,
-            "mixed_kernels": self.mixed_kernels, "kernels": dict(self.kernels),
+            "argnums": list(self.argnums),
+            "forward_ops": self.forward_ops,
+            "backward_ops": self.backward_ops,
+            "recompute_ops": self.recompute_ops,
+            "mixed_kernels": self.mixed_kernels,
+            "kernels": dict(self.kernels),
             "residuals": [r.to_json() for r in self.residuals],
-            "residual_bytes": self.residual_bytes, "hlo_instructions": dict(self.hlo_phases),
+            "residual_bytes": self.residual_bytes,
+            "hlo_instructions": dict(self.hlo_phases),
             "from": "estimate",  # value sizes from the jaxpr's shapes
-        }  # fmt: skip
+        }
 
 
-def analyse_gradient(argnums: tuple[int, ...], traced: Traced,
-                     compiled: CompiledInfo | None) -> Gradient:  # fmt: skip
+def analyse_gradient(
+    argnums: tuple[int, ...], traced: Traced, compiled: CompiledInfo | None
+) -> Gradient:
     producer = {}
     for info in traced.eqns:
         for var in info.outvars:
@@ -81,8 +91,9 @@ def analyse_gradient(argnums: tuple[int, ...], traced: Traced,
                 continue
             src = producer.get(var)
             if src is not None and src.phase == "forward":
-                residuals[var] = Residual(_short(var.aval), _nbytes(var.aval), src.node.line,
-                                          src.primitive, src.node.id)  # fmt: skip
+                residuals[var] = Residual(
+                    _short(var.aval), _nbytes(var.aval), src.node.line, src.primitive, src.node.id
+                )
     kernels = {"forward": 0, "backward": 0, "mixed": 0}
     hlo_phases = {"forward": 0, "backward": 0}
     if compiled is not None:

@@ -15,8 +15,17 @@ from ..capture.source import Location
 __all__ = ["Edge", "Graph", "Group", "Node"]
 
 NODE_KINDS = ("op", "param", "const", "output", "fusion", "call")
-GROUP_KINDS = ("function", "module", "scope", "loop", "branch", "custom", "remat", "shard_map",
-               "fusion")  # fmt: skip
+GROUP_KINDS = (
+    "function",
+    "module",
+    "scope",
+    "loop",
+    "branch",
+    "custom",
+    "remat",
+    "shard_map",
+    "fusion",
+)
 
 
 @dataclass(slots=True)
@@ -41,12 +50,22 @@ class Node:
 
     def to_json(self) -> dict[str, Any]:
         out = {
-            "id": self.id, "op": self.op, "label": self.label, "kind": self.kind,
-            "shape": self.shape, "bytes": self.bytes, "group": self.group, "line": self.line,
-            "file": self.file, "file_line": self.file_line, "path": self.path,
-            "fusion": self.fusion, "phase": self.phase, "flops": self.flops,
+            "id": self.id,
+            "op": self.op,
+            "label": self.label,
+            "kind": self.kind,
+            "shape": self.shape,
+            "bytes": self.bytes,
+            "group": self.group,
+            "line": self.line,
+            "file": self.file,
+            "file_line": self.file_line,
+            "path": self.path,
+            "fusion": self.fusion,
+            "phase": self.phase,
+            "flops": self.flops,
             "folded": self.folded,
-        }  # fmt: skip
+        }
         if self.location is not None:
             out["loc"] = self.location.label
             if self.location.detail:
@@ -90,8 +109,13 @@ class Graph:
     eqn_nodes: dict[int, str] = field(default_factory=dict, repr=False)
 
     def add_node(self, op: str, kind: str = "op", prefix: str = "n", **fields: Any) -> Node:
-        node = Node(id=f"{prefix}{len(self.nodes)}", op=op, label=fields.pop("label", op),
-                    kind=kind, **fields)  # fmt: skip
+        node = Node(
+            id=f"{prefix}{len(self.nodes)}",
+            op=op,
+            label=fields.pop("label", op),
+            kind=kind,
+            **fields,
+        )
         self.nodes.append(node)
         self._by_id[node.id] = node
         return node

@@ -48,8 +48,15 @@ _META_ITEM = re.compile(r"(\w+)=(" + _STRING + r"|[^\s}]+)")
 _TABLE_ROW = re.compile(r"(\d+)\s+(" + _STRING + r"|\{[^{}]*\})\s*$")
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
 _NAME_REF = re.compile(r"%([^\s,(){}]+)")
-_CALL_KEYS = ("calls", "to_apply", "body", "condition", "branch_computations",
-              "true_computation", "false_computation")  # fmt: skip
+_CALL_KEYS = (
+    "calls",
+    "to_apply",
+    "body",
+    "condition",
+    "branch_computations",
+    "true_computation",
+    "false_computation",
+)
 _CALLS = re.compile(r"\b(?:" + "|".join(_CALL_KEYS) + ")=")
 _METADATA = re.compile(r"\bmetadata=\{((?:[^{}\"]|" + _STRING + r")*)\}")
 _META_COMMON = re.compile(r'op_name="([^"\\]*)"(?: stack_frame_id=(\d+))?')
@@ -58,10 +65,28 @@ _SIMPLE_ATTR = re.compile(r"(?:^|,)\s*([\w.\-]+)=([^,]*?)\s*(?=,|$)")
 _TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
 _DTYPE_BITS = {
-    "pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16,
-    "s32": 32, "u32": 32, "s64": 64, "u64": 64, "f16": 16, "bf16": 16, "f32": 32, "f64": 64,
-    "c64": 64, "c128": 128, "token": 0, "tf32": 32,
-}  # fmt: skip
+    "pred": 8,
+    "s2": 2,
+    "u2": 2,
+    "s4": 4,
+    "u4": 4,
+    "s8": 8,
+    "u8": 8,
+    "s16": 16,
+    "u16": 16,
+    "s32": 32,
+    "u32": 32,
+    "s64": 64,
+    "u64": 64,
+    "f16": 16,
+    "bf16": 16,
+    "f32": 32,
+    "f64": 64,
+    "c64": 64,
+    "c128": 128,
+    "token": 0,
+    "tf32": 32,
+}
 
 
 def _dtype_bits(dtype: str) -> int:
@@ -289,8 +314,10 @@ def _parse_table_row(name: str, row: str, module: HloModule, line_no: int) -> No
     else:
         fields = dict(_META_ITEM.findall(value))
         if name == "FileLocations":
-            module.locations[key] = (_int(fields.get("file_name_id")) or -1,
-                                     _int(fields.get("line")) or 0)  # fmt: skip
+            module.locations[key] = (
+                _int(fields.get("file_name_id")) or -1,
+                _int(fields.get("line")) or 0,
+            )
         else:
             # The text printer writes parent_frame_id one more than the real id (0: no parent).
             parent = _int(fields.get("parent_frame_id")) or 0
@@ -334,8 +361,13 @@ def _parse_instruction(line: str, comp: str, line_no: int) -> Instruction:
         return instr
     end = tail.find("}", start)
     block = tail[start + 10 : end]
-    if (end < 0 or "{" in block or "\\" in block or block.count('"') % 2
-            or (start and (tail[start - 1].isalnum() or tail[start - 1] == "_"))):  # fmt: skip
+    if (
+        end < 0
+        or "{" in block
+        or "\\" in block
+        or block.count('"') % 2
+        or (start and (tail[start - 1].isalnum() or tail[start - 1] == "_"))
+    ):
         meta = _METADATA.search(tail, start)  # strings with braces or escapes: the full rule
         if meta is None:
             return instr
@@ -373,8 +405,7 @@ def _parse_slow(line: str, line_no: int) -> tuple[str | None, str, str, str, str
         raise HloParseError("expected a shape and an opcode", line_no)
     simple = _SIMPLE_OPERANDS.match(line, op.end())
     close = simple.end() if simple is not None else _close(line, op.end() - 1, line_no)
-    return (m.group(1), m.group(2), shape, op.group(1), line[op.end() : close - 1],
-            line[close:])  # fmt: skip
+    return (m.group(1), m.group(2), shape, op.group(1), line[op.end() : close - 1], line[close:])
 
 
 _INSTRUCTION_LINE = re.compile(r"^\s+(?:ROOT\s+)?%?[\w.\-]+\s*=\s", re.M)

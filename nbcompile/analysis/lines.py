@@ -55,8 +55,9 @@ class Locator:
     def is_user(self, file: str) -> bool:
         known = self._user.get(file)
         if known is None:
-            known = self._user[file] = (file == self.filename or self.is_cell_file(file)
-                                        or is_user_file(file))  # fmt: skip
+            known = self._user[file] = (
+                file == self.filename or self.is_cell_file(file) or is_user_file(file)
+            )
         return known
 
     def visible_line(self, file: str | None, line: int | None) -> int | None:
@@ -91,8 +92,9 @@ class Locator:
                 break
         return location, visible
 
-    def of_instruction(self, module: HloModule, instr: Instruction) -> tuple[Location | None,
-                                                                             int | None]:  # fmt: skip
+    def of_instruction(
+        self, module: HloModule, instr: Instruction
+    ) -> tuple[Location | None, int | None]:
         """:meth:`resolve` of an HLO instruction's stack, cached per stack-frame id."""
         frame = instr.stack_frame_id
         if frame is None:

@@ -48,8 +48,9 @@ def _entry() -> dict[str, Any]:
     return {"fusions": [], "nodes": [], "kernels": [], "cost_share": 0.0, "from": "estimate"}
 
 
-def line_maps(traced: Traced, info: CompiledInfo | None,
-              locator: Locator) -> tuple[dict[int, dict], dict[Location, dict]]:  # fmt: skip
+def line_maps(
+    traced: Traced, info: CompiledInfo | None, locator: Locator
+) -> tuple[dict[int, dict], dict[Location, dict]]:
     """(compiling-cell line -> entry, other Location -> entry); an entry lists the traced
     ``nodes``, the ``fusions`` and other ``kernels`` of that line and its ``cost_share`` (of
     flops, or of bytes where no kernel has flops): shares add up to at most 1 within each of
@@ -58,8 +59,9 @@ def line_maps(traced: Traced, info: CompiledInfo | None,
     located: dict[Location, dict[str, Any]] = {}
 
     def elsewhere(location: Location | None) -> bool:
-        return location is not None and not (location.file == locator.filename
-                                             or locator.is_cell_file(location.file))  # fmt: skip
+        return location is not None and not (
+            location.file == locator.filename or locator.is_cell_file(location.file)
+        )
 
     for node in traced.graph.nodes:
         if node.kind not in ("op", "call"):
@@ -70,8 +72,11 @@ def line_maps(traced: Traced, info: CompiledInfo | None,
             located.setdefault(node.location, _entry())["nodes"].append(node.id)
     if info is None:
         return lines, located
-    use = ("flops" if any((c.get("flops") or 0) > 0 for c in info.unit_costs.values())
-           else "bytes accessed")  # fmt: skip
+    use = (
+        "flops"
+        if any((c.get("flops") or 0) > 0 for c in info.unit_costs.values())
+        else "bytes accessed"
+    )
     total = sum((c.get(use) or 0.0) for c in info.unit_costs.values())
     fusion_names = {f.name for f in info.fusions}
     weights: dict[int, float] = {}
@@ -114,9 +119,14 @@ def source_texts(located: dict[Location, Any], cells: CellFiles) -> list[dict[st
     out = []
     for file, loc in sorted(first.items(), key=lambda item: item[1].sort_key()):
         text = cells.lines(file)
-        out.append({
-            "cell": loc.cell, "file": file, "label": loc.source_label,
-            "key_prefix": loc.label[: len(loc.label) - len(str(loc.line))],
-            "lines": text[:MAX_SOURCE_LINES], "truncated": len(text) > MAX_SOURCE_LINES,
-        })  # fmt: skip
+        out.append(
+            {
+                "cell": loc.cell,
+                "file": file,
+                "label": loc.source_label,
+                "key_prefix": loc.label[: len(loc.label) - len(str(loc.line))],
+                "lines": text[:MAX_SOURCE_LINES],
+                "truncated": len(text) > MAX_SOURCE_LINES,
+            }
+        )
     return out

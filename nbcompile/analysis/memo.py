@@ -43,10 +43,18 @@ def fingerprint(artifacts: Artifacts) -> str | None:
     source = artifacts.source
     # a cache key, not a security check
     digest = hashlib.sha1(artifacts.hlo_text.encode(), usedforsecurity=False)
-    parts = (repr(names), repr([str(v.aval) for v in jaxpr.invars]), repr(len(closed.consts)),
-             repr(len(jaxpr.eqns)), cell_identity(source.filename or ""), source.text,
-             artifacts.backend, artifacts.name, repr(artifacts.grad_argnums),
-             repr(type(artifacts.fn)))  # fmt: skip
+    parts = (
+        repr(names),
+        repr([str(v.aval) for v in jaxpr.invars]),
+        repr(len(closed.consts)),
+        repr(len(jaxpr.eqns)),
+        cell_identity(source.filename or ""),
+        source.text,
+        artifacts.backend,
+        artifacts.name,
+        repr(artifacts.grad_argnums),
+        repr(type(artifacts.fn)),
+    )
     for part in parts:
         digest.update(b"\1" + part.encode())
     return digest.hexdigest()
@@ -119,8 +127,10 @@ def _relabel(analysis: Analysis, locator: Locator) -> None:
 
     for fusion in analysis.fusions:
         fusion.locations = [changed.get(loc, loc) for loc in fusion.locations]
-    analysis.kernel_sites = {k: (lines, [changed.get(loc, loc) for loc in locs])
-                             for k, (lines, locs) in analysis.kernel_sites.items()}  # fmt: skip
+    analysis.kernel_sites = {
+        k: (lines, [changed.get(loc, loc) for loc in locs])
+        for k, (lines, locs) in analysis.kernel_sites.items()
+    }
     analysis.located = {changed.get(loc, loc): e for loc, e in analysis.located.items()}
     for graph in (analysis.traced_graph, analysis.compiled_graph):
         for node in graph.nodes if graph is not None else ():
@@ -130,8 +140,12 @@ def _relabel(analysis: Analysis, locator: Locator) -> None:
     for source in analysis.sources:
         if source["file"] in now:
             probe = Location(*now[source["file"]], 1)
-            source.update(cell=probe.cell, file=probe.file, label=probe.source_label,
-                          key_prefix=probe.label[:-1])
+            source.update(
+                cell=probe.cell,
+                file=probe.file,
+                label=probe.source_label,
+                key_prefix=probe.label[:-1],
+            )
 
 
 def refresh_locations(analysis: Analysis, source: SourceInfo) -> None:

@@ -39,8 +39,9 @@ _PRIMITIVE = re.compile(r"([A-Za-z_][\w\-]*)(?:\[[^\]]*\])?$")
 _LAYOUT = re.compile(r"\{[^{}]*\}")
 
 
-def locate(locator: Locator, module: HloModule, instr: Instruction) -> tuple[Location | None,
-                                                                              int | None]:  # fmt: skip
+def locate(
+    locator: Locator, module: HloModule, instr: Instruction
+) -> tuple[Location | None, int | None]:
     """The one place buffers get their source: ``(location, compiling-cell line)`` of an HLO
     instruction, in the form ``Fusion.locations`` / ``Fusion.source_lines`` use."""
     return locator.of_instruction(module, instr)
@@ -66,12 +67,21 @@ class MemoryBuffer:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "bytes": self.bytes, "shape": self.shape, "op": self.op,
-            "kind": self.kind, "lines": [loc.to_json() for loc in self.lines],
-            "source_lines": list(self.source_lines), "module": self.module,
-            "start": self.start, "end": self.end, "phase": self.phase,
-            "instruction": self.instruction, "argument": self.argument, "source": "XLA",
-        }  # fmt: skip
+            "name": self.name,
+            "bytes": self.bytes,
+            "shape": self.shape,
+            "op": self.op,
+            "kind": self.kind,
+            "lines": [loc.to_json() for loc in self.lines],
+            "source_lines": list(self.source_lines),
+            "module": self.module,
+            "start": self.start,
+            "end": self.end,
+            "phase": self.phase,
+            "instruction": self.instruction,
+            "argument": self.argument,
+            "source": "XLA",
+        }
 
 
 @dataclass
@@ -154,6 +164,7 @@ class MemoryMap:
     # --- output ------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """Every figure with its source: ``{"value": ..., "source": "XLA" | "spec" | ...}``."""
+
         def fig(value: Any, source: str | None) -> dict[str, Any]:
             return {"value": value, "source": source if value is not None else None}
 
@@ -168,47 +179,67 @@ class MemoryMap:
             "fits": fig(self.fits, self.capacity_source),
             "headroom_bytes": fig(self.headroom_bytes, self.capacity_source),
             "xla_live_range_peak": fig(self.xla_live_range_peak, "XLA"),
-            "timeline": {"source": self.peak_source, "points": [list(p) for p in self.timeline],
-                         "steps": self.steps, "by_kind": self.kind_timeline},
+            "timeline": {
+                "source": self.peak_source,
+                "points": [list(p) for p in self.timeline],
+                "steps": self.steps,
+                "by_kind": self.kind_timeline,
+            },
             "at_peak": [b.to_json() for b in self.at_peak],
-            "by_line": [{**loc.to_json(), "bytes": v, "source": self.peak_source}
-                        for loc, v in self.by_line.items()],
-            "by_cell_line": {str(k): fig(v, self.peak_source) for k, v in self.by_cell_line.items()},
+            "by_line": [
+                {**loc.to_json(), "bytes": v, "source": self.peak_source}
+                for loc, v in self.by_line.items()
+            ],
+            "by_cell_line": {
+                str(k): fig(v, self.peak_source) for k, v in self.by_cell_line.items()
+            },
             "by_module": {k: fig(v, self.peak_source) for k, v in self.by_module.items()},
             "by_kind": {k: fig(v, self.peak_source) for k, v in self.by_kind.items()},
             "other_spaces": {str(k): fig(v, "XLA") for k, v in self.other_spaces.items()},
             "peak_all_spaces": fig(self.peak_all_spaces, self.peak_source),
             "xla": {k: fig(v, "XLA") for k, v in self.xla.items()},
-            "devices": self.devices, "per_device": True, "program": self.program,
-            "platform": self.platform, "notes": list(self.notes),
-        }  # fmt: skip
+            "devices": self.devices,
+            "per_device": True,
+            "program": self.program,
+            "platform": self.platform,
+            "notes": list(self.notes),
+        }
 
     def text(self, top: int = 5) -> str:
         """A short plain-text summary: peak, allocation, fit verdict, what is live at the peak."""
         where = f" per device ({self.devices} devices)" if self.devices > 1 else ""
         what = "value_and_grad program" if self.program == "value_and_grad" else "program"
-        lines = [f"memory of the {what}{where}: peak {format_bytes(self.peak_bytes)} live at "
-                 f"step {self.peak_step} of {len(self.steps)} ({self.peak_source})"]  # fmt: skip
+        lines = [
+            f"memory of the {what}{where}: peak {format_bytes(self.peak_bytes)} live at "
+            f"step {self.peak_step} of {len(self.steps)} ({self.peak_source})"
+        ]
         if self.allocated_bytes is not None:
-            code = (f" + code {format_bytes(self.generated_code_bytes)}"
-                    if self.generated_code_bytes else "")  # fmt: skip
+            code = (
+                f" + code {format_bytes(self.generated_code_bytes)}"
+                if self.generated_code_bytes
+                else ""
+            )
             lines.append(f"  XLA allocates {format_bytes(self.allocated_bytes)}{code} per call")
         if self.capacity_bytes is None:
             lines.append("  capacity unknown: fits not decided")
         else:
             verdict = "fits" if self.fits else "does NOT fit"
-            lines.append(f"  {verdict} in {format_bytes(self.capacity_bytes)} "
-                         f"({self.capacity_bytes / 2**30:.4g} GiB) "
-                         f"[{self.capacity_source}: {self.capacity_label}]; headroom "
-                         f"{format_bytes(self.headroom_bytes)}")  # fmt: skip
+            lines.append(
+                f"  {verdict} in {format_bytes(self.capacity_bytes)} "
+                f"({self.capacity_bytes / 2**30:.4g} GiB) "
+                f"[{self.capacity_source}: {self.capacity_label}]; headroom "
+                f"{format_bytes(self.headroom_bytes)}"
+            )
         kinds = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.by_kind.items() if v)
         lines.append(f"  at the peak: {kinds}")
         for b in sorted(self.at_peak, key=lambda b: -b.bytes)[:top]:
             what = f"argument {b.argument}" if b.argument else b.op
             src = f" at {b.lines[0].label}" if b.lines else ""
             mod = f" [{b.module}]" if b.module else ""
-            lines.append(f"    {format_bytes(b.bytes):>9}  {b.kind:<9} {what} "
-                         f"{_LAYOUT.sub('', b.shape)}{src}{mod}")
+            lines.append(
+                f"    {format_bytes(b.bytes):>9}  {b.kind:<9} {what} "
+                f"{_LAYOUT.sub('', b.shape)}{src}{mod}"
+            )
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -234,8 +265,9 @@ class _Where:
     def __init__(self, module: HloModule, source: SourceInfo | None) -> None:
         self.module = module
         self.locator = Locator(source or SourceInfo())
-        self.by_name = {c.name: {i.name: i for i in c.instructions}
-                        for c in module.computations.values()}  # fmt: skip
+        self.by_name = {
+            c.name: {i.name: i for i in c.instructions} for c in module.computations.values()
+        }
         self._phase: dict[str, str | None] = {}
 
     def instruction(self, computation: str, name: str) -> Instruction | None:
@@ -283,8 +315,9 @@ class _Where:
         key = f"{instr.computation}/{instr.name}"
         if key not in self._phase:
             found = {op_name_phase(m.op_name) for m in [instr, *self.members(instr)]} - {None}
-            self._phase[key] = ("mixed" if "mixed" in found or len(found) > 1
-                                else found.pop() if found else None)  # fmt: skip
+            self._phase[key] = (
+                "mixed" if "mixed" in found or len(found) > 1 else found.pop() if found else None
+            )
         return self._phase[key]
 
     def buffer(self, v: LiveValue, kind: str) -> MemoryBuffer:
@@ -304,11 +337,20 @@ class _Where:
         elif made_by is not instr:
             op = made_by.opcode
         return MemoryBuffer(
-            name=v.label, bytes=v.bytes, shape=v.shape, op=op, kind=kind, lines=locations,
-            source_lines=visible, module=_module_path(made_by.op_name), start=v.start,
-            end=v.end, phase=self.phase(instr), instruction=instr.name,
+            name=v.label,
+            bytes=v.bytes,
+            shape=v.shape,
+            op=op,
+            kind=kind,
+            lines=locations,
+            source_lines=visible,
+            module=_module_path(made_by.op_name),
+            start=v.start,
+            end=v.end,
+            phase=self.phase(instr),
+            instruction=instr.name,
             argument=instr.op_name if instr.opcode == "parameter" else None,
-        )  # fmt: skip
+        )
 
 
 def _kind(v: LiveValue, where: _Where) -> str:
@@ -328,8 +370,10 @@ def _xla_moment_total(values: list[LiveValue]) -> int:
     ``HloLiveRange::ComputePeakMemoryMoment`` picks (it sizes each value by its defining
     instruction's whole shape -- a tuple's pointer table for multi-output values -- and counts
     values ending at t-1 while adding those starting at t)."""
-    events = sorted([(v.start, 0, v.xla_moment_bytes) for v in values]
-                    + [(v.end + 1, 1, v.xla_moment_bytes) for v in values])  # fmt: skip
+    events = sorted(
+        [(v.start, 0, v.xla_moment_bytes) for v in values]
+        + [(v.end + 1, 1, v.xla_moment_bytes) for v in values]
+    )
     usage = peak = moment = 0
     for time, is_end, size in events:
         usage += -size if is_end else size
@@ -374,40 +418,66 @@ def memory_map_from_hlo(
             rows[t] += v.bytes
     for t, inner in live.nested.items():
         for v in inner:
-            (per_kind[kinds[id(v)]] if v.space == 0 else other.setdefault(v.space, [0] * n))[t] += v.bytes
+            (per_kind[kinds[id(v)]] if v.space == 0 else other.setdefault(v.space, [0] * n))[t] += (
+                v.bytes
+            )
     totals = [sum(per_kind[k][t] for k in KINDS) for t in range(n)]
     peak_step = max(range(n), key=lambda t: (totals[t], -t)) if n else 0
     peak = totals[peak_step] if n else 0
-    at_peak = [v for v in counted if v.space == 0 and v.start <= peak_step <= (
-        v.end if v.counted_end is None else v.counted_end)]
+    at_peak = [
+        v
+        for v in counted
+        if v.space == 0
+        and v.start <= peak_step <= (v.end if v.counted_end is None else v.counted_end)
+    ]
     at_peak += [v for v in live.nested.get(peak_step, []) if v.space == 0]
     buffers = sorted((where.buffer(v, kinds[id(v)]) for v in at_peak), key=lambda b: -b.bytes)
     steps = [{"name": i.name, "op": i.opcode, "phase": where.phase(i)} for i in live.steps]
     mem = dict(xla_memory or {})
     allocated = None
     if all(mem.get(k) is not None for k in ("argument_bytes", "output_bytes", "temp_bytes")):
-        allocated = int(mem["argument_bytes"] + mem["output_bytes"] + mem["temp_bytes"]
-                        - (mem.get("alias_bytes") or 0))  # fmt: skip
+        allocated = int(
+            mem["argument_bytes"]
+            + mem["output_bytes"]
+            + mem["temp_bytes"]
+            - (mem.get("alias_bytes") or 0)
+        )
     notes = list(live.notes)
     if live.nested:
-        notes.append("loop/branch bodies are counted at their own peak at the step that runs "
-                     "them (XLA flattens them into the schedule): the peak is an estimate")
+        notes.append(
+            "loop/branch bodies are counted at their own peak at the step that runs "
+            "them (XLA flattens them into the schedule): the peak is an estimate"
+        )
     if platform == "cpu" and mem.get("peak_bytes") is not None:
-        notes.append("XLA:CPU's memory_analysis() peak counts arguments, outputs and constants "
-                     "only (its executable keeps no heap trace); the peak here follows XLA's "
-                     "live ranges")
+        notes.append(
+            "XLA:CPU's memory_analysis() peak counts arguments, outputs and constants "
+            "only (its executable keeps no heap trace); the peak here follows XLA's "
+            "live ranges"
+        )
     cap_bytes, cap_source, cap_label = capacity
     return MemoryMap(
-        peak_bytes=peak, peak_step=peak_step, timeline=list(enumerate(totals)), at_peak=buffers,
-        steps=steps, capacity_bytes=cap_bytes, capacity_source=cap_source,
-        capacity_label=cap_label, allocated_bytes=allocated,
-        generated_code_bytes=(int(mem["generated_code_bytes"])
-                              if mem.get("generated_code_bytes") else None),
-        xla=mem, other_spaces={s: max(rows) for s, rows in sorted(other.items()) if rows},
-        peak_all_spaces=max((totals[t] + sum(rows[t] for rows in other.values())
-                             for t in range(n)), default=0),
-        devices=devices, program=program, platform=platform,
-        peak_source="estimate" if live.nested else "XLA", kind_timeline=per_kind,
+        peak_bytes=peak,
+        peak_step=peak_step,
+        timeline=list(enumerate(totals)),
+        at_peak=buffers,
+        steps=steps,
+        capacity_bytes=cap_bytes,
+        capacity_source=cap_source,
+        capacity_label=cap_label,
+        allocated_bytes=allocated,
+        generated_code_bytes=(
+            int(mem["generated_code_bytes"]) if mem.get("generated_code_bytes") else None
+        ),
+        xla=mem,
+        other_spaces={s: max(rows) for s, rows in sorted(other.items()) if rows},
+        peak_all_spaces=max(
+            (totals[t] + sum(rows[t] for rows in other.values()) for t in range(n)), default=0
+        ),
+        devices=devices,
+        program=program,
+        platform=platform,
+        peak_source="estimate" if live.nested else "XLA",
+        kind_timeline=per_kind,
         xla_live_range_peak=None if live.nested else _xla_moment_total(live.values),
         notes=notes,
-    )  # fmt: skip
+    )

@@ -40,16 +40,63 @@ __all__ = ["LiveValue", "Liveness", "liveness"]
 
 _LAYOUT = re.compile(r"\{[^{}]*\}")
 # Ops whose result is (a view of) an operand: no new device memory.
-_FORWARD = {"bitcast", "add-dependency", "domain", "opt-barrier", "all-reduce-done",
-            "async-update", "copy-done"}  # fmt: skip
+_FORWARD = {
+    "bitcast",
+    "add-dependency",
+    "domain",
+    "opt-barrier",
+    "all-reduce-done",
+    "async-update",
+    "copy-done",
+}
 _CONTROL = ("while", "conditional", "call")
-_ELEMENTWISE = {"abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "complex",
-                "convert", "cosine", "divide", "exponential", "exponential-minus-one", "floor",
-                "imag", "is-finite", "log", "log-plus-one", "logistic", "maximum", "minimum",
-                "multiply", "negate", "not", "or", "popcnt", "power", "real", "remainder",
-                "round-nearest-afz", "round-nearest-even", "rsqrt", "select", "shift-left",
-                "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "sqrt",
-                "subtract", "tan", "tanh", "xor", "erf"}  # fmt: skip
+_ELEMENTWISE = {
+    "abs",
+    "add",
+    "and",
+    "atan2",
+    "cbrt",
+    "ceil",
+    "clamp",
+    "compare",
+    "complex",
+    "convert",
+    "cosine",
+    "divide",
+    "exponential",
+    "exponential-minus-one",
+    "floor",
+    "imag",
+    "is-finite",
+    "log",
+    "log-plus-one",
+    "logistic",
+    "maximum",
+    "minimum",
+    "multiply",
+    "negate",
+    "not",
+    "or",
+    "popcnt",
+    "power",
+    "real",
+    "remainder",
+    "round-nearest-afz",
+    "round-nearest-even",
+    "rsqrt",
+    "select",
+    "shift-left",
+    "shift-right-arithmetic",
+    "shift-right-logical",
+    "sign",
+    "sine",
+    "sqrt",
+    "subtract",
+    "tan",
+    "tanh",
+    "xor",
+    "erf",
+}
 
 
 @dataclass(slots=True)
@@ -117,8 +164,6 @@ def _at(tree: object, path: tuple[int, ...]) -> object:
     return tree
 
 
-
-
 class _Builder:
     def __init__(self, module: HloModule, platform: str) -> None:
         self.module = module
@@ -128,27 +173,53 @@ class _Builder:
         # TPU allocations are whole 512-byte granules (a padded f32[] scalar takes 512 bytes)
         return -(-size // 512) * 512 if self.platform == "tpu" else size
 
-    def value(self, instr: Instruction, index: tuple[int, ...], shape: str, step: int,
-              kind: str) -> LiveValue:  # fmt: skip
+    def value(
+        self, instr: Instruction, index: tuple[int, ...], shape: str, step: int, kind: str
+    ) -> LiveValue:
         elements = split_tuple(shape)
         if elements is None:
-            size, unpadded, space = array_bytes(shape), array_bytes(shape, False), memory_space(shape)
+            size, unpadded, space = (
+                array_bytes(shape),
+                array_bytes(shape, False),
+                memory_space(shape),
+            )
         else:
             size = unpadded = POINTER_BYTES * len(elements)
             space, kind = 0, "table"
         whole = split_tuple(instr.shape)
-        moment = POINTER_BYTES * len(whole) if whole is not None else array_bytes(instr.shape, False)
-        return LiveValue(instr.name, index, shape, self.allocated(size), space, step, step, kind,
-                         computation=instr.computation, unpadded=unpadded,
-                         xla_moment_bytes=moment)  # fmt: skip
+        moment = (
+            POINTER_BYTES * len(whole) if whole is not None else array_bytes(instr.shape, False)
+        )
+        return LiveValue(
+            instr.name,
+            index,
+            shape,
+            self.allocated(size),
+            space,
+            step,
+            step,
+            kind,
+            computation=instr.computation,
+            unpadded=unpadded,
+            xla_moment_bytes=moment,
+        )
 
-    def new(self, instr: Instruction, shape: str, index: tuple[int, ...], step: int,
-            kind: str = "temporary") -> object:  # fmt: skip
+    def new(
+        self,
+        instr: Instruction,
+        shape: str,
+        index: tuple[int, ...],
+        step: int,
+        kind: str = "temporary",
+    ) -> object:
         elements = split_tuple(shape)
         if elements is None:
             return self.value(instr, index, shape, step, kind)
         table = self.value(instr, index, shape, step, kind)
-        return (table, [self.new(instr, s, (*index, i), step, kind) for i, s in enumerate(elements)])
+        return (
+            table,
+            [self.new(instr, s, (*index, i), step, kind) for i, s in enumerate(elements)],
+        )
 
     def in_place_operand(self, instr: Instruction) -> int | None:
         """The operand a fusion rooted in dynamic-update-slice / scatter updates in place."""
@@ -193,13 +264,20 @@ class _Builder:
                 tree[1][0] = (first[0], list(ops)) if isinstance(first, tuple) else ops[0]
             return tree
         tree = self.new(instr, instr.shape, (), step)
-        aliasing = instr.attrs.get("output_to_operand_aliasing") if "aliasing" in instr.tail else None
+        aliasing = (
+            instr.attrs.get("output_to_operand_aliasing") if "aliasing" in instr.tail else None
+        )
         if aliasing:
             for out_idx, operand, op_idx in ALIAS_PAIR.findall(aliasing):
                 if int(operand) < len(ops):
-                    tree = _replace(tree, shape_index(out_idx), _at(ops[int(operand)], shape_index(op_idx)))
-        elif (k := self.in_place_operand(instr)) is not None and k < len(ops) \
-                and not isinstance(tree, tuple):
+                    tree = _replace(
+                        tree, shape_index(out_idx), _at(ops[int(operand)], shape_index(op_idx))
+                    )
+        elif (
+            (k := self.in_place_operand(instr)) is not None
+            and k < len(ops)
+            and not isinstance(tree, tuple)
+        ):
             tree = ops[k]
         return tree
 
@@ -263,8 +341,12 @@ class _Builder:
                 wrapped_root[async_start.name] = tree
                 for v in _leaves(tree):  # XLA starts an async result with its async-start
                     v.start = step + 1
-            if instr.opcode == "async-start" and instr.name in wrapped_root \
-                    and isinstance(tree, tuple) and len(tree[1]) > 1:
+            if (
+                instr.opcode == "async-start"
+                and instr.name in wrapped_root
+                and isinstance(tree, tuple)
+                and len(tree[1]) > 1
+            ):
                 tree[1][1] = wrapped_root[instr.name]  # the async result is the wrapped root
             if tree is not None:
                 for v in _leaves(tree):  # a forwarded value is also read where it is forwarded
@@ -294,8 +376,14 @@ class _Builder:
         comp = self.module.computations.get(user.called[0])
         if comp is None:
             return False
-        param = next((i for i in comp.instructions if i.opcode == "parameter"
-                      and (i.literal or "") == str(operand_index)), None)  # fmt: skip
+        param = next(
+            (
+                i
+                for i in comp.instructions
+                if i.opcode == "parameter" and (i.literal or "") == str(operand_index)
+            ),
+            None,
+        )
         todo, seen = [param] if param is not None else [], set()
         users: dict[str, list[Instruction]] = {}
         for i in comp.instructions:
@@ -312,28 +400,44 @@ class _Builder:
                 todo.append(u)
         return param is not None
 
-    def share_buffers(self, order: list[tuple[Instruction, Instruction | None]],
-                      trees: dict[str, object]) -> None:  # fmt: skip
+    def share_buffers(
+        self, order: list[tuple[Instruction, Instruction | None]], trees: dict[str, object]
+    ) -> None:
         """Where XLA hands a dying operand's buffer to the result of the op that last reads it
         (same size, element-wise use), the two do not hold memory at that step together."""
         for step, (instr, _ctx) in enumerate(order):
             result = trees.get(instr.name)
-            if not isinstance(result, LiveValue) or result.start != step or result.kind not in (
-                    "temporary", "output"):  # fmt: skip
+            if (
+                not isinstance(result, LiveValue)
+                or result.start != step
+                or result.kind not in ("temporary", "output")
+            ):
                 continue
             dims = _LAYOUT.sub("", result.shape)
             for k, name in enumerate(instr.operands):
                 operand = trees.get(name)
-                if (isinstance(operand, LiveValue) and operand.kind == "temporary"
-                        and operand.end == step and operand.counted_end is None
-                        and operand.bytes == result.bytes and operand.space == result.space
-                        and _LAYOUT.sub("", operand.shape) == dims
-                        and instr.operands.count(name) == 1 and self.can_share(instr, k)):  # fmt: skip
+                if (
+                    isinstance(operand, LiveValue)
+                    and operand.kind == "temporary"
+                    and operand.end == step
+                    and operand.counted_end is None
+                    and operand.bytes == result.bytes
+                    and operand.space == result.space
+                    and _LAYOUT.sub("", operand.shape) == dims
+                    and instr.operands.count(name) == 1
+                    and self.can_share(instr, k)
+                ):
                     operand.counted_end = step - 1
                     break
 
-    def mark_outputs(self, tree: object, end: int, entry: bool,
-                     io_alias: dict[tuple[int, ...], int], path: tuple[int, ...] = ()) -> None:  # fmt: skip
+    def mark_outputs(
+        self,
+        tree: object,
+        end: int,
+        entry: bool,
+        io_alias: dict[tuple[int, ...], int],
+        path: tuple[int, ...] = (),
+    ) -> None:
         if tree is None:
             return
         if isinstance(tree, tuple):
@@ -391,8 +495,6 @@ def _peak_sets(body: Liveness, space: int) -> list[list[LiveValue]]:
         if total > best_bytes:
             best, best_bytes = live, total
     return [best]
-
-
 
 
 def liveness(module: HloModule, hlo_text: str = "", platform: str = "cpu") -> Liveness:

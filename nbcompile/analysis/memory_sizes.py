@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ALIAS_PAIR", "POINTER_BYTES", "array_bytes", "input_output_alias", "memory_space",
-           "shape_index", "split_tuple"]
+__all__ = [
+    "ALIAS_PAIR",
+    "POINTER_BYTES",
+    "array_bytes",
+    "input_output_alias",
+    "memory_space",
+    "shape_index",
+    "split_tuple",
+]
 
 POINTER_BYTES = 8  # a tuple's buffer is a table of pointers to its elements
 _ARRAY = re.compile(r"^([a-z][a-z0-9]*)\[([^\]]*)\](?:\{([^}]*)\})?$")
@@ -19,9 +26,29 @@ _TILE = re.compile(r"\(([^()]*)\)")
 _SPACE = re.compile(r"S\((\d+)\)")
 _COMMENT = re.compile(r"/\*.*?\*/")
 ALIAS_PAIR = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}")
-_BITS = {"pred": 8, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8, "s16": 16, "u16": 16,
-         "s32": 32, "u32": 32, "s64": 64, "u64": 64, "f16": 16, "bf16": 16, "f32": 32, "f64": 64,
-         "c64": 64, "c128": 128, "token": 0, "tf32": 32}  # fmt: skip
+_BITS = {
+    "pred": 8,
+    "s2": 2,
+    "u2": 2,
+    "s4": 4,
+    "u4": 4,
+    "s8": 8,
+    "u8": 8,
+    "s16": 16,
+    "u16": 16,
+    "s32": 32,
+    "u32": 32,
+    "s64": 64,
+    "u64": 64,
+    "f16": 16,
+    "bf16": 16,
+    "f32": 32,
+    "f64": 64,
+    "c64": 64,
+    "c128": 128,
+    "token": 0,
+    "tf32": 32,
+}
 
 
 def _dims(text: str) -> list[int]:

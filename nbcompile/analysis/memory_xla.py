@@ -14,8 +14,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["XlaAllocation", "XlaLiveRange", "hbm_oom_figures", "parse_buffer_assignment",
-           "parse_live_range", "parse_memory_usage_report"]  # fmt: skip
+__all__ = [
+    "XlaAllocation",
+    "XlaLiveRange",
+    "hbm_oom_figures",
+    "parse_buffer_assignment",
+    "parse_live_range",
+    "parse_memory_usage_report",
+]
 
 _SEQ = re.compile(r"^\s+(\d+):(\S+)$")
 _RANGE = re.compile(r"^\s+(\S+\{[\d,]*\}):(\d+)-(\d+)$")
@@ -25,8 +31,10 @@ _SPACE = re.compile(r"^Memory Space: (\S+) \(color=(\d+)\)$")
 _TOTAL = re.compile(r"^Total bytes: (\d+)")
 _ALLOC = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
 _VALUE = re.compile(r"^\s*value: <\d+ (\S+) @\d+> \(size=(\d+),offset=(\d+)\): (.*)$")
-_OOM = re.compile(r"required for HLO temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM "
-                  r"\(([\d.]+)([KMGT]?)\)")  # fmt: skip
+_OOM = re.compile(
+    r"required for HLO temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM "
+    r"\(([\d.]+)([KMGT]?)\)"
+)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -49,7 +57,9 @@ class XlaAllocation:
     size: int
     color: int
     flags: str  # "parameter 0", "maybe-live-out", "preallocated-temp", "constant", ...
-    values: list[tuple[str, int, int, str]] = field(default_factory=list)  # name, size, offset, shape
+    values: list[tuple[str, int, int, str]] = field(
+        default_factory=list
+    )  # name, size, offset, shape
 
 
 def parse_live_range(text: str) -> XlaLiveRange:
@@ -92,8 +102,11 @@ def parse_buffer_assignment(text: str) -> list[XlaAllocation]:
         if (m := _ALLOC.match(line)) is not None:
             flags = m.group(3).strip(", ")
             color = re.search(r"color (\d+)", flags)
-            out.append(XlaAllocation(int(m.group(1)), int(m.group(2)),
-                                     int(color.group(1)) if color else 0, flags))  # fmt: skip
+            out.append(
+                XlaAllocation(
+                    int(m.group(1)), int(m.group(2)), int(color.group(1)) if color else 0, flags
+                )
+            )
         elif out and (m := _VALUE.match(line)) is not None:
             out[-1].values.append((m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)))
         elif out and line and not line.startswith((" ", "allocation")):

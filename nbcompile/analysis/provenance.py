@@ -29,11 +29,27 @@ __all__ = ["FIGURE_DICTS", "FIGURE_KEYS", "SOURCES", "is_figure", "label_of", "u
 
 SOURCES = ("XLA", "measured", "estimate", "spec")
 
-FIGURE_KEYS = frozenset({
-    "flops", "bytes", "bytes_accessed", "transcendentals", "optimal_seconds", "seconds",
-    "cost_share", "bytes_saved", "bytes_saved_by_fusion", "residual_bytes", "peak_bytes",
-    "analytic_flops", "analytic_bytes", "utilization", "speedup", "median", "mean",
-})  # fmt: skip
+FIGURE_KEYS = frozenset(
+    {
+        "flops",
+        "bytes",
+        "bytes_accessed",
+        "transcendentals",
+        "optimal_seconds",
+        "seconds",
+        "cost_share",
+        "bytes_saved",
+        "bytes_saved_by_fusion",
+        "residual_bytes",
+        "peak_bytes",
+        "analytic_flops",
+        "analytic_bytes",
+        "utilization",
+        "speedup",
+        "median",
+        "mean",
+    }
+)
 _SUFFIXES = ("_seconds", "_bytes", "_flops", "_bytes_accessed")
 #: dicts whose every number is a figure, whatever its key (``timings``: seconds per stage)
 FIGURE_DICTS = frozenset({"timings", "cost", "memory", "analytic"})
@@ -65,8 +81,10 @@ def _walk(obj: Any, path: str, inherited: list[Any], all_figures: bool = False) 
                 continue
             number = isinstance(value, int | float) and not isinstance(value, bool)
             if (all_figures and number) or is_figure(str(key), value):
-                label = next((lab for s in reversed(scopes)
-                              if (lab := label_of(str(key), s)) is not None), None)  # fmt: skip
+                label = next(
+                    (lab for s in reversed(scopes) if (lab := label_of(str(key), s)) is not None),
+                    None,
+                )
                 if label not in SOURCES:
                     yield f"{path}.{key}"
             elif isinstance(value, dict | list):

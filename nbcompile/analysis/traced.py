@@ -25,21 +25,59 @@ from .lines import Locator
 __all__ = ["EqnInfo", "Traced", "eager_dispatches", "trace_graph", "walk_order"]
 
 _CALL_KINDS = {
-    "pjit": "function", "jit": "function", "closed_call": "function", "core_call": "function",
-    "scan": "loop", "while": "loop", "cond": "branch", "custom_jvp_call": "custom",
-    "custom_vjp_call": "custom", "custom_vjp_call_jaxpr": "custom", "checkpoint": "remat",
-    "remat2": "remat", "remat": "remat", "shard_map": "shard_map",
-}  # fmt: skip
+    "pjit": "function",
+    "jit": "function",
+    "closed_call": "function",
+    "core_call": "function",
+    "scan": "loop",
+    "while": "loop",
+    "cond": "branch",
+    "custom_jvp_call": "custom",
+    "custom_vjp_call": "custom",
+    "custom_vjp_call_jaxpr": "custom",
+    "checkpoint": "remat",
+    "remat2": "remat",
+    "remat": "remat",
+    "shard_map": "shard_map",
+}
 # Op by op (jax.disable_jit(), what --bench times as eager) these run their one sub-program's
 # equations: nested jit, custom-derivative and remat wrappers.
 _EAGER_OPENED = {"function", "custom", "remat"}
 _MOVEMENT = {
-    "reshape", "broadcast_in_dim", "transpose", "squeeze", "expand_dims", "slice",
-    "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "gather", "select_n",
-    "convert_element_type", "copy", "copy_p", "rev", "iota", "bitcast_convert_type", "stop_gradient",
-}  # fmt: skip
-_REDUCE = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin",
-           "reduce_and", "reduce_or", "cumsum", "cumprod", "cummax", "reduce_precision"}  # fmt: skip
+    "reshape",
+    "broadcast_in_dim",
+    "transpose",
+    "squeeze",
+    "expand_dims",
+    "slice",
+    "dynamic_slice",
+    "dynamic_update_slice",
+    "concatenate",
+    "pad",
+    "gather",
+    "select_n",
+    "convert_element_type",
+    "copy",
+    "copy_p",
+    "rev",
+    "iota",
+    "bitcast_convert_type",
+    "stop_gradient",
+}
+_REDUCE = {
+    "reduce_sum",
+    "reduce_max",
+    "reduce_min",
+    "reduce_prod",
+    "argmax",
+    "argmin",
+    "reduce_and",
+    "reduce_or",
+    "cumsum",
+    "cumprod",
+    "cummax",
+    "reduce_precision",
+}
 _TRANSFORM = re.compile(r"^(?:\w+\()+|\)+$")
 
 
@@ -170,22 +208,43 @@ class _Walker:
         if _jax.is_literal(atom):
             value = getattr(atom, "val", "?")
             label = str(value) if getattr(value, "ndim", 0) == 0 else "literal"
-            node = self.traced.graph.add_node("literal", "const", label=label, group=group,
-                                              shape=_short(atom.aval), path=path,
-                                              bytes=_nbytes(atom.aval))  # fmt: skip
+            node = self.traced.graph.add_node(
+                "literal",
+                "const",
+                label=label,
+                group=group,
+                shape=_short(atom.aval),
+                path=path,
+                bytes=_nbytes(atom.aval),
+            )
             return node.id
         return env.get(atom)
 
     def bind_consts(self, closed: Any, env: dict[Any, str], group: str | None, path: str) -> None:
         for var, value in zip(closed.jaxpr.constvars, closed.consts, strict=False):
-            node = self.traced.graph.add_node("constant", "const", label="constant", group=group,
-                                              shape=_short(var.aval), bytes=_nbytes(var.aval),
-                                              path=path)  # fmt: skip
+            node = self.traced.graph.add_node(
+                "constant",
+                "const",
+                label="constant",
+                group=group,
+                shape=_short(var.aval),
+                bytes=_nbytes(var.aval),
+                path=path,
+            )
             env[var] = node.id
             self.traced.consts.append((node, var, value))
 
-    def walk(self, jaxpr: Any, env: dict[Any, str], group: str | None, path: list[str],
-             phase: str | None, depth: int, mult: int, remat: bool) -> None:  # fmt: skip
+    def walk(
+        self,
+        jaxpr: Any,
+        env: dict[Any, str],
+        group: str | None,
+        path: list[str],
+        phase: str | None,
+        depth: int,
+        mult: int,
+        remat: bool,
+    ) -> None:
         graph = self.traced.graph
         for eqn in jaxpr.eqns:
             prim = eqn.primitive.name
@@ -208,20 +267,36 @@ class _Walker:
             kind = _CALL_KINDS.get(prim, "function") if subs else None
             out_shape = ", ".join(_short(v.aval) for v in eqn.outvars)
             out_bytes = sum(_nbytes(v.aval) for v in eqn.outvars)
-            node = graph.add_node(prim, "call" if subs else "op", group=g, shape=out_shape,
-                                  bytes=out_bytes, path=node_path,
-                                  line=visible, location=location,
-                                  file=location.file if location else None,
-                                  file_line=location.line if location else None,
-                                  phase=eqn_phase if self.grad else None,
-                                  flops=None if subs else eqn_flops(prim, eqn) * mult)  # fmt: skip
+            node = graph.add_node(
+                prim,
+                "call" if subs else "op",
+                group=g,
+                shape=out_shape,
+                bytes=out_bytes,
+                path=node_path,
+                line=visible,
+                location=location,
+                file=location.file if location else None,
+                file_line=location.line if location else None,
+                phase=eqn_phase if self.grad else None,
+                flops=None if subs else eqn_flops(prim, eqn) * mult,
+            )
             graph.eqn_nodes[id(eqn)] = node.id
             if subs and kind == "function" and eqn.params.get("name"):
                 node.label = f"{prim}:{eqn.params['name']}"
             in_bytes = sum(_nbytes(v.aval) for v in eqn.invars)
-            info = EqnInfo(node, prim, eqn_phase, depth, list(eqn.invars), list(eqn.outvars),
-                           is_call=bool(subs), recompute=remat, multiplier=mult,
-                           bytes=(in_bytes + out_bytes) * mult)  # fmt: skip
+            info = EqnInfo(
+                node,
+                prim,
+                eqn_phase,
+                depth,
+                list(eqn.invars),
+                list(eqn.outvars),
+                is_call=bool(subs),
+                recompute=remat,
+                multiplier=mult,
+                bytes=(in_bytes + out_bytes) * mult,
+            )
             self.traced.eqns.append(info)
             for sub_label, sub, bind in subs:
                 label = eqn.params.get("name") if kind == "function" else f"{prim} {sub_label}"
@@ -243,9 +318,16 @@ class _Walker:
                         ).id
                     inner_env[var] = src
                 sub_mult = mult * int(eqn.params.get("length", 1)) if prim == "scan" else mult
-                self.walk(inner, inner_env, sg, [*path, *scopes, str(label or prim)], eqn_phase,
-                          depth + 1, sub_mult,
-                          remat or kind == "remat" or "rematted_computation" in scopes)  # fmt: skip
+                self.walk(
+                    inner,
+                    inner_env,
+                    sg,
+                    [*path, *scopes, str(label or prim)],
+                    eqn_phase,
+                    depth + 1,
+                    sub_mult,
+                    remat or kind == "remat" or "rematted_computation" in scopes,
+                )
                 for var in inner.outvars:
                     src = self.atom_node(var, inner_env, sg, node_path)
                     if src is not None:
@@ -261,8 +343,7 @@ class _Walker:
                     self.producer[var] = info
 
 
-def trace_graph(closed_jaxpr: Any, source: Locator, name: str = "f",
-                grad: bool = False) -> Traced:  # fmt: skip
+def trace_graph(closed_jaxpr: Any, source: Locator, name: str = "f", grad: bool = False) -> Traced:
     """Walk ``closed_jaxpr`` once: the traced Graph plus per-equation records."""
     walker = _Walker(source, grad)
     graph = walker.traced.graph
@@ -271,15 +352,27 @@ def trace_graph(closed_jaxpr: Any, source: Locator, name: str = "f",
     names = _jax.arg_names(jaxpr) or []
     for k, var in enumerate(jaxpr.invars):
         label = names[k] if k < len(names) and names[k] else f"arg{k}"
-        env[var] = graph.add_node("parameter", "param", label=label, shape=_short(var.aval),
-                                  bytes=_nbytes(var.aval), path=name).id  # fmt: skip
+        env[var] = graph.add_node(
+            "parameter",
+            "param",
+            label=label,
+            shape=_short(var.aval),
+            bytes=_nbytes(var.aval),
+            path=name,
+        ).id
     walker.bind_consts(closed_jaxpr, env, None, name)
     walker.walk(jaxpr, env, None, [name], None, 0, 1, False)
     walker.traced.eager_kernels, walker.traced.eager_exact = eager_dispatches(jaxpr)
     for k, var in enumerate(jaxpr.outvars):
         src = walker.atom_node(var, env, None, name)
-        out = graph.add_node("output", "output", label=f"out{k}", shape=_short(var.aval),
-                             bytes=_nbytes(var.aval), path=name)  # fmt: skip
+        out = graph.add_node(
+            "output",
+            "output",
+            label=f"out{k}",
+            shape=_short(var.aval),
+            bytes=_nbytes(var.aval),
+            path=name,
+        )
         if src is not None:
             graph.add_edge(src, out.id, _nbytes(var.aval), _short(var.aval))
     return walker.traced
@@ -313,8 +406,9 @@ def eager_dispatches(jaxpr: Any) -> tuple[int, bool]:
             elif prim == "cond":
                 branches = [count(b) for b in params["branches"]]
                 total += min(n for n, _e in branches)
-                exact = exact and len({n for n, _e in branches}) == 1 and all(
-                    e for _n, e in branches)
+                exact = (
+                    exact and len({n for n, _e in branches}) == 1 and all(e for _n, e in branches)
+                )
             elif _CALL_KINDS.get(prim) in _EAGER_OPENED and len(subs) == 1:
                 n, e = count(subs[0])
                 total, exact = total + n, exact and e

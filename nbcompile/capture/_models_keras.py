@@ -84,12 +84,16 @@ class KerasSplit:
         """Layer classes, names, trainable flags and configs, and the variables' paths, shapes
         and dtypes: what changes the traced program. Values are inputs, never part of it."""
         layers = []
-        for layer in self.model._flatten_layers(include_self=True):  # private in Keras 3 (checked 3.15)
+        for layer in self.model._flatten_layers(
+            include_self=True
+        ):  # private in Keras 3 (checked 3.15)
             try:
                 config = repr(sorted(layer.get_config().items()))
             except NotImplementedError:  # subclassed layers without get_config
                 config = None
             layers.append((type(layer).__qualname__, layer.name, layer.trainable, config))
-        variables = [(v.path, tuple(v.shape), str(v.dtype), v.trainable)
-                     for v in self.trainable + self.non_trainable]
+        variables = [
+            (v.path, tuple(v.shape), str(v.dtype), v.trainable)
+            for v in self.trainable + self.non_trainable
+        ]
         return ("keras", tuple(layers), tuple(variables))

@@ -35,11 +35,11 @@ class Captured:
     """A parsed ``%%compile`` cell."""
 
     source: SourceInfo
-    body: list[ast.stmt]            # statements run like a normal cell
-    fn_expr: str                # source of the callable, e.g. "predict" or "model.apply"
-    call: ast.Call | None           # the example call on the last line, if any
-    args_expr: str | None = None    # --args EXPR
-    quiet: bool = False             # trailing ';'
+    body: list[ast.stmt]  # statements run like a normal cell
+    fn_expr: str  # source of the callable, e.g. "predict" or "model.apply"
+    call: ast.Call | None  # the example call on the last line, if any
+    args_expr: str | None = None  # --args EXPR
+    quiet: bool = False  # trailing ';'
     call_line: int | None = None  # visible line of the example call
     defined: list[str] = field(default_factory=list)  # top-level functions/classes the cell defines
 
@@ -102,8 +102,9 @@ def capture(
     maps the kernel's cell files to execution counts (see ``SourceInfo``)."""
     __tracebackhide__ = True
     code_text = "\n" + cell
-    source = SourceInfo(filename=filename, text=f"%%compile {magic_line}".rstrip() + code_text,
-                        cells=cells)
+    source = SourceInfo(
+        filename=filename, text=f"%%compile {magic_line}".rstrip() + code_text, cells=cells
+    )
     linecache.cache[filename] = (len(code_text), None, code_text.splitlines(True), filename)
     try:
         module = ast.parse(code_text, filename=filename)
@@ -123,7 +124,8 @@ def capture(
             ast.parse(fn, mode="eval")
         except SyntaxError as exc:
             raise CaptureError(
-                f"TARGET `{fn}` is not a Python expression", code="NBC114",
+                f"TARGET `{fn}` is not a Python expression",
+                code="NBC114",
                 hint="name the function, e.g. %%compile predict",
             ) from exc
         if last_expr is not None:
@@ -132,7 +134,8 @@ def capture(
         if call is None and args_expr is None:
             raise CaptureError(
                 f"the last line does not call `{fn}`, so there are no example arguments",
-                code="NBC110", line=last.lineno if last else None,
+                code="NBC110",
+                line=last.lineno if last else None,
                 hint=f'end the cell with a call such as `{fn}(x)`, or pass --args "(x,)"',
             )
         fn_expr = fn
@@ -142,7 +145,8 @@ def capture(
             names = ", ".join(f"`{ast.unparse(c.func)}`" for c in outer)
             raise CaptureError(
                 f"the last line calls several functions ({names}): which one to compile?",
-                code="NBC111", line=last.lineno,
+                code="NBC111",
+                line=last.lineno,
                 hint=f"name it: %%compile {ast.unparse(outer[0].func)}",
             )
         call = outer[0]
@@ -152,7 +156,8 @@ def capture(
     else:
         raise CaptureError(
             "no callable to compile: the last line is not a call",
-            code="NBC110", line=last.lineno if last else None,
+            code="NBC110",
+            line=last.lineno if last else None,
             hint="end the cell with the example call, e.g. `predict(params, x)`, "
             'or name it: %%compile predict --args "(params, x)"',
         )
@@ -160,8 +165,13 @@ def capture(
     if call is not None and last_expr is not None:
         body = body[:-1]  # the example call is compiled, not run eagerly
     return Captured(
-        source=source, body=body, fn_expr=fn_expr, call=call, args_expr=args_expr,
-        quiet=quiet, call_line=last.lineno if call is not None and last else None,
+        source=source,
+        body=body,
+        fn_expr=fn_expr,
+        call=call,
+        args_expr=args_expr,
+        quiet=quiet,
+        call_line=last.lineno if call is not None and last else None,
         defined=defined,
     )
 
@@ -179,11 +189,15 @@ def run_body(captured: Captured, namespace: dict[str, Any]) -> None:
         line = cell_line_of(exc, captured.source)
         if isinstance(exc, NameError):
             raise CaptureError(
-                f"NameError: {exc}", code="NBC102", line=line,
+                f"NameError: {exc}",
+                code="NBC102",
+                line=line,
                 hint="define it in this cell or run the cell that defines it first",
             ) from exc
         raise CaptureError(
-            f"the cell raised {type(exc).__name__}: {exc}", code="NBC101", line=line,
+            f"the cell raised {type(exc).__name__}: {exc}",
+            code="NBC101",
+            line=line,
             hint="fix the error; nothing was compiled and no names were changed",
         ) from exc
 
@@ -201,17 +215,22 @@ def evaluate_call(
     filename = captured.source.filename or "<cell>"
     line = captured.call_line
     try:
-        target = _eval(captured.call.func if captured.call else captured.fn_expr,
-                       namespace, filename)
+        target = _eval(
+            captured.call.func if captured.call else captured.fn_expr, namespace, filename
+        )
     except NameError as exc:
         raise CaptureError(
-            f"`{captured.fn_expr}` is not defined ({exc})", code="NBC112", line=line,
+            f"`{captured.fn_expr}` is not defined ({exc})",
+            code="NBC112",
+            line=line,
             hint="define it in this cell or in an earlier cell",
         ) from exc
     if not callable(target):
         raise CaptureError(
             f"`{captured.fn_expr}` is a {type(target).__name__}, not a callable",
-            code="NBC112", line=line, hint="compile a function or model",
+            code="NBC112",
+            line=line,
+            hint="compile a function or model",
         )
     try:
         if captured.args_expr is not None:
@@ -234,7 +253,8 @@ def evaluate_call(
         code = "NBC102" if isinstance(exc, NameError) else "NBC113"
         raise CaptureError(
             f"the example arguments could not be evaluated: {type(exc).__name__}: {exc}",
-            code=code, line=line,
+            code=code,
+            line=line,
             hint="define the arguments before the call (or give them with --args)",
         ) from exc
     return target, tuple(args), kwargs

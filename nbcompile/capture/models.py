@@ -179,8 +179,9 @@ def _named(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     return fn
 
 
-def _signed(fn: Callable[..., Any], names: Any, keywords: Any = (),
-            wraps: Any = None) -> Callable[..., Any]:
+def _signed(
+    fn: Callable[..., Any], names: Any, keywords: Any = (), wraps: Any = None
+) -> Callable[..., Any]:
     """Give a ``*values`` wrapper the user's parameter names, positional ``names`` then the
     call's ``keywords``. JAX names arguments from the signature in its messages and in the
     program (``argument n``, ``path static.activation``), and ``jax.jit`` resolves
@@ -294,8 +295,14 @@ def _adapt_function(target: Any, args: tuple, kwargs: dict, *, rebindable: bool)
     names = call_arg_names(target, tuple(args), kwargs)
     if not models:
         return Adapted(
-            fn=target, args=tuple(args), params_argnums=(), kind="function", name=name,
-            kwargs=dict(kwargs), arg_names=tuple(names), rebindable=rebindable,
+            fn=target,
+            args=tuple(args),
+            params_argnums=(),
+            kind="function",
+            name=name,
+            kwargs=dict(kwargs),
+            arg_names=tuple(names),
+            rebindable=rebindable,
         )
     splits = {i: _splitter(kind, args[i]) for i, kind in models}
     n_args = len(args)
@@ -337,8 +344,7 @@ def _closure_models(fn: Any, depth: int = 4) -> bool:
             with contextlib.suppress(ValueError):  # an empty cell
                 parts.append(cell.cell_contents)
     return any(
-        model_kind(p) is not None or (callable(p) and _closure_models(p, depth - 1))
-        for p in parts
+        model_kind(p) is not None or (callable(p) and _closure_models(p, depth - 1)) for p in parts
     )
 
 
@@ -359,7 +365,8 @@ def _lift_closure_models(target: Any) -> tuple[Callable[..., Any], list[Any]]:
             parts = [lift(p, depth - 1) for p in (fn.func, *fn.args)]
             kw = {k: lift(v, depth - 1) for k, v in fn.keywords.items()}
             return lambda values: functools.partial(
-                parts[0](values), *(p(values) for p in parts[1:]),
+                parts[0](values),
+                *(p(values) for p in parts[1:]),
                 **{k: v(values) for k, v in kw.items()},
             )
         cells = getattr(fn, "__closure__", None)
@@ -376,8 +383,9 @@ def _lift_closure_models(target: Any) -> tuple[Callable[..., Any], list[Any]]:
             closure = tuple(
                 types.CellType() if c is None else types.CellType(c(values)) for c in contents
             )
-            new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
-                                     fn.__defaults__, closure)
+            new = types.FunctionType(
+                fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure
+            )
             new.__kwdefaults__ = fn.__kwdefaults__
             new.__dict__.update(fn.__dict__)
             return new

@@ -45,8 +45,10 @@ def param_names(fn: Callable[..., Any], count: int, *, fallback: str = "args[{i}
     sig = _signature(fn)
     star = None
     if sig is not None:
-        star = next((p.name for p in sig.parameters.values()
-                     if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
+        star = next(
+            (p.name for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_POSITIONAL),
+            None,
+        )
     out = []
     for i in range(count):
         if i < len(names):

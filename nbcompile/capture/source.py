@@ -19,8 +19,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CellFiles", "Location", "SourceInfo", "cell_identity", "is_cell_file",
-           "short_path", "source_of_function"]  # fmt: skip
+__all__ = [
+    "CellFiles",
+    "Location",
+    "SourceInfo",
+    "cell_identity",
+    "is_cell_file",
+    "short_path",
+    "source_of_function",
+]
 
 # Cell files are named from a hash of the cell's code (plus a PID or execution count that
 # changes between kernels): ipykernel "/tmp/ipykernel_<pid>/<hash>.py", IPython
@@ -53,7 +60,7 @@ def short_path(file: str) -> str:
         root = os.path.join(root, "")
         if path.startswith(root) and len(root) > len(best):
             best = root
-    return path[len(best):] if best else os.path.basename(path)
+    return path[len(best) :] if best else os.path.basename(path)
 
 
 @dataclass(frozen=True)
@@ -93,8 +100,13 @@ class Location:
         return (self.cell is None, self.cell or 0, self.file, self.line)
 
     def to_json(self) -> dict[str, Any]:
-        return {"cell": self.cell, "file": self.file, "line": self.line, "label": self.label,
-                "detail": self.detail}  # fmt: skip
+        return {
+            "cell": self.cell,
+            "file": self.file,
+            "line": self.line,
+            "label": self.label,
+            "detail": self.detail,
+        }
 
 
 class CellFiles:
@@ -114,7 +126,8 @@ class CellFiles:
         best = None
         for name, count in list(self.files.items()):
             if (name == file or cell_identity(name) == identity) and (
-                    best is None or count > best[0]):  # fmt: skip
+                best is None or count > best[0]
+            ):
                 best = (int(count), name)
         return best
 

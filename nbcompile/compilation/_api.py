@@ -54,12 +54,20 @@ def compile(
     __tracebackhide__ = True
     adapted = adapt(fn, example_args, example_kwargs or {})
     request = CompileRequest(
-        backend=backend, grad=_as_argnums(grad), grad_is_default=grad is True,
-        topology=topology, gpu=gpu, mesh=mesh, shard=dict(shard or {}),
-        jit_kwargs=dict(jit_kwargs), compiler_options=dict(compiler_options or {}),
+        backend=backend,
+        grad=_as_argnums(grad),
+        grad_is_default=grad is True,
+        topology=topology,
+        gpu=gpu,
+        mesh=mesh,
+        shard=dict(shard or {}),
+        jit_kwargs=dict(jit_kwargs),
+        compiler_options=dict(compiler_options or {}),
     )
     program = build_program(
-        adapted, request, source=source or source_of_function(adapted.fn, cells=cell_files()),
+        adapted,
+        request,
+        source=source or source_of_function(adapted.fn, cells=cell_files()),
         name=name,
         progress=progress,
     )

@@ -45,10 +45,27 @@ class Compilation(Runs, Display):
     """
 
     __slots__ = (
-        "__weakref__", "_ablation", "_bench", "_changes", "_changes_diff", "_debug", "_display",
+        "__weakref__",
+        "_ablation",
+        "_bench",
+        "_changes",
+        "_changes_diff",
+        "_debug",
+        "_display",
         "_frozen",
-        "_memory_map", "_notes", "_profile", "_report", "_shown", "_timings", "adapted",
-        "args", "cache_hit", "grad", "kwargs", "program", "runnable",
+        "_memory_map",
+        "_notes",
+        "_profile",
+        "_report",
+        "_shown",
+        "_timings",
+        "adapted",
+        "args",
+        "cache_hit",
+        "grad",
+        "kwargs",
+        "program",
+        "runnable",
     )
 
     def __init__(
@@ -67,7 +84,8 @@ class Compilation(Runs, Display):
         self.runnable = _runnable(program, self.args, self.kwargs)
         self.grad: Compilation | None = (
             Compilation(program.grad, adapted, cache_hit=cache_hit, display=display)
-            if program.grad is not None else None
+            if program.grad is not None
+            else None
         )
         self._display = display
         self._notes: list[str] = []
@@ -85,11 +103,14 @@ class Compilation(Runs, Display):
         if program.stages.target.note:
             self._notes.append(program.stages.target.note)
         grad_notes = self.grad.notes if self.grad is not None else ()
-        self._notes += [n for n in (*program.stages.notes, *program.notes, *grad_notes)
-                        if n not in self._notes]
+        self._notes += [
+            n for n in (*program.stages.notes, *program.notes, *grad_notes) if n not in self._notes
+        ]
         if not self.runnable and program.stages.target.present and program.stages.compiled:
-            self._notes.append("compile-only: the example arguments are abstract "
-                               "(jax.ShapeDtypeStruct), so nothing was allocated or run")
+            self._notes.append(
+                "compile-only: the example arguments are abstract "
+                "(jax.ShapeDtypeStruct), so nothing was allocated or run"
+            )
 
     # --- what was compiled ------------------------------------------------------------------
     @property
@@ -306,5 +327,3 @@ class Compilation(Runs, Display):
 
     def record_timing(self, stage: str, seconds: float) -> None:
         self._timings[stage] = float(seconds)
-
-

@@ -48,9 +48,14 @@ class Display:
         out: dict[str, Any] = {}
         if not self.target.present or self.target.mesh is not None:
             out["target"] = self._target_json()
-        for key, value in (("bench", self._bench), ("ablate", self._ablation),
-                           ("debug", self._debug), ("freeze", self._frozen),
-                           ("profile", self._profile), ("memory", self._memory_map)):
+        for key, value in (
+            ("bench", self._bench),
+            ("ablate", self._ablation),
+            ("debug", self._debug),
+            ("freeze", self._frozen),
+            ("profile", self._profile),
+            ("memory", self._memory_map),
+        ):
             if value is not None:
                 out[key] = {**value.to_json(), "text": value.text()}
         if self._changes:
@@ -61,18 +66,30 @@ class Display:
     def _target_json(self) -> dict[str, Any]:
         from ..targets import target_summary
 
-        return target_summary(self.target, self.placement, self.stages.output_shardings,
-                              self.collectives)
+        return target_summary(
+            self.target, self.placement, self.stages.output_shardings, self.collectives
+        )
 
     def _report_timings(self) -> dict[str, float]:
         """Timings the report shows: all but building and displaying the report itself."""
         return {k: v for k, v in self.timings.items() if k not in ("report", "display")}
 
     def _state_key(self) -> tuple[Any, ...]:
-        results = (self._bench, self._ablation, self._debug, self._frozen, self._profile,
-                   self._memory_map, self._changes_diff)
-        return (tuple(id(r) for r in results), tuple(self._notes), tuple(self._changes),
-                tuple(sorted(self._report_timings().items())))
+        results = (
+            self._bench,
+            self._ablation,
+            self._debug,
+            self._frozen,
+            self._profile,
+            self._memory_map,
+            self._changes_diff,
+        )
+        return (
+            tuple(id(r) for r in results),
+            tuple(self._notes),
+            tuple(self._changes),
+            tuple(sorted(self._report_timings().items())),
+        )
 
     def report(self, progress: Progress | None = None) -> dict[str, Any]:
         """The JSON report every view reads (docs/report-schema.md); rebuilt only when this
@@ -87,7 +104,9 @@ class Display:
         if self._report is None or self._report[0] != key:
             t0 = time.perf_counter()
             report = build_report(
-                self.analysis.to_json(), meta=self._meta(), extras=dict(self.extras),
+                self.analysis.to_json(),
+                meta=self._meta(),
+                extras=dict(self.extras),
                 grad=self.grad.analysis.to_json() if self.grad is not None else None,
                 node_values=self._debug_values(),
             )
@@ -97,16 +116,22 @@ class Display:
 
                 # the "what changed" card links to the visual diff against the last run
                 report["extras"]["changes"]["diff"] = diff_compilations(
-                    since, self, after_report=report).view
+                    since, self, after_report=report
+                ).view
             self._timings["report"] = time.perf_counter() - t0
             self._report = (self._state_key(), report)
         return self._report[1]
 
     def _meta(self) -> dict[str, Any]:
         return {
-            "name": self.name, "backend": self.backend, "source": self.source.to_json(),
-            "signature": self.signature, "options": self.options, "notes": list(self._notes),
-            "timings": self._report_timings(), "cache_hit": self.cache_hit,
+            "name": self.name,
+            "backend": self.backend,
+            "source": self.source.to_json(),
+            "signature": self.signature,
+            "options": self.options,
+            "notes": list(self._notes),
+            "timings": self._report_timings(),
+            "cache_hit": self.cache_hit,
         }
 
     def _debug_values(self) -> dict[str, dict[str, Any]] | None:

@@ -45,20 +45,31 @@ class Runs:
             return
         from ..errors import TargetError
 
-        why = ("its example arguments are abstract (jax.ShapeDtypeStruct)"
-               if self.target.present else f"it was compiled for {self.target.label}, "
-               "which is not here")
-        raise TargetError(f"cannot {what}: {why}", code="NBC210",
-                          hint="compile with real arrays on a device that is present to measure")
+        why = (
+            "its example arguments are abstract (jax.ShapeDtypeStruct)"
+            if self.target.present
+            else f"it was compiled for {self.target.label}, which is not here"
+        )
+        raise TargetError(
+            f"cannot {what}: {why}",
+            code="NBC210",
+            hint="compile with real arrays on a device that is present to measure",
+        )
 
     def run_bench(self, progress: Progress | None = None) -> Any:
         """Measure eager vs compiled calls, compile time and break-even (``--bench``)."""
         from ..measure import bench
 
         self._require_runnable("benchmark")
-        result = bench(self.original, self.args, kwargs=self.kwargs, compiled=self.fn,
-                       compile_seconds=self._xla_compile_seconds(), progress=progress,
-                       hlo=self.hlo)
+        result = bench(
+            self.original,
+            self.args,
+            kwargs=self.kwargs,
+            compiled=self.fn,
+            compile_seconds=self._xla_compile_seconds(),
+            progress=progress,
+            hlo=self.hlo,
+        )
         self._bench = result
         for side in ("eager", "compiled"):
             timing = getattr(result, side, None)
@@ -72,8 +83,11 @@ class Runs:
         time says nothing about compiling)."""
         stages = self.stages
         if stages.xla_compiles and not self.cache_hit:
-            return stages.timings.get("trace", 0.0) + stages.timings.get("lower", 0.0) + \
-                stages.timings["compile"]
+            return (
+                stages.timings.get("trace", 0.0)
+                + stages.timings.get("lower", 0.0)
+                + stages.timings["compile"]
+            )
         t0 = time.perf_counter()
         # a no-op debug option gives a fresh cache key, so XLA really compiles
         options = {**self.program.request.compiler_options, "xla_dump_max_hlo_modules": -1}
@@ -88,8 +102,13 @@ class Runs:
 
         if progress:
             progress("ablating (recompiling without fusion / constant folding)")
-        self._ablation = ablate(self.lowered, self.args, kwargs=self.kwargs,
-                                time_it=self.runnable, platform=self.backend)
+        self._ablation = ablate(
+            self.lowered,
+            self.args,
+            kwargs=self.kwargs,
+            time_it=self.runnable,
+            platform=self.backend,
+        )
         return self._ablation
 
     def run_debug(self, progress: Progress | None = None) -> Any:
@@ -102,18 +121,26 @@ class Runs:
         import jax
 
         compiled = jax.tree.leaves(self.fn(*self.args, **self.kwargs))  # the program itself
-        self._debug = debug_run(self.jaxpr, (self.args, self.kwargs), source=self.source,
-                                compiled_outputs=compiled, hlo=self.hlo)
+        self._debug = debug_run(
+            self.jaxpr,
+            (self.args, self.kwargs),
+            source=self.source,
+            compiled_outputs=compiled,
+            hlo=self.hlo,
+        )
         if self._debug.stopped:
             self.add_note(str(self._debug.error()))
         divergence = self._debug.divergence
         if divergence is not None and divergence.differs:
-            self.add_note("the compiled program computes something different from its "
-                          "op-by-op run: " + divergence.text().splitlines()[0])
+            self.add_note(
+                "the compiled program computes something different from its "
+                "op-by-op run: " + divergence.text().splitlines()[0]
+            )
         return self._debug
 
-    def freeze(self, path: str, *, constants: bool = False,
-               progress: Progress | None = None) -> Any:
+    def freeze(
+        self, path: str, *, constants: bool = False, progress: Progress | None = None
+    ) -> Any:
         """Write the frozen single-file model with the *live* weights (``--freeze``)."""
         from ..frozen import freeze as freeze_model
 
@@ -130,8 +157,15 @@ class Runs:
             kwargs = self.kwargs
             fn = _with_kwargs(self.original, kwargs)
             args = (*args, *kwargs.values())
-        self._frozen = freeze_model(fn, *args, path=path, weights_argnums=weights,
-                                    constants=constants, name=self.name, reference_ops=reference)
+        self._frozen = freeze_model(
+            fn,
+            *args,
+            path=path,
+            weights_argnums=weights,
+            constants=constants,
+            name=self.name,
+            reference_ops=reference,
+        )
         return self._frozen
 
     def run_profile(self, calls: int = 20) -> Any:

@@ -89,42 +89,58 @@ class Divergence:
         return self.first is not None or bool(self.outputs_differ)
 
     def to_json(self) -> dict[str, Any]:
-        return {"outputs_differ": self.outputs_differ, "first": self.first,
-                "hlo_ops": self.hlo_ops, "compiled_outputs": self.compiled_outputs,
-                "stopped_at": self.stopped_at, "compared": self.compared,
-                "notes": list(self.notes)}  # fmt: skip
+        return {
+            "outputs_differ": self.outputs_differ,
+            "first": self.first,
+            "hlo_ops": self.hlo_ops,
+            "compiled_outputs": self.compiled_outputs,
+            "stopped_at": self.stopped_at,
+            "compared": self.compared,
+            "notes": list(self.notes),
+        }
 
     def text(self) -> str:
         outs = ", ".join(short(s) for s in self.compiled_outputs)
         if not self.differs:
             if self.stopped_at:
-                return ("The compiled program computes the same value where the op-by-op run "
-                        f"stopped ({self.stopped_at}; compiled output: {outs}).")  # fmt: skip
+                return (
+                    "The compiled program computes the same value where the op-by-op run "
+                    f"stopped ({self.stopped_at}; compiled output: {outs})."
+                )
             return "The compiled program computes the same values as the op-by-op run."
         lines = []
         if self.stopped_at:
-            lines.append(f"The compiled program does not compute what the op-by-op run did at "
-                         f"{self.stopped_at}: XLA rewrote it (compiled output: {outs}).")  # fmt: skip
+            lines.append(
+                f"The compiled program does not compute what the op-by-op run did at "
+                f"{self.stopped_at}: XLA rewrote it (compiled output: {outs})."
+            )
         if self.outputs_differ:
-            lines.append(f"The compiled program's output(s) {self.outputs_differ} differ from the "
-                         "op-by-op run: XLA computed a rewritten program.")  # fmt: skip
+            lines.append(
+                f"The compiled program's output(s) {self.outputs_differ} differ from the "
+                "op-by-op run: XLA computed a rewritten program."
+            )
         if self.first:
             f = self.first
             where = f"line {f['line']}" if f["line"] else f"{f['file']}:{f['file_line']}"
-            lines.append(f"First divergent value: `{f['primitive']}` ({f['id']}) at {where}"
-                         + (f": {f['code'].strip()}" if f.get("code") else ""))  # fmt: skip
+            lines.append(
+                f"First divergent value: `{f['primitive']}` ({f['id']}) at {where}"
+                + (f": {f['code'].strip()}" if f.get("code") else "")
+            )
             lines.append(f"  op by op: {short(f['eager'])}")
             lines.append(f"  compiled: {short(f['compiled'])}")
             mine = [op for op in self.hlo_ops if op["from"]]
             if mine:
                 fusion = mine[0]["fusion"]
-                lines.append(f"  XLA computes `{f['primitive']}` as "
-                             f"{', '.join(op['opcode'] for op in mine)} "
-                             f"({'in ' + fusion if fusion else 'unfused'}; → from this line):")
+                lines.append(
+                    f"  XLA computes `{f['primitive']}` as "
+                    f"{', '.join(op['opcode'] for op in mine)} "
+                    f"({'in ' + fusion if fusion else 'unfused'}; → from this line):"
+                )
                 lines += [f"   {'→' if op['from'] else ' '} {op['text']}" for op in self.hlo_ops]
             else:
-                lines.append("  no op of the optimised program comes from it: XLA removed or "
-                             "folded it")  # fmt: skip
+                lines.append(
+                    "  no op of the optimised program comes from it: XLA removed or folded it"
+                )
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -135,8 +151,14 @@ def _prefix_fn(closed: Any, k: int) -> Callable[..., list[Any]]:
     outs = [v for v in inner.eqns[k].outvars if not isinstance(v, jcore.DropVar)]
     info = inner.debug_info  # a NamedTuple: its result names belong to the whole program
     info = info._replace(result_paths=None) if info is not None else None
-    prefix = jcore.Jaxpr(inner.constvars, inner.invars, outs, inner.eqns[: k + 1],
-                         effects=inner.effects, debug_info=info)
+    prefix = jcore.Jaxpr(
+        inner.constvars,
+        inner.invars,
+        outs,
+        inner.eqns[: k + 1],
+        effects=inner.effects,
+        debug_info=info,
+    )
     return jcore.jaxpr_as_fun(jcore.ClosedJaxpr(prefix, closed.consts))
 
 
@@ -156,8 +178,14 @@ class _Walk:
         if k in self.memo:
             return self.memo[k]
         eqn = self.eqns[k]
-        index = next((i for i, v in enumerate(eqn.outvars) if not isinstance(v, jcore.DropVar)
-                      and hasattr(v.aval, "shape")), None)  # fmt: skip
+        index = next(
+            (
+                i
+                for i, v in enumerate(eqn.outvars)
+                if not isinstance(v, jcore.DropVar) and hasattr(v.aval, "shape")
+            ),
+            None,
+        )
         result = None
         if index is not None and self.compiled_count < MAX_STEPS:
             self.compiled_count += 1
@@ -175,8 +203,11 @@ class _Walk:
             return None
         current = target
         while True:
-            inputs = [self.producer[id(v)] for v in self.eqns[current].invars
-                      if isinstance(v, jcore.Var) and id(v) in self.producer]  # fmt: skip
+            inputs = [
+                self.producer[id(v)]
+                for v in self.eqns[current].invars
+                if isinstance(v, jcore.Var) and id(v) in self.producer
+            ]
             step = next((j for j in inputs if (c := self.check(j)) is not None and c[0]), None)
             if step is None:
                 return current
@@ -191,13 +222,20 @@ def hlo_ops_of(hlo: str, file: str | None, file_line: int | None, primitive: str
     if file is None or file_line is None:
         return []
     module = parse_hlo(hlo)
-    callers = {called: inst.name for comp in module.computations.values()
-               for inst in comp.instructions for called in inst.called}  # fmt: skip
+    callers = {
+        called: inst.name
+        for comp in module.computations.values()
+        for inst in comp.instructions
+        for called in inst.called
+    }
     found = []
     for comp in module.computations.values():
-        matched = {inst.name for inst in comp.instructions
-                   if (inst.op_name or "").rsplit("/", 1)[-1] == primitive
-                   and (file, file_line) in module.stack(inst)}  # fmt: skip
+        matched = {
+            inst.name
+            for inst in comp.instructions
+            if (inst.op_name or "").rsplit("/", 1)[-1] == primitive
+            and (file, file_line) in module.stack(inst)
+        }
         if not matched:
             continue
         around = {op for inst in comp.instructions if inst.name in matched for op in inst.operands}
@@ -206,8 +244,15 @@ def hlo_ops_of(hlo: str, file: str | None, file_line: int | None, primitive: str
         for inst in comp.instructions:
             if inst.name in matched or (inst.name in around and inst.opcode != "parameter"):
                 text = f"{inst.name} = {inst.shape} {inst.opcode}({', '.join(inst.operands)})"
-                found.append({"name": inst.name, "opcode": inst.opcode, "fusion": fusion,
-                              "from": inst.name in matched, "text": text})  # fmt: skip
+                found.append(
+                    {
+                        "name": inst.name,
+                        "opcode": inst.opcode,
+                        "fusion": fusion,
+                        "from": inst.name in matched,
+                        "text": text,
+                    }
+                )
     return found
 
 
@@ -243,23 +288,38 @@ def find_divergence(
     if stopped_at is not None:
         targets.append(int(stopped_at.split("/", 1)[0][1:]))
     else:
-        differing = [i for i, (c, e) in enumerate(zip(compiled_outputs, eager_outputs or [],
-                                                       strict=False)) if differ(c, e)]  # fmt: skip
-        targets += [walk.producer[id(outvars[i])] for i in differing
-                    if isinstance(outvars[i], jcore.Var) and id(outvars[i]) in walk.producer]  # fmt: skip
+        differing = [
+            i
+            for i, (c, e) in enumerate(zip(compiled_outputs, eager_outputs or [], strict=False))
+            if differ(c, e)
+        ]
+        targets += [
+            walk.producer[id(outvars[i])]
+            for i in differing
+            if isinstance(outvars[i], jcore.Var) and id(outvars[i]) in walk.producer
+        ]
     first = next((k for t in targets if (k := walk.first_from(t)) is not None), None)
     if walk.compiled_count >= MAX_STEPS:
         notes.append(f"stopped after comparing {MAX_STEPS} prefixes of the program")
-    result = Divergence(outputs_differ=differing, first=None, compared=walk.compiled_count,
-                        compiled_outputs=[summarise(o) for o in compiled_outputs],
-                        stopped_at=stopped_at, notes=notes)  # fmt: skip
+    result = Divergence(
+        outputs_differ=differing,
+        first=None,
+        compared=walk.compiled_count,
+        compiled_outputs=[summarise(o) for o in compiled_outputs],
+        stopped_at=stopped_at,
+        notes=notes,
+    )
     if first is None:
         return result
     eqn = closed.jaxpr.eqns[first]
     _, compiled_value, eager = walk.memo[first]  # type: ignore[misc]
     where = locate(eqn)
-    result.first = {"id": f"e{first}", "primitive": eqn.primitive.name, **where,
-                    "eager": summarise(eager), "compiled": summarise(compiled_value)}  # fmt: skip
-    result.hlo_ops = hlo_ops_of(hlo, where.get("file"), where.get("file_line"),
-                                eqn.primitive.name)  # fmt: skip
+    result.first = {
+        "id": f"e{first}",
+        "primitive": eqn.primitive.name,
+        **where,
+        "eager": summarise(eager),
+        "compiled": summarise(compiled_value),
+    }
+    result.hlo_ops = hlo_ops_of(hlo, where.get("file"), where.get("file_line"), eqn.primitive.name)
     return result

@@ -300,7 +300,13 @@ def debug_run(
             return {**where, "code": code}
 
         result.divergence = find_divergence(
-            closed_jaxpr, flat, eager_value=lambda nid, i: replay_value(closed_jaxpr, flat, nid, i),
-            stopped_at=result.nan_at["id"] if result.nan_at else None, eager_outputs=outputs,
-            compiled_outputs=compiled_outputs, hlo=hlo, locate=locate)  # fmt: skip
+            closed_jaxpr,
+            flat,
+            eager_value=lambda nid, i: replay_value(closed_jaxpr, flat, nid, i),
+            stopped_at=result.nan_at["id"] if result.nan_at else None,
+            eager_outputs=outputs,
+            compiled_outputs=compiled_outputs,
+            hlo=hlo,
+            locate=locate,
+        )
     return result

@@ -56,9 +56,14 @@ def _scope() -> str:
     except metadata.PackageNotFoundError:
         own = "unknown"
     parts = (
-        own, jax.__version__, jaxlib.__version__, RULES,
-        _program.MAX_OPS, _program.MAX_CHAIN, _program.MAX_NESTING,
-    )  # fmt: skip
+        own,
+        jax.__version__,
+        jaxlib.__version__,
+        RULES,
+        _program.MAX_OPS,
+        _program.MAX_CHAIN,
+        _program.MAX_NESTING,
+    )
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
 

@@ -55,11 +55,22 @@ _ONE_DEVICE_SHARDINGS = {'"{replicated}"', '"{manual}"', '"{maximal device=0}"'}
 MAX_ASSERTION_MESSAGE = 4096
 
 _ELEMENT = {
-    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
-    "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "ui8": "uint8", "ui16": "uint16", "ui32": "uint32", "ui64": "uint64",
-    "complex<f32>": "complex64", "complex<f64>": "complex128",
-}  # fmt: skip
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "f64": "float64",
+    "i1": "bool",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "ui8": "uint8",
+    "ui16": "uint16",
+    "ui32": "uint32",
+    "ui64": "uint64",
+    "complex<f32>": "complex64",
+    "complex<f64>": "complex128",
+}
 _TENSOR = re.compile(r"^tensor<((?:\d+x)*)(\w+|complex<f(?:32|64)>)>$")
 
 Candidates = Callable[[list[Any], list[Any]], Iterator[tuple[Callable[..., Any], int]]]

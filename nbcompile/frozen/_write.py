@@ -67,8 +67,11 @@ class FreezeResult:
     def text(self) -> str:
         mode = "constants baked in" if self.constants_mode else "weights as arguments"
         overhead = self.file_bytes - self.weight_bytes
-        where = ("baked into the program (no weight section)" if self.constants_mode
-                 else f"in the weight section ({self.n_hoisted} hoisted constants)")
+        where = (
+            "baked into the program (no weight section)"
+            if self.constants_mode
+            else f"in the weight section ({self.n_hoisted} hoisted constants)"
+        )
         lines = [
             f"frozen {self.name!r} -> {self.path}",
             f"  file {format_bytes(self.file_bytes)}, weights {format_bytes(self.weight_bytes)} "

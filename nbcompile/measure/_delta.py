@@ -48,24 +48,39 @@ class ProfileDelta:
 
     def to_json(self) -> dict[str, Any]:
         def rows(items: list[tuple[Any, float, float, float]], key: str) -> list[dict]:
-            return [{key: location_json(k) if key == "location" else k, "before": b, "after": a,
-                     "delta": d} for k, b, a, d in items]  # fmt: skip
+            return [
+                {
+                    key: location_json(k) if key == "location" else k,
+                    "before": b,
+                    "after": a,
+                    "delta": d,
+                }
+                for k, b, a, d in items
+            ]
 
         return {
             "source": {"before": self.before_source, "after": self.after_source},
-            "step_before": self.step_before, "step_after": self.step_after,
-            "step_delta": self.step_delta, "speedup": self.speedup,
-            "kernels": rows(self.kernels, "name"), "by_line": rows(self.by_line, "location"),
-            "by_module": rows(self.by_module, "module"), "notes": list(self.notes),
-        }  # fmt: skip
+            "step_before": self.step_before,
+            "step_after": self.step_after,
+            "step_delta": self.step_delta,
+            "speedup": self.speedup,
+            "kernels": rows(self.kernels, "name"),
+            "by_line": rows(self.by_line, "location"),
+            "by_module": rows(self.by_module, "module"),
+            "notes": list(self.notes),
+        }
 
     def text(self, top: int = 8) -> str:
         sign = "faster" if self.step_delta < 0 else "slower"
-        out = [f"{format_seconds(self.step_before)} → {format_seconds(self.step_after)} per call "
-               f"({format_seconds(abs(self.step_delta))} {sign})"]  # fmt: skip
+        out = [
+            f"{format_seconds(self.step_before)} → {format_seconds(self.step_after)} per call "
+            f"({format_seconds(abs(self.step_delta))} {sign})"
+        ]
         for loc, b, a, d in self.by_line[:top]:
-            out.append(f"  {location_label(loc)}: {format_seconds(b)} → {format_seconds(a)} "
-                       f"({'+' if d >= 0 else '−'}{format_seconds(abs(d))})")  # fmt: skip
+            out.append(
+                f"  {location_label(loc)}: {format_seconds(b)} → {format_seconds(a)} "
+                f"({'+' if d >= 0 else '−'}{format_seconds(abs(d))})"
+            )
         out += [f"note: {n}" for n in self.notes]
         return "\n".join(out)
 
@@ -78,13 +93,19 @@ def profile_delta(before: Profile, after: Profile) -> ProfileDelta:
         notes.append(f"comparing a {before.source} profile with a {after.source} one")
     kb = {k.name: k.seconds for k in before.kernels}
     ka = {k.name: k.seconds for k in after.kernels}
-    only = (set(kb) ^ set(ka))
+    only = set(kb) ^ set(ka)
     if only:
-        notes.append(f"{len(only)} kernel(s) exist on one side only (XLA names kernels per "
-                     "compile): compare by line")  # fmt: skip
+        notes.append(
+            f"{len(only)} kernel(s) exist on one side only (XLA names kernels per "
+            "compile): compare by line"
+        )
     return ProfileDelta(
-        before_source=before.source, after_source=after.source,
-        step_before=before.step_seconds, step_after=after.step_seconds,
-        kernels=_pairs(kb, ka), by_line=_pairs(before.by_line, after.by_line),
-        by_module=_pairs(before.by_module, after.by_module), notes=notes,
-    )  # fmt: skip
+        before_source=before.source,
+        after_source=after.source,
+        step_before=before.step_seconds,
+        step_after=after.step_seconds,
+        kernels=_pairs(kb, ka),
+        by_line=_pairs(before.by_line, after.by_line),
+        by_module=_pairs(before.by_module, after.by_module),
+        notes=notes,
+    )

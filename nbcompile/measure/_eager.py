@@ -31,11 +31,24 @@ _OPENED = frozenset(
 )
 _DATA_MOVEMENT = frozenset(
     {
-        "broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims",
-        "convert_element_type", "iota", "copy", "copy_p", "slice", "dynamic_slice",
-        "dynamic_update_slice", "concatenate", "gather", "pad", "rev",
+        "broadcast_in_dim",
+        "reshape",
+        "transpose",
+        "squeeze",
+        "expand_dims",
+        "convert_element_type",
+        "iota",
+        "copy",
+        "copy_p",
+        "slice",
+        "dynamic_slice",
+        "dynamic_update_slice",
+        "concatenate",
+        "gather",
+        "pad",
+        "rev",
     }
-)  # fmt: skip
+)
 
 
 def eager_dispatches(jaxpr: Any) -> tuple[int, bool]:

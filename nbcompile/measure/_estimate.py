@@ -38,8 +38,10 @@ def estimate(c: Any, infos: dict[str, KernelInfo], label: str) -> Profile:
             f"cannot estimate the time on {label}: no datasheet peaks for {kind!r}",
             hint="estimates cover GPUs V100/A100/H100/H200/B200 and TPUs v4/v5e/v5p/v6e",
         )
-    notes = [f"{label} is not here: times are estimates from XLA's cost model and "
-             f"{peaks.device} datasheet peaks, not measurements"]  # fmt: skip
+    notes = [
+        f"{label} is not here: times are estimates from XLA's cost model and "
+        f"{peaks.device} datasheet peaks, not measurements"
+    ]
     rows = []
     for info in infos.values():
         if info.container or info.flops is None or info.bytes is None:
@@ -48,9 +50,17 @@ def estimate(c: Any, infos: dict[str, KernelInfo], label: str) -> Profile:
         if seconds <= 0:
             continue
         row = KernelTime(
-            name=info.name, opcode=info.opcode, seconds=seconds, share=0.0, busy_seconds=None,
-            count=1, flops=info.flops, bytes=info.bytes, cost_source=info.cost_source,
-            lines=list(info.locations), cell_lines=list(info.cell_lines),
+            name=info.name,
+            opcode=info.opcode,
+            seconds=seconds,
+            share=0.0,
+            busy_seconds=None,
+            count=1,
+            flops=info.flops,
+            bytes=info.bytes,
+            cost_source=info.cost_source,
+            lines=list(info.locations),
+            cell_lines=list(info.cell_lines),
             modules=list(info.modules),
         )
         place_on_roof(row, peaks, measured=False)
@@ -59,8 +69,10 @@ def estimate(c: Any, infos: dict[str, KernelInfo], label: str) -> Profile:
     optimal = (c.cost or {}).get("optimal_seconds")
     if isinstance(optimal, int | float) and optimal > 0:
         step, method = float(optimal), "XLA cost model optimal_seconds; kernels by roofline"
-        notes.append(f"kernel roofline times add up to {format_seconds(total)}; XLA's "
-                     f"optimal_seconds for the program is {format_seconds(step)}")  # fmt: skip
+        notes.append(
+            f"kernel roofline times add up to {format_seconds(total)}; XLA's "
+            f"optimal_seconds for the program is {format_seconds(step)}"
+        )
     else:
         step, method = total, "roofline: XLA flops and bytes over datasheet peaks"
     for row in rows:
@@ -70,7 +82,16 @@ def estimate(c: Any, infos: dict[str, KernelInfo], label: str) -> Profile:
         notes.append("loop bodies are counted once: their trip counts are not known statically")
     by_line, by_cell, by_module, no_line = spread(rows, infos)
     return Profile(
-        source="estimate", step_seconds=step, kernels=rows, by_line=by_line,
-        by_cell_line=by_cell, by_module=by_module, coverage=None, peaks=peaks,
-        no_line_seconds=no_line, where=label, method=method, notes=notes,
-    )  # fmt: skip
+        source="estimate",
+        step_seconds=step,
+        kernels=rows,
+        by_line=by_line,
+        by_cell_line=by_cell,
+        by_module=by_module,
+        coverage=None,
+        peaks=peaks,
+        no_line_seconds=no_line,
+        where=label,
+        method=method,
+        notes=notes,
+    )

@@ -16,8 +16,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CONTAINERS", "KernelInfo", "kernels_of", "location_json", "location_label",
-           "module_name", "places"]
+__all__ = [
+    "CONTAINERS",
+    "KernelInfo",
+    "kernels_of",
+    "location_json",
+    "location_label",
+    "module_name",
+    "places",
+]
 
 #: Control-flow kernels: their profiler events enclose their bodies' kernels.
 CONTAINERS = frozenset({"while", "conditional", "call"})

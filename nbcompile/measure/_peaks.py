@@ -58,9 +58,13 @@ class Peaks:
         return min(self.flops_per_s.value, intensity * self.bytes_per_s.value)
 
     def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "dtype": self.dtype, "ridge": self.ridge,
-                "flops_per_s": self.flops_per_s.to_json(),
-                "bytes_per_s": self.bytes_per_s.to_json()}  # fmt: skip
+        return {
+            "device": self.device,
+            "dtype": self.dtype,
+            "ridge": self.ridge,
+            "flops_per_s": self.flops_per_s.to_json(),
+            "bytes_per_s": self.bytes_per_s.to_json(),
+        }
 
 
 # (f32 matmul FLOP/s, bf16 matmul FLOP/s, HBM bytes/s, datasheet). Dense figures: datasheets
@@ -69,13 +73,25 @@ class Peaks:
 GPU_SPECS: dict[str, tuple[float, float, float, str]] = {
     "v100": (15.7e12, 125e12, 900e9, "NVIDIA Tesla V100 SXM2 datasheet (FP32, FP16 tensor)"),
     "a100": (156e12, 312e12, 2039e9, "NVIDIA A100 SXM4 80GB datasheet (TF32, BF16 tensor)"),
-    "h100": (494.5e12, 989.5e12, 3350e9,
-             "NVIDIA H100 SXM5 datasheet (TF32, BF16 tensor; sparsity figures halved)"),
-    "h200": (494.5e12, 989.5e12, 4800e9,
-             "NVIDIA H200 SXM datasheet (TF32, BF16 tensor; sparsity figures halved)"),
-    "b200": (1125e12, 2250e12, 8000e9,
-             "NVIDIA HGX B200 datasheet (8-GPU figures / 8; sparsity figures halved)"),
-}  # fmt: skip
+    "h100": (
+        494.5e12,
+        989.5e12,
+        3350e9,
+        "NVIDIA H100 SXM5 datasheet (TF32, BF16 tensor; sparsity figures halved)",
+    ),
+    "h200": (
+        494.5e12,
+        989.5e12,
+        4800e9,
+        "NVIDIA H200 SXM datasheet (TF32, BF16 tensor; sparsity figures halved)",
+    ),
+    "b200": (
+        1125e12,
+        2250e12,
+        8000e9,
+        "NVIDIA HGX B200 datasheet (8-GPU figures / 8; sparsity figures halved)",
+    ),
+}
 
 # (bf16 MXU FLOP/s per chip, HBM bytes/s per chip, source). f32 dots run as bf16 MXU passes at
 # JAX's default precision, so one figure serves both.
@@ -115,15 +131,23 @@ def spec_peaks(platform_name: str, kind: str, dtype: str = "f32") -> Peaks | Non
         f32, bf16, bw, source = GPU_SPECS[gen]
         flops = bf16 if dtype in ("bf16", "f16") else f32
         label = "BF16/FP16 tensor" if dtype in ("bf16", "f16") else "f32 dot (TF32 on A100+)"
-        return Peaks(gen.upper(), Peak(flops, "spec", f"{label}: {source}"),
-                     Peak(bw, "spec", f"HBM: {source}"), dtype)  # fmt: skip
+        return Peaks(
+            gen.upper(),
+            Peak(flops, "spec", f"{label}: {source}"),
+            Peak(bw, "spec", f"HBM: {source}"),
+            dtype,
+        )
     if platform_name == "tpu":
         gen = tpu_generation(kind)
         if gen is None:
             return None
         flops, bw, source = TPU_SPECS[gen]
-        return Peaks(f"TPU {gen}", Peak(flops, "spec", f"bf16 MXU: {source}"),
-                     Peak(bw, "spec", f"HBM: {source}"), dtype)  # fmt: skip
+        return Peaks(
+            f"TPU {gen}",
+            Peak(flops, "spec", f"bf16 MXU: {source}"),
+            Peak(bw, "spec", f"HBM: {source}"),
+            dtype,
+        )
     return None
 
 
@@ -140,8 +164,10 @@ def _cpu_model() -> str:
 
 def _cache_file() -> Path:
     base = os.environ.get("NBCOMPILE_CACHE_DIR")
-    root = Path(base) if base else (
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nbcompile"
+    root = (
+        Path(base)
+        if base
+        else (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nbcompile")
     )
     cores = os.cpu_count() or 1
     key = re.sub(r"[^A-Za-z0-9]+", "-", f"{_cpu_model()}-{cores}cores").strip("-")[:120]
@@ -186,11 +212,19 @@ def _measure_cpu() -> dict[str, Any]:
     x = jax.block_until_ready(stream(x))
     seconds, streams = _best_seconds(stream, (x,), 0.3, feed_back=True)
     bw = 2.0 * 4 * m / seconds
-    return {"version": _VERSION, "cpu": _cpu_model(), "cores": os.cpu_count() or 1,
-            "flops_per_s": flops, "bytes_per_s": bw,
-            "matmul_calls": matmuls, "stream_calls": streams, "load": _load(),
-            "seconds": time.perf_counter() - start, "jax": jax.__version__,
-            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
+    return {
+        "version": _VERSION,
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count() or 1,
+        "flops_per_s": flops,
+        "bytes_per_s": bw,
+        "matmul_calls": matmuls,
+        "stream_calls": streams,
+        "load": _load(),
+        "seconds": time.perf_counter() - start,
+        "jax": jax.__version__,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
 
 
 def _load() -> float | None:
@@ -207,13 +241,19 @@ def _as_peaks(data: dict[str, Any], cached: bool) -> Peaks:
         when += f", machine load {load:.1f}: may be low"
     return Peaks(
         f"CPU {data['cpu']} ({data['cores']} cores)",
-        Peak(float(data["flops_per_s"]), "measured",
-             f"1024³ f32 matmul through XLA, fastest tenth of {data.get('matmul_calls')} calls ({when})"),
-        Peak(float(data["bytes_per_s"]), "measured",
-             f"64 MiB streaming x*a+b through XLA, read+write, fastest tenth of "
-             f"{data.get('stream_calls')} calls ({when})"),
+        Peak(
+            float(data["flops_per_s"]),
+            "measured",
+            f"1024³ f32 matmul through XLA, fastest tenth of {data.get('matmul_calls')} calls ({when})",
+        ),
+        Peak(
+            float(data["bytes_per_s"]),
+            "measured",
+            f"64 MiB streaming x*a+b through XLA, read+write, fastest tenth of "
+            f"{data.get('stream_calls')} calls ({when})",
+        ),
         "f32",
-    )  # fmt: skip
+    )
 
 
 def _read_cache(path: Path) -> dict[str, Any] | None:
@@ -221,9 +261,14 @@ def _read_cache(path: Path) -> dict[str, Any] | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):  # absent or unreadable: measure again
         return None
-    ok = (isinstance(data, dict) and data.get("version") == _VERSION
-          and all(isinstance(data.get(k), int | float) and data[k] > 0
-                  for k in ("flops_per_s", "bytes_per_s")))  # fmt: skip
+    ok = (
+        isinstance(data, dict)
+        and data.get("version") == _VERSION
+        and all(
+            isinstance(data.get(k), int | float) and data[k] > 0
+            for k in ("flops_per_s", "bytes_per_s")
+        )
+    )
     return data if ok else None
 
 

@@ -31,8 +31,13 @@ def _modules(adapted: Any) -> list[tuple[Any, list[Any], bool]]:
             from flax import nnx
 
             subs = [(path, m) for path, m in nnx.iter_modules(model) if m is not model]
-            out.append((model, [m for _, m in subs],
-                        any(any(isinstance(p, int) for p in path) for path, _ in subs)))  # fmt: skip
+            out.append(
+                (
+                    model,
+                    [m for _, m in subs],
+                    any(any(isinstance(p, int) for p in path) for path, _ in subs),
+                )
+            )
         elif kind == "equinox":
             from ..capture._models_eqx import _submodules
 
@@ -45,16 +50,24 @@ def remat_layers(adapted: Any) -> tuple[list[type], str] | None:
     """The layer classes to rematerialise and the code that does it, or None."""
     kind = getattr(adapted, "kind", "")
     for root, subs, _listed in _modules(adapted):
-        own = [type(m) for m in subs if not type(m).__module__.startswith(_LIBRARIES)
-               and type(m) is not type(root)]  # fmt: skip
-        classes = list(dict.fromkeys(own)) or list(dict.fromkeys(
-            type(m) for m in subs if type(m) is not type(root)))  # fmt: skip
+        own = [
+            type(m)
+            for m in subs
+            if not type(m).__module__.startswith(_LIBRARIES) and type(m) is not type(root)
+        ]
+        classes = list(dict.fromkeys(own)) or list(
+            dict.fromkeys(type(m) for m in subs if type(m) is not type(root))
+        )
         # keep only the outermost: a layer class held inside another layer class is covered
         if classes:
-            how = ("nnx.remat(Layer.__call__)" if kind == "flax-nnx"
-                   else "eqx.filter_checkpoint(Layer.__call__)")  # fmt: skip
-            outer = [k for k in classes if not any(
-                k is not o and _holds(o, k, subs) for o in classes)]  # fmt: skip
+            how = (
+                "nnx.remat(Layer.__call__)"
+                if kind == "flax-nnx"
+                else "eqx.filter_checkpoint(Layer.__call__)"
+            )
+            outer = [
+                k for k in classes if not any(k is not o and _holds(o, k, subs) for o in classes)
+            ]
             return outer, how.replace("Layer", "/".join(k.__name__ for k in outer))
     return None
 
@@ -74,8 +87,9 @@ def _holds(outer: type, inner: type, subs: list[Any]) -> bool:
 
 def _checkpointed(cls: type, original: Any) -> Any:
     module = cls.__module__
-    if any(isinstance(base, type) and base.__module__.startswith("flax.nnx")
-           for base in cls.__mro__):  # fmt: skip
+    if any(
+        isinstance(base, type) and base.__module__.startswith("flax.nnx") for base in cls.__mro__
+    ):
         from flax import nnx
 
         def nnx_call(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -16,8 +16,16 @@ from ..units import format_bytes, format_seconds
 from ._kernels import KernelInfo, location_json, location_label
 from ._peaks import Peaks
 
-__all__ = ["KernelTime", "Profile", "dtype_of", "make_row", "median", "place_on_roof", "quartiles",
-           "spread"]
+__all__ = [
+    "KernelTime",
+    "Profile",
+    "dtype_of",
+    "make_row",
+    "median",
+    "place_on_roof",
+    "quartiles",
+    "spread",
+]
 
 
 @dataclass
@@ -118,20 +126,28 @@ class Profile:
             return None
         parts = []
         if self.dispatch_seconds:
-            parts.append(f"{format_seconds(self.dispatch_seconds)} outside execution (Python "
-                         "call, argument handling, waiting for the result)")  # fmt: skip
+            parts.append(
+                f"{format_seconds(self.dispatch_seconds)} outside execution (Python "
+                "call, argument handling, waiting for the result)"
+            )
         if self.unattributed_seconds:
-            parts.append(f"{format_seconds(self.unattributed_seconds)} inside execution between "
-                         "kernels (thread hand-offs, executor bookkeeping)")  # fmt: skip
+            parts.append(
+                f"{format_seconds(self.unattributed_seconds)} inside execution between "
+                "kernels (thread hand-offs, executor bookkeeping)"
+            )
         spread = self.spread_seconds
         if spread is not None and abs(spread) > 0.02 * self.step_seconds:
             more = "less" if spread > 0 else "more"
-            parts.append(f"{format_seconds(abs(spread))} because per-kernel medians add up to "
-                         f"{more} than the median call's kernel time "
-                         f"({format_seconds(self.kernel_union_seconds)}): each kernel's slow calls "
-                         "fall on different calls (a busy machine)")  # fmt: skip
-        return (f"the kernels' medians add up to {format_seconds(self.kernel_seconds)} of a "
-                f"{format_seconds(self.step_seconds)} call: " + "; ".join(parts or ["noise"]))
+            parts.append(
+                f"{format_seconds(abs(spread))} because per-kernel medians add up to "
+                f"{more} than the median call's kernel time "
+                f"({format_seconds(self.kernel_union_seconds)}): each kernel's slow calls "
+                "fall on different calls (a busy machine)"
+            )
+        return (
+            f"the kernels' medians add up to {format_seconds(self.kernel_seconds)} of a "
+            f"{format_seconds(self.step_seconds)} call: " + "; ".join(parts or ["noise"])
+        )
 
     def kernel(self, name: str) -> KernelTime:
         for k in self.kernels:
@@ -142,37 +158,59 @@ class Profile:
     def to_json(self) -> dict[str, Any]:
         cost = "XLA" if self.source == "measured" else "XLA cost model"
         return {
-            "source": self.source, "method": self.method, "where": self.where,
-            "calls": self.calls, "warmup": self.warmup,
-            "step_seconds": self.step_seconds, "step_q25": self.step_q25,
-            "step_q75": self.step_q75, "kernel_seconds": self.kernel_seconds,
+            "source": self.source,
+            "method": self.method,
+            "where": self.where,
+            "calls": self.calls,
+            "warmup": self.warmup,
+            "step_seconds": self.step_seconds,
+            "step_q25": self.step_q25,
+            "step_q75": self.step_q75,
+            "kernel_seconds": self.kernel_seconds,
             "execution_seconds": self.execution_seconds,
             "unattributed_seconds": self.unattributed_seconds,
-            "dispatch_seconds": self.dispatch_seconds, "overlap_seconds": self.overlap_seconds,
+            "dispatch_seconds": self.dispatch_seconds,
+            "overlap_seconds": self.overlap_seconds,
             "kernel_union_seconds": self.kernel_union_seconds,
             "spread_seconds": self.spread_seconds,
-            "no_line_seconds": self.no_line_seconds, "coverage": self.coverage, "gap": self.gap,
+            "no_line_seconds": self.no_line_seconds,
+            "coverage": self.coverage,
+            "gap": self.gap,
             "kernels": [k.to_json() for k in self.kernels],
-            "by_line": [{"location": location_json(loc), "label": location_label(loc),
-                         "seconds": s, "share": s / self.step_seconds if self.step_seconds else None}
-                        for loc, s in sorted(self.by_line.items(), key=lambda kv: -kv[1])],
+            "by_line": [
+                {
+                    "location": location_json(loc),
+                    "label": location_label(loc),
+                    "seconds": s,
+                    "share": s / self.step_seconds if self.step_seconds else None,
+                }
+                for loc, s in sorted(self.by_line.items(), key=lambda kv: -kv[1])
+            ],
             "by_cell_line": {str(k): v for k, v in sorted(self.by_cell_line.items())},
             "by_module": dict(sorted(self.by_module.items(), key=lambda kv: -kv[1])),
             "peaks": self.peaks.to_json() if self.peaks else None,
             "sources": {  # where each figure comes from
-                "seconds": self.source, "flops": cost, "bytes": cost,
+                "seconds": self.source,
+                "flops": cost,
+                "bytes": cost,
                 "achieved": self.source if self.source == "measured" else None,
                 "bound": f"{cost} intensity vs peaks",
-                "peaks": {"flops_per_s": self.peaks.flops_per_s.source,
-                          "bytes_per_s": self.peaks.bytes_per_s.source} if self.peaks else None,
+                "peaks": {
+                    "flops_per_s": self.peaks.flops_per_s.source,
+                    "bytes_per_s": self.peaks.bytes_per_s.source,
+                }
+                if self.peaks
+                else None,
             },
             "notes": list(self.notes),
-        }  # fmt: skip
+        }
 
     def text(self, top: int = 10) -> str:
         if self.source == "measured":
-            head = (f"measured over {self.calls} calls ({self.where}): "
-                    f"{format_seconds(self.step_seconds)} per call")  # fmt: skip
+            head = (
+                f"measured over {self.calls} calls ({self.where}): "
+                f"{format_seconds(self.step_seconds)} per call"
+            )
             if self.step_q25 is not None and self.step_q75 is not None:
                 head += f" (IQR {format_seconds(self.step_q25)}–{format_seconds(self.step_q75)})"
             if self.coverage is not None:
@@ -182,21 +220,27 @@ class Profile:
         rows = [head, f"  {'time':>9} {'share':>6}  {'bound':<7} {'roof':>5}  kernel  (lines)"]
         for k in self.kernels[:top]:
             roof = f"{k.roof_fraction:.0%}" if k.roof_fraction is not None else "—"
-            rows.append(f"  {format_seconds(k.seconds):>9} {k.share:>6.1%}  {k.bound or '—':<7}"
-                        f" {roof:>5}  {k.name}  ({_lines_label(k)})")  # fmt: skip
+            rows.append(
+                f"  {format_seconds(k.seconds):>9} {k.share:>6.1%}  {k.bound or '—':<7}"
+                f" {roof:>5}  {k.name}  ({_lines_label(k)})"
+            )
         if len(self.kernels) > top:
             rest = sum(k.seconds for k in self.kernels[top:])
             rows.append(f"  {format_seconds(rest):>9} … {len(self.kernels) - top} more kernels")
         if self.source == "measured":
-            rows.append(f"  unattributed {format_seconds(self.unattributed_seconds)} (between "
-                        f"kernels), dispatch {format_seconds(self.dispatch_seconds)}")  # fmt: skip
+            rows.append(
+                f"  unattributed {format_seconds(self.unattributed_seconds)} (between "
+                f"kernels), dispatch {format_seconds(self.dispatch_seconds)}"
+            )
         if self.gap:
             rows.append(f"  gap: {self.gap}")
         if self.peaks:
             p = self.peaks
-            rows.append(f"roofline: {p.device}: {format_flops(p.flops_per_s.value)} "
-                        f"({p.flops_per_s.source}), {format_bytes(p.bytes_per_s.value)}/s "
-                        f"({p.bytes_per_s.source})")  # fmt: skip
+            rows.append(
+                f"roofline: {p.device}: {format_flops(p.flops_per_s.value)} "
+                f"({p.flops_per_s.source}), {format_bytes(p.bytes_per_s.value)}/s "
+                f"({p.bytes_per_s.source})"
+            )
         rows += [f"note: {n}" for n in self.notes]
         return "\n".join(rows)
 
@@ -285,21 +329,28 @@ def spread(rows: list[KernelTime], infos: dict[str, KernelInfo]) -> tuple:
     return by_line, by_cell, by_module, no_line
 
 
-def make_row(info: KernelInfo, seconds: list[float], busy: list[float], counts: list[int],
-             step: float) -> KernelTime:  # fmt: skip
+def make_row(
+    info: KernelInfo, seconds: list[float], busy: list[float], counts: list[int], step: float
+) -> KernelTime:
     """A measured row from per-call samples (medians; flops and bytes times executions)."""
     med = median(seconds)
     count = median(counts)
     q25, q75 = quartiles(seconds)
     scale = count if count else 1.0
     return KernelTime(
-        name=info.name, opcode=info.opcode, seconds=med, share=med / step if step else 0.0,
-        busy_seconds=median(busy) if busy else None, count=count, q25=q25, q75=q75,
+        name=info.name,
+        opcode=info.opcode,
+        seconds=med,
+        share=med / step if step else 0.0,
+        busy_seconds=median(busy) if busy else None,
+        count=count,
+        q25=q25,
+        q75=q75,
         mean_seconds=sum(seconds) / len(seconds) if seconds else None,
         flops=info.flops * scale if info.flops is not None else None,
         bytes=info.bytes * scale if info.bytes is not None else None,
-        cost_source=info.cost_source, lines=list(info.locations),
-        cell_lines=list(info.cell_lines), modules=list(info.modules),
-    )  # fmt: skip
-
-
+        cost_source=info.cost_source,
+        lines=list(info.locations),
+        cell_lines=list(info.cell_lines),
+        modules=list(info.modules),
+    )

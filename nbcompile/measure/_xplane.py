@@ -113,7 +113,7 @@ def extract(space: Any, names: set[str], module: str | None) -> Trace:
                 elif name in names:
                     stats = _stats(ev)
                 elif name.startswith(_END):
-                    ends[name[len(_END):]].append(ev.end_ns)
+                    ends[name[len(_END) :]].append(ev.end_ns)
                     continue
                 elif name.startswith(_EXECUTOR):
                     busy.append((ev.start_ns, ev.end_ns))
@@ -175,8 +175,9 @@ def _close_async(spans: list[tuple[Span, Any]], ends: dict[str, list[int]]) -> l
     return out
 
 
-def _group(windows: list[tuple[int, int]], spans: list[tuple[Span, Any]],
-           busy: list[tuple[int, int]]) -> tuple[list[CallRecord], int]:  # fmt: skip
+def _group(
+    windows: list[tuple[int, int]], spans: list[tuple[Span, Any]], busy: list[tuple[int, int]]
+) -> tuple[list[CallRecord], int]:
     """Calls in time order, and how many kernel spans fell in no call."""
     calls = [CallRecord(s, e) for s, e in sorted(windows)]
     if not calls:
@@ -248,8 +249,8 @@ def capture(call: Callable[[], None], calls: int, names: set[str], module: str |
             "cannot profile in this process: a deviceless TPU compile (--topology) loaded libtpu "
             "here, and JAX's profiler then crashes the process when it starts",
             hint="restart the kernel and profile before compiling for a TPU topology, or do the "
-                 "TPU planning in another kernel",
-        )  # fmt: skip
+            "TPU planning in another kernel",
+        )
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = 0  # Python frames are not needed and slow every call down
     options.enable_hlo_proto = False  # the HLO is known already

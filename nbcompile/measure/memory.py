@@ -40,8 +40,13 @@ from ..analysis.memory_xla import (
 from ..errors import CompileError, TargetError
 from ..targets._capacity import device_capacity
 
-__all__ = ["XlaMemoryFiles", "compile_for_memory", "memory_map", "memory_map_of_lowered",
-           "xla_memory_files"]
+__all__ = [
+    "XlaMemoryFiles",
+    "compile_for_memory",
+    "memory_map",
+    "memory_map_of_lowered",
+    "xla_memory_files",
+]
 
 
 @dataclass
@@ -76,8 +81,10 @@ def _dump(lowered: Any, folder: str) -> tuple[Any | None, str | None]:
     except jax.errors.JaxRuntimeError as err:
         message = str(err)
         if "RESOURCE_EXHAUSTED" not in message:
-            raise CompileError(f"XLA could not compile the program: {message.splitlines()[0]}",
-                               hint="see the chained XLA error") from err  # fmt: skip
+            raise CompileError(
+                f"XLA could not compile the program: {message.splitlines()[0]}",
+                hint="see the chained XLA error",
+            ) from err
         return None, message
 
 
@@ -95,25 +102,34 @@ def xla_memory_files(lowered: Any) -> XlaMemoryFiles:
 
 def _compile_with_dumps(lowered: Any) -> tuple[XlaMemoryFiles, Any | None]:
     # an executable served from JAX's persistent cache is not compiled: XLA dumps no memory files
-    with tempfile.TemporaryDirectory(prefix="nbcompile-memory-") as folder, \
-            persistent_cache_disabled():
+    with (
+        tempfile.TemporaryDirectory(prefix="nbcompile-memory-") as folder,
+        persistent_cache_disabled(),
+    ):
         compiled, error = _dump(lowered, folder)
         # the program's own module is the largest (XLA:CPU also dumps small helper modules)
-        found = sorted(glob.glob(os.path.join(folder, "*after_optimizations.txt")),
-                       key=os.path.getsize, reverse=True)  # fmt: skip
+        found = sorted(
+            glob.glob(os.path.join(folder, "*after_optimizations.txt")),
+            key=os.path.getsize,
+            reverse=True,
+        )
         if not found:
-            raise CompileError("XLA wrote no optimised module to read the memory map from",
-                               hint=(error or "").splitlines()[0] if error else None)  # fmt: skip
+            raise CompileError(
+                "XLA wrote no optimised module to read the memory map from",
+                hint=(error or "").splitlines()[0] if error else None,
+            )
         stem = found[0][: -len(".txt")]
         hlo = _read(found[0]) or ""
         live = _read(stem + "-live-range.txt")
         usage = _read(stem + "-memory-usage-report.txt")
         allocations = _read(stem + "-buffer-assignment.txt")
     return XlaMemoryFiles(
-        hlo_text=hlo, live_range=parse_live_range(live) if live else None,
+        hlo_text=hlo,
+        live_range=parse_live_range(live) if live else None,
         memory_usage=parse_memory_usage_report(usage) if usage else {},
-        allocations=parse_buffer_assignment(allocations) if allocations else [], error=error,
-    ), compiled  # fmt: skip
+        allocations=parse_buffer_assignment(allocations) if allocations else [],
+        error=error,
+    ), compiled
 
 
 def compile_for_memory(
@@ -140,21 +156,36 @@ def compile_for_memory(
             if "RESOURCE_EXHAUSTED" not in str(err):
                 raise
         else:
-            m = memory_map_from_hlo(compiled.as_text(), platform=platform,
-                                    xla_memory=normalise_memory(compiled.memory_analysis()) or {},
-                                    capacity=cap, devices=_devices(target), program=program)  # fmt: skip
+            m = memory_map_from_hlo(
+                compiled.as_text(),
+                platform=platform,
+                xla_memory=normalise_memory(compiled.memory_analysis()) or {},
+                capacity=cap,
+                devices=_devices(target),
+                program=program,
+            )
             return m, compiled
     files, compiled = _compile_with_dumps(lowered)
     return _from_files(files, target, platform, cap, program, compiled), compiled
 
 
-def _from_files(files: XlaMemoryFiles, target: Any, platform: str,
-                cap: tuple[int | None, str | None, str | None], program: str,
-                compiled: Any | None) -> MemoryMap:  # fmt: skip
+def _from_files(
+    files: XlaMemoryFiles,
+    target: Any,
+    platform: str,
+    cap: tuple[int | None, str | None, str | None],
+    program: str,
+    compiled: Any | None,
+) -> MemoryMap:
     raw = compiled.memory_analysis() if compiled is not None else None
-    m = memory_map_from_hlo(files.hlo_text, platform=platform,
-                            xla_memory=normalise_memory(raw) or {}, capacity=cap,
-                            devices=_devices(target), program=program)  # fmt: skip
+    m = memory_map_from_hlo(
+        files.hlo_text,
+        platform=platform,
+        xla_memory=normalise_memory(raw) or {},
+        capacity=cap,
+        devices=_devices(target),
+        program=program,
+    )
     if m.allocated_bytes is None:
         m.allocated_bytes = files.memory_usage.get(0)
     if files.error is not None:
@@ -162,8 +193,10 @@ def _from_files(files: XlaMemoryFiles, target: Any, platform: str,
         m.xla["refused"] = True
         if figures is not None:
             m.xla["oom_required_bytes"], m.xla["oom_available_bytes"] = figures
-        m.notes.append("XLA refused to compile this program for the target: "
-                       + files.error.split("\n")[0].split(": ", 1)[-1])  # fmt: skip
+        m.notes.append(
+            "XLA refused to compile this program for the target: "
+            + files.error.split("\n")[0].split(": ", 1)[-1]
+        )
     return m
 
 
@@ -182,13 +215,15 @@ def memory_map_of_lowered(
     cap = capacity or device_capacity(target, platform)
     m = _from_files(files, target, platform, cap, program, compiled)
     if source is not None:  # locations in the compiling cell's numbering
-        m.at_peak = memory_map_from_hlo(files.hlo_text, source=source, platform=platform,
-                                        program=program).at_peak  # fmt: skip
+        m.at_peak = memory_map_from_hlo(
+            files.hlo_text, source=source, platform=platform, program=program
+        ).at_peak
     return m
 
 
-def memory_map(c: Any, *, capacity: tuple[int | None, str | None, str | None] | None = None
-               ) -> MemoryMap:  # fmt: skip
+def memory_map(
+    c: Any, *, capacity: tuple[int | None, str | None, str | None] | None = None
+) -> MemoryMap:
     """The :class:`~nbcompile.analysis.memory.MemoryMap` of compilation ``c`` (its
     ``value_and_grad`` program with ``--grad``), per device, with the target's capacity.
 
@@ -207,8 +242,9 @@ def memory_map(c: Any, *, capacity: tuple[int | None, str | None, str | None] | 
     cap = capacity or device_capacity(target, platform)
     hlo = prog.hlo
     if hlo is None:
-        return memory_map_of_lowered(prog.lowered, target=target, source=prog.source,
-                                     program=kind, capacity=cap)  # fmt: skip
+        return memory_map_of_lowered(
+            prog.lowered, target=target, source=prog.source, program=kind, capacity=cap
+        )
     raw = None
     if prog.compiled is not None:
         try:
@@ -216,11 +252,18 @@ def memory_map(c: Any, *, capacity: tuple[int | None, str | None, str | None] | 
         except (RuntimeError, NotImplementedError):  # JAX: best effort, backends may refuse
             raw = None
     m = memory_map_from_hlo(
-        hlo, module=parse_hlo(hlo), source=prog.source, platform=platform,
-        xla_memory=normalise_memory(raw) or {}, capacity=cap, devices=_devices(target),
+        hlo,
+        module=parse_hlo(hlo),
+        source=prog.source,
+        platform=platform,
+        xla_memory=normalise_memory(raw) or {},
+        capacity=cap,
+        devices=_devices(target),
         program=kind,
-    )  # fmt: skip
+    )
     if raw is None:
-        m.notes.append("XLA gave no memory_analysis() for this backend: the fit is judged on "
-                       "the peak of live buffers (an estimate of what it allocates)")
+        m.notes.append(
+            "XLA gave no memory_analysis() for this backend: the fit is judged on "
+            "the peak of live buffers (an estimate of what it allocates)"
+        )
     return m

@@ -52,11 +52,25 @@ class MemoryOption:
 
     def to_json(self) -> dict[str, Any]:
         src = "XLA"
-        return {"name": self.name, "how": self.how, "error": self.error,
-                **{k: {"value": getattr(self, k), "source": src if getattr(self, k) is not None
-                       else None}
-                   for k in ("peak_bytes", "required_bytes", "flops", "extra_flops", "fits",
-                             "headroom_bytes")}}  # fmt: skip
+        return {
+            "name": self.name,
+            "how": self.how,
+            "error": self.error,
+            **{
+                k: {
+                    "value": getattr(self, k),
+                    "source": src if getattr(self, k) is not None else None,
+                }
+                for k in (
+                    "peak_bytes",
+                    "required_bytes",
+                    "flops",
+                    "extra_flops",
+                    "fits",
+                    "headroom_bytes",
+                )
+            },
+        }
 
 
 @dataclass
@@ -71,9 +85,15 @@ class BatchSearch:
     largest: int | None  # the largest batch compiled that fits
 
     def to_json(self) -> dict[str, Any]:
-        return {"argument": self.argument, "tried": [list(t) for t in self.tried],
-                "per_example_bytes": self.per_example_bytes, "predicted": self.predicted,
-                "confirmed": self.confirmed, "largest": self.largest, "source": "XLA"}  # fmt: skip
+        return {
+            "argument": self.argument,
+            "tried": [list(t) for t in self.tried],
+            "per_example_bytes": self.per_example_bytes,
+            "predicted": self.predicted,
+            "confirmed": self.confirmed,
+            "largest": self.largest,
+            "source": "XLA",
+        }
 
 
 @dataclass
@@ -89,31 +109,46 @@ class MemoryOptions:
     def best(self) -> MemoryOption | None:
         """The option that fits with the fewest extra flops (None if none fits)."""
         fitting = [o for o in self.options if o.fits]
-        return min(fitting, key=lambda o: (o.extra_flops or 0.0, o.required_bytes or 0),
-                   default=None)  # fmt: skip
+        return min(
+            fitting, key=lambda o: (o.extra_flops or 0.0, o.required_bytes or 0), default=None
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"baseline": self.baseline.to_json(), "options": [o.to_json() for o in self.options],
-                "capacity_bytes": {"value": self.capacity_bytes, "source": self.capacity_source},
-                "capacity_label": self.capacity_label,
-                "batch": self.batch.to_json() if self.batch else None, "notes": list(self.notes)}  # fmt: skip
+        return {
+            "baseline": self.baseline.to_json(),
+            "options": [o.to_json() for o in self.options],
+            "capacity_bytes": {"value": self.capacity_bytes, "source": self.capacity_source},
+            "capacity_label": self.capacity_label,
+            "batch": self.batch.to_json() if self.batch else None,
+            "notes": list(self.notes),
+        }
 
     def text(self) -> str:
-        cap = (f"{format_bytes(self.capacity_bytes)} ({self.capacity_source})"
-               if self.capacity_bytes else "unknown capacity")  # fmt: skip
+        cap = (
+            f"{format_bytes(self.capacity_bytes)} ({self.capacity_source})"
+            if self.capacity_bytes
+            else "unknown capacity"
+        )
         rows = [f"memory options (XLA's allocation per call; {cap}):"]
         for o in [self.baseline, *self.options]:
             if o.error:
                 rows.append(f"  {o.name:<28} could not compile: {o.error}")
                 continue
             verdict = {True: "fits", False: "does NOT fit", None: ""}[o.fits]
-            extra = (f" {o.extra_flops / (o.flops - o.extra_flops):+.0%} flops"
-                     if o.extra_flops is not None and o.flops and o.flops != o.extra_flops else "")
-            rows.append(f"  {o.name:<28} {format_bytes(o.required_bytes):>9}  "
-                        f"flops {format_count(o.flops)}{extra}  {verdict}")  # fmt: skip
+            extra = (
+                f" {o.extra_flops / (o.flops - o.extra_flops):+.0%} flops"
+                if o.extra_flops is not None and o.flops and o.flops != o.extra_flops
+                else ""
+            )
+            rows.append(
+                f"  {o.name:<28} {format_bytes(o.required_bytes):>9}  "
+                f"flops {format_count(o.flops)}{extra}  {verdict}"
+            )
         if self.batch is not None and self.batch.largest is not None:
-            rows.append(f"  largest {self.batch.argument} batch that fits: {self.batch.largest} "
-                        f"(compiled at {', '.join(str(b) for b, _ in self.batch.tried)})")  # fmt: skip
+            rows.append(
+                f"  largest {self.batch.argument} batch that fits: {self.batch.largest} "
+                f"(compiled at {', '.join(str(b) for b, _ in self.batch.tried)})"
+            )
         rows.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(rows)
 
@@ -123,13 +158,19 @@ class MemoryOptions:
 
 # --- compiling one variant -----------------------------------------------------------------------
 class _Variants:
-    def __init__(self, c: Any, capacity: tuple[int | None, str | None, str | None] | None,
-                 batch_size: int | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        c: Any,
+        capacity: tuple[int | None, str | None, str | None] | None,
+        batch_size: int | None,
+    ) -> None:
         self.c = c
         self.target = c.target
         if getattr(self.target, "lower_only", False):
-            raise TargetError("no memory options without a compiler for the target",
-                              hint=getattr(self.target, "note", None))  # fmt: skip
+            raise TargetError(
+                "no memory options without a compiler for the target",
+                hint=getattr(self.target, "note", None),
+            )
         self.fn = c.original
         self.argnums = c.grad_argnums if getattr(c, "grad", None) is not None else None
         self.names = list(getattr(c.adapted, "arg_names", ()) or [])
@@ -138,9 +179,11 @@ class _Variants:
         self.batch = _batch_arguments(self)
         if batch_size is not None:
             if self.batch is None:
-                raise TargetError("batch_size: no argument with a batch dimension was found",
-                                  code="NBC601", hint="the non-parameter arguments must share "
-                                  "their leading dimension")  # fmt: skip
+                raise TargetError(
+                    "batch_size: no argument with a batch dimension was found",
+                    code="NBC601",
+                    hint="the non-parameter arguments must share their leading dimension",
+                )
             self.args = _with_batch(self.args, self.batch[0], batch_size)
             self.batch = (self.batch[0], batch_size)
 
@@ -148,17 +191,28 @@ class _Variants:
         import jax
 
         # arguments holding no array at all (numbers, flags) are static; empty pytrees are not
-        static = {i for i, a in enumerate(args) if (leaves := jax.tree_util.tree_leaves(a))
-                  and not any(hasattr(x, "shape") for x in leaves)}  # fmt: skip
+        static = {
+            i
+            for i, a in enumerate(args)
+            if (leaves := jax.tree_util.tree_leaves(a))
+            and not any(hasattr(x, "shape") for x in leaves)
+        }
         mesh = self.target.mesh
         shard = dict(self.c.options.get("shard") or {})
         specs = parse_shard_specs(shard, mesh.axis_names if mesh is not None else None)
         names = self.names or [f"args[{i}]" for i in range(len(args))]
-        return place_args(args, dict(self.c.kwargs), self.target, names=names, static=static,
-                          specs=specs), static  # fmt: skip
+        return place_args(
+            args, dict(self.c.kwargs), self.target, names=names, static=static, specs=specs
+        ), static
 
-    def measure(self, name: str, how: str, fn: Any, args: tuple[Any, ...] | None = None,
-                donate: tuple[int, ...] = ()) -> tuple[MemoryOption, MemoryMap | None]:  # fmt: skip
+    def measure(
+        self,
+        name: str,
+        how: str,
+        fn: Any,
+        args: tuple[Any, ...] | None = None,
+        donate: tuple[int, ...] = (),
+    ) -> tuple[MemoryOption, MemoryMap | None]:
         import jax
 
         placement, static = self.placed(args if args is not None else self.args)
@@ -171,8 +225,9 @@ class _Variants:
             lowered = jitted.trace(*placement.args, **placement.kwargs).lower()
             kind = "value_and_grad" if self.argnums else "forward"
             try:
-                m, compiled = compile_for_memory(lowered, target=self.target, program=kind,
-                                                 capacity=self.capacity)  # fmt: skip
+                m, compiled = compile_for_memory(
+                    lowered, target=self.target, program=kind, capacity=self.capacity
+                )
             except (jax.errors.JaxRuntimeError, CompileError) as err:
                 option.error = str(err).splitlines()[0][:200]
                 return option, None
@@ -217,8 +272,7 @@ def _with_batch(args: tuple[Any, ...], which: list[int], batch: int) -> tuple[An
     def resize(x: Any) -> Any:
         return jax.ShapeDtypeStruct((batch, *x.shape[1:]), x.dtype)
 
-    return tuple(jax.tree_util.tree_map(resize, a) if i in which else a
-                 for i, a in enumerate(args))  # fmt: skip
+    return tuple(jax.tree_util.tree_map(resize, a) if i in which else a for i, a in enumerate(args))
 
 
 def _batch_arguments(v: _Variants) -> tuple[list[int], int] | None:
@@ -244,8 +298,10 @@ def _largest_batch(v: _Variants, notes: list[str]) -> BatchSearch | None:
     found = v.batch
     capacity = v.capacity[0]
     if found is None or capacity is None:
-        notes.append("largest batch not searched: " + ("no batch argument found" if found is None
-                                                        else "the capacity is unknown"))  # fmt: skip
+        notes.append(
+            "largest batch not searched: "
+            + ("no batch argument found" if found is None else "the capacity is unknown")
+        )
         return None
     which, b1 = found
     label = ", ".join(v.names[i] if i < len(v.names) else f"args[{i}]" for i in which)
@@ -310,8 +366,13 @@ def memory_options(
         for policy in policies:
             rule = getattr(jax.checkpoint_policies, policy)
             fn = jax.checkpoint(v.fn, policy=rule)
-            options.append(v.measure(f"remat: {policy}", "jax.checkpoint(f, policy=jax."
-                                     f"checkpoint_policies.{policy})", fn)[0])  # fmt: skip
+            options.append(
+                v.measure(
+                    f"remat: {policy}",
+                    f"jax.checkpoint(f, policy=jax.checkpoint_policies.{policy})",
+                    fn,
+                )[0]
+            )
     else:
         notes.append("no remat policies: compile with --grad to rematerialise the forward pass")
     if layers:
@@ -319,14 +380,23 @@ def memory_options(
         if found:
             classes, how = found
             with layer_remat(classes):
-                options.append(v.measure(f"remat per layer ({', '.join(k.__name__ for k in classes)})",
-                                         how, v.fn)[0])  # fmt: skip
+                options.append(
+                    v.measure(
+                        f"remat per layer ({', '.join(k.__name__ for k in classes)})", how, v.fn
+                    )[0]
+                )
     if donate:
         nums = v.donatable()
         if nums:
             names = [v.names[i] if i < len(v.names) else str(i) for i in nums]
-            options.append(v.measure(f"donate {', '.join(names)}", f"jax.jit(f, donate_argnums="
-                                     f"{nums})", v.fn, donate=nums)[0])  # fmt: skip
+            options.append(
+                v.measure(
+                    f"donate {', '.join(names)}",
+                    f"jax.jit(f, donate_argnums={nums})",
+                    v.fn,
+                    donate=nums,
+                )[0]
+            )
     for o in options:
         if o.flops is not None and base.flops is not None:
             o.extra_flops = o.flops - base.flops

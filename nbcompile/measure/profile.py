@@ -47,8 +47,11 @@ __all__ = ["KernelTime", "Profile", "ProfileDelta", "calibrate", "profile", "pro
 def _per_call(record: CallRecord, containers: frozenset[str]) -> dict[str, Any]:
     # Everything is clipped to the call's window: a late completion marker must not make the
     # call's kernels outlast the call itself.
-    spans = [Span(s.name, max(s.start, record.start), min(s.end, record.end), s.thread)
-             for s in record.spans if s.start < record.end]  # fmt: skip
+    spans = [
+        Span(s.name, max(s.start, record.start), min(s.end, record.end), s.thread)
+        for s in record.spans
+        if s.start < record.end
+    ]
     shares = attribute(spans, containers)
     own: dict[str, list[tuple[int, int]]] = {}
     counts: dict[str, int] = {}
@@ -63,9 +66,15 @@ def _per_call(record: CallRecord, containers: frozenset[str]) -> dict[str, Any]:
     busy = union_ns([*clipped, *((s.start, s.end) for s in spans)])
     own_busy = {n: union_ns(iv) for n, iv in own.items()}
     work = [n for n in own_busy if n not in containers]
-    return {"wall": record.wall, "busy": busy, "kernel_union": kernel_union,
-            "shares": shares, "own": own_busy, "counts": counts,
-            "overlap": sum(own_busy[n] for n in work) - kernel_union}  # fmt: skip
+    return {
+        "wall": record.wall,
+        "busy": busy,
+        "kernel_union": kernel_union,
+        "shares": shares,
+        "own": own_busy,
+        "counts": counts,
+        "overlap": sum(own_busy[n] for n in work) - kernel_union,
+    }
 
 
 def _donates(c: Any) -> bool:
@@ -101,8 +110,9 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         call()
     containers = frozenset(n for n, i in infos.items() if i.opcode in CONTAINERS)
     trace = capture(call, calls, set(infos), module_name(c.hlo))
-    per_call = [_per_call(r, containers) for r in trace.calls
-                if any(s.start < r.end for s in r.spans)]  # fmt: skip
+    per_call = [
+        _per_call(r, containers) for r in trace.calls if any(s.start < r.end for s in r.spans)
+    ]
     notes: list[str] = []
     if not per_call:
         raise TargetError(
@@ -130,9 +140,11 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         place_on_roof(row, peaks, measured=True)
     above = [r.name for r in rows if r.roof_fraction is not None and r.roof_fraction > 1.1]
     if above and peaks is not None and peaks.flops_per_s.source == "measured":
-        notes.append(f"{len(above)} kernel(s) ran above the calibrated peaks ({above[0]}, ...): "
-                     "the peaks were measured on a busy machine; re-measure with "
-                     "nbcompile.measure.calibrate(refresh=True)")  # fmt: skip
+        notes.append(
+            f"{len(above)} kernel(s) ran above the calibrated peaks ({above[0]}, ...): "
+            "the peaks were measured on a busy machine; re-measure with "
+            "nbcompile.measure.calibrate(refresh=True)"
+        )
     rows.sort(key=lambda r: -r.seconds)
     by_line, by_cell, by_module, no_line = spread(rows, infos)
     q25, q75 = quartiles(walls)
@@ -142,15 +154,28 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
     kernel_union = median(p["kernel_union"] * ns for p in per_call)
     coverage = median(p["kernel_union"] / p["busy"] for p in per_call if p["busy"])
     return Profile(
-        source="measured", step_seconds=step, kernels=rows, by_line=by_line,
-        by_cell_line=by_cell, by_module=by_module, coverage=coverage, peaks=peaks,
-        calls=len(per_call), warmup=warmup, step_q25=q25, step_q75=q75,
-        execution_seconds=busy, unattributed_seconds=busy - kernel_union,
-        dispatch_seconds=step - busy, kernel_union_seconds=kernel_union,
-        overlap_seconds=median(p["overlap"] * ns for p in per_call), no_line_seconds=no_line,
-        where=trace.where, method="jax.profiler trace, kernel events by HLO name",
+        source="measured",
+        step_seconds=step,
+        kernels=rows,
+        by_line=by_line,
+        by_cell_line=by_cell,
+        by_module=by_module,
+        coverage=coverage,
+        peaks=peaks,
+        calls=len(per_call),
+        warmup=warmup,
+        step_q25=q25,
+        step_q75=q75,
+        execution_seconds=busy,
+        unattributed_seconds=busy - kernel_union,
+        dispatch_seconds=step - busy,
+        kernel_union_seconds=kernel_union,
+        overlap_seconds=median(p["overlap"] * ns for p in per_call),
+        no_line_seconds=no_line,
+        where=trace.where,
+        method="jax.profiler trace, kernel events by HLO name",
         notes=notes,
-    )  # fmt: skip
+    )
 
 
 def _local_peaks(c: Any, notes: list[str]) -> Peaks | None:
@@ -179,12 +204,16 @@ def _present(c: Any) -> bool:
 
 def _abstract(c: Any) -> list[str]:
     """The user's names of the example arguments that are shapes only (``ShapeDtypeStruct``)."""
+
     def shapes_only(value: Any) -> bool:
         return any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(value))
 
     signature = list(getattr(c, "signature", None) or [])  # "name: f32[4,3]" per argument
-    names = [signature[i].split(":", 1)[0] if i < len(signature) else f"arg{i}"
-             for i, a in enumerate(c.args) if shapes_only(a)]  # fmt: skip
+    names = [
+        signature[i].split(":", 1)[0] if i < len(signature) else f"arg{i}"
+        for i, a in enumerate(c.args)
+        if shapes_only(a)
+    ]
     kwargs = getattr(c, "kwargs", None) or {}
     return names + [k for k, v in kwargs.items() if shapes_only(v)]
 
@@ -221,8 +250,8 @@ def profile(c: Any, calls: int = 20, *, warmup: int = 1, roofline: bool = True) 
             "so there is nothing to run",
             code="NBC210",
             hint="compile with real arrays as example arguments to measure time; shapes only "
-                 "suit compile-only planning (--memory, the compiled graph)",
-        )  # fmt: skip
+            "suit compile-only planning (--memory, the compiled graph)",
+        )
     return _measure(c, calls, warmup, roofline)
 
 

@@ -45,10 +45,15 @@ def build_report(
         "options": {k: _jsonable(v) for k, v in (meta.get("options") or {}).items()},
         "cache_hit": bool(meta.get("cache_hit")),
         "graphs": {"traced": None, "compiled": None},
-        "fusions": [], "folded": [], "gradient": None, "cost": None, "memory": None,
-        "lines": {}, "summary": {},
+        "fusions": [],
+        "folded": [],
+        "gradient": None,
+        "cost": None,
+        "memory": None,
+        "lines": {},
+        "summary": {},
         "extras": {k: _jsonable(v) for k, v in (extras or {}).items()},
-    }  # fmt: skip
+    }
     report.update({k: v for k, v in analysis.items() if k != "notes"})
     report["notes"] = notes
     if grad is not None:
@@ -58,8 +63,10 @@ def build_report(
         report["gradient_fusions"] = grad.get("fusions", [])
     traced = report["graphs"].get("traced")
     if node_values and traced:  # overlay on copies: the analysis JSON may be shared
-        nodes = [{**n, "value": node_values[n["id"]]} if n["id"] in node_values else n
-                 for n in traced["nodes"]]
+        nodes = [
+            {**n, "value": node_values[n["id"]]} if n["id"] in node_values else n
+            for n in traced["nodes"]
+        ]
         report["graphs"] = {**report["graphs"], "traced": {**traced, "nodes": nodes}}
     summary = dict(report.get("summary") or {})
     summary.update({f"{k}_seconds": v for k, v in timings.items()})
@@ -107,8 +114,10 @@ def text_lines(report: dict[str, Any]) -> list[str]:
         bound = "" if s.get("eager_kernels_exact", True) else "at least "
         eager = f"; eager (op by op) would launch {bound}{s['eager_kernels']}"
         if s.get("scalar_kernels"):  # TPU: one-element ops inside the program, not launches
-            eager += (f" (compare with {s['kernels'] - s['scalar_kernels']} kernels besides "
-                      f"{s['scalar_kernels']} scalar ops)")
+            eager += (
+                f" (compare with {s['kernels'] - s['scalar_kernels']} kernels besides "
+                f"{s['scalar_kernels']} scalar ops)"
+            )
     lines.append("  program: " + " → ".join(program) + eager)
     cost = report.get("cost") or {}
     flops = cost.get("flops") if cost else s.get("flops")

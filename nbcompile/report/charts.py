@@ -12,16 +12,30 @@ from typing import Any
 
 from .graphmodel import fmt_num, trunc
 
-__all__ = ["KIND_COLOURS", "bar_chart", "fmt_bytes", "fmt_seconds", "funnel", "roofline",
-           "stacked_area"]  # fmt: skip
+__all__ = [
+    "KIND_COLOURS",
+    "bar_chart",
+    "fmt_bytes",
+    "fmt_seconds",
+    "funnel",
+    "roofline",
+    "stacked_area",
+]
 
-KIND_COLOURS = {"parameter": "#90a4ae", "output": "#66bb6a", "residual": "#ffa726",
-                "temporary": "#42a5f5", "constant": "#bdbdbd"}  # fmt: skip
+KIND_COLOURS = {
+    "parameter": "#90a4ae",
+    "output": "#66bb6a",
+    "residual": "#ffa726",
+    "temporary": "#42a5f5",
+    "constant": "#bdbdbd",
+}
 _FUNNEL = ["#a9cbee", "#93bdea", "#7eb0e6", "#f1b27c", "#ec8f3d"]
-_STYLE = ("<style>text{font-family:DejaVu Sans Mono,Menlo,Consolas,monospace;font-size:10.5px;"
-          "fill:#222}text.v{fill:#666}text.b{font-weight:bold}text.h{font-size:12px;"
-          "font-weight:bold;font-family:system-ui,sans-serif}text.s{fill:#666;font-size:10px;"
-          "font-family:system-ui,sans-serif}</style>")  # fmt: skip
+_STYLE = (
+    "<style>text{font-family:DejaVu Sans Mono,Menlo,Consolas,monospace;font-size:10.5px;"
+    "fill:#222}text.v{fill:#666}text.b{font-weight:bold}text.h{font-size:12px;"
+    "font-weight:bold;font-family:system-ui,sans-serif}text.s{fill:#666;font-size:10px;"
+    "font-family:system-ui,sans-serif}</style>"
+)
 
 
 def fmt_bytes(x: float | None) -> str:
@@ -48,16 +62,24 @@ def fmt_seconds(x: float | None) -> str:
 def _frame(width: float, height: float, title: str, source: str, body: list[str]) -> str:
     """A chart as one SVG document: title on top, the source caption below."""
     total = height + 40
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{total:.0f}" '
-            f'viewBox="0 0 {width:.0f} {total:.0f}">{_STYLE}'
-            f'<rect width="{width:.0f}" height="{total:.0f}" fill="#fff" stroke="#ccc"/>'
-            f'<text class="h" x="8" y="16">{escape(title)}</text>'
-            f'<g transform="translate(0,22)">{"".join(body)}</g>'
-            f'<text class="s" x="8" y="{total - 6:.0f}">source: {escape(source)}</text></svg>')  # fmt: skip
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{total:.0f}" '
+        f'viewBox="0 0 {width:.0f} {total:.0f}">{_STYLE}'
+        f'<rect width="{width:.0f}" height="{total:.0f}" fill="#fff" stroke="#ccc"/>'
+        f'<text class="h" x="8" y="16">{escape(title)}</text>'
+        f'<g transform="translate(0,22)">{"".join(body)}</g>'
+        f'<text class="s" x="8" y="{total - 6:.0f}">source: {escape(source)}</text></svg>'
+    )
 
 
-def bar_chart(rows: Sequence[tuple[str, float, str]], *, title: str, source: str,
-              width: int = 460, label_chars: int = 28) -> str:  # fmt: skip
+def bar_chart(
+    rows: Sequence[tuple[str, float, str]],
+    *,
+    title: str,
+    source: str,
+    width: int = 460,
+    label_chars: int = 28,
+) -> str:
     """Horizontal bars on one linear scale: rows ``(label, value, text)``."""
     row_h, left, right = 18, min(220.0, label_chars * 6.6 + 8), 70
     height = len(rows) * row_h + 6
@@ -66,16 +88,19 @@ def bar_chart(rows: Sequence[tuple[str, float, str]], *, title: str, source: str
     for i, (label, value, text) in enumerate(rows):
         y = 3 + i * row_h
         w = max(1.0, value / top * (width - left - right))
-        body.append(f'<text x="{left - 6:.0f}" y="{y + 12}" text-anchor="end">'
-                    f'{escape(trunc(label, label_chars))}</text>'
-                    f'<rect x="{left:.0f}" y="{y + 2}" width="{w:.1f}" height="{row_h - 5}" rx="2" '
-                    f'fill="#1976d28c"><title>{escape(label)}: {escape(text)}</title></rect>'
-                    f'<text class="v" x="{left + w + 4:.1f}" y="{y + 12}">{escape(text)}</text>')  # fmt: skip
+        body.append(
+            f'<text x="{left - 6:.0f}" y="{y + 12}" text-anchor="end">'
+            f"{escape(trunc(label, label_chars))}</text>"
+            f'<rect x="{left:.0f}" y="{y + 2}" width="{w:.1f}" height="{row_h - 5}" rx="2" '
+            f'fill="#1976d28c"><title>{escape(label)}: {escape(text)}</title></rect>'
+            f'<text class="v" x="{left + w + 4:.1f}" y="{y + 12}">{escape(text)}</text>'
+        )
     return _frame(width, height, title, source, body)
 
 
-def funnel(stages: Sequence[tuple[str, float | None]], *, title: str, source: str,
-           width: int = 460) -> str:  # fmt: skip
+def funnel(
+    stages: Sequence[tuple[str, float | None]], *, title: str, source: str, width: int = 460
+) -> str:
     """The op-count funnel: each stage's count as a centred bar."""
     row_h, left = 24, 200
     height = len(stages) * row_h + 4
@@ -85,11 +110,13 @@ def funnel(stages: Sequence[tuple[str, float | None]], *, title: str, source: st
     for i, (label, value) in enumerate(stages):
         y = 2 + i * row_h
         w = max(2.0, (value or 0) / top * (width - left - 8))
-        body.append(f'<rect x="{mid - w / 2:.1f}" y="{y}" width="{w:.1f}" height="{row_h - 4}" '
-                    f'rx="3" fill="{_FUNNEL[i % len(_FUNNEL)]}"/>'
-                    f'<text x="6" y="{y + 14}">{escape(label)}</text>'
-                    f'<text class="b" x="{mid:.1f}" y="{y + 14}" text-anchor="middle">'
-                    f'{"–" if value is None else fmt_num(value)}</text>')  # fmt: skip
+        body.append(
+            f'<rect x="{mid - w / 2:.1f}" y="{y}" width="{w:.1f}" height="{row_h - 4}" '
+            f'rx="3" fill="{_FUNNEL[i % len(_FUNNEL)]}"/>'
+            f'<text x="6" y="{y + 14}">{escape(label)}</text>'
+            f'<text class="b" x="{mid:.1f}" y="{y + 14}" text-anchor="middle">'
+            f"{'–' if value is None else fmt_num(value)}</text>"
+        )
     return _frame(width, height, title, source, body)
 
 
@@ -97,17 +124,28 @@ def _ticks(lo: int, hi: int, pos: Callable[[float], float], axis: str, fixed: fl
     out = []
     for e in range(lo, hi + 1):
         if axis == "x":
-            out.append(f'<text class="v" x="{pos(10.0**e):.1f}" y="{fixed:.0f}" '
-                       f'text-anchor="middle">{fmt_num(10.0**e)}</text>')  # fmt: skip
+            out.append(
+                f'<text class="v" x="{pos(10.0**e):.1f}" y="{fixed:.0f}" '
+                f'text-anchor="middle">{fmt_num(10.0**e)}</text>'
+            )
         else:
-            out.append(f'<text class="v" x="{fixed:.0f}" y="{pos(10.0**e) + 4:.1f}" '
-                       f'text-anchor="end">{fmt_num(10.0**e)}</text>')  # fmt: skip
+            out.append(
+                f'<text class="v" x="{fixed:.0f}" y="{pos(10.0**e) + 4:.1f}" '
+                f'text-anchor="end">{fmt_num(10.0**e)}</text>'
+            )
     return out
 
 
-def roofline(points: Sequence[dict[str, Any]], peak_flops: float | None,
-             peak_bytes: float | None, *, title: str, source: str, width: int = 460,
-             height: int = 260) -> str:  # fmt: skip
+def roofline(
+    points: Sequence[dict[str, Any]],
+    peak_flops: float | None,
+    peak_bytes: float | None,
+    *,
+    title: str,
+    source: str,
+    width: int = 460,
+    height: int = 260,
+) -> str:
     """Achieved FLOP/s against arithmetic intensity, log-log, under the roof
     ``min(peak FLOP/s, intensity x peak bytes/s)``; points ``{name, intensity, achieved,
     share, bound}``."""
@@ -125,33 +163,51 @@ def roofline(points: Sequence[dict[str, Any]], peak_flops: float | None,
     def py(v: float) -> float:
         return top_m + (1 - (math.log10(v) - y0) / max(1e-9, y1 - y0)) * (height - top_m - bottom)
 
-    body = [f'<rect x="{left}" y="{top_m}" width="{width - left - right}" '
-            f'height="{height - top_m - bottom}" fill="none" stroke="#bbb"/>']  # fmt: skip
+    body = [
+        f'<rect x="{left}" y="{top_m}" width="{width - left - right}" '
+        f'height="{height - top_m - bottom}" fill="none" stroke="#bbb"/>'
+    ]
     body += _ticks(x0, x1, px, "x", height - bottom + 14) + _ticks(y0, y1, py, "y", left - 4)
-    body.append(f'<text class="v" x="{(left + width - right) / 2:.0f}" y="{height - 4}" '
-                'text-anchor="middle">arithmetic intensity (flop / byte)</text>')  # fmt: skip
+    body.append(
+        f'<text class="v" x="{(left + width - right) / 2:.0f}" y="{height - 4}" '
+        'text-anchor="middle">arithmetic intensity (flop / byte)</text>'
+    )
     if peak_flops and peak_bytes:
         a, b = 10.0**x0, 10.0**x1
-        body.append(f'<path d="M{px(a):.1f},{py(min(peak_flops, a * peak_bytes)):.1f} '
-                    f'L{px(ridge):.1f},{py(peak_flops):.1f} L{px(b):.1f},{py(peak_flops):.1f}" '
-                    'fill="none" stroke="#d32f2f" stroke-width="2"/>')  # fmt: skip
+        body.append(
+            f'<path d="M{px(a):.1f},{py(min(peak_flops, a * peak_bytes)):.1f} '
+            f'L{px(ridge):.1f},{py(peak_flops):.1f} L{px(b):.1f},{py(peak_flops):.1f}" '
+            'fill="none" stroke="#d32f2f" stroke-width="2"/>'
+        )
     colours = {"compute": ("#e65100", "#bf360c"), "memory": ("#1e88e5", "#0d47a1")}
     for i, p in enumerate(sorted(pts, key=lambda p: -(p.get("share") or 0))):
         fill, stroke = colours.get(p.get("bound") or "", ("#9e9e9e", "#616161"))
         r = 3 + 9 * math.sqrt(p.get("share") or 0)
         x, y = px(p["intensity"]), py(p["achieved"])
-        body.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" fill="{fill}" '
-                    f'fill-opacity="0.6" stroke="{stroke}"><title>{escape(p["name"])}</title>'
-                    '</circle>')  # fmt: skip
+        body.append(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" fill="{fill}" '
+            f'fill-opacity="0.6" stroke="{stroke}"><title>{escape(p["name"])}</title>'
+            "</circle>"
+        )
         if i < 3:
-            body.append(f'<text class="v" x="{x + 8:.1f}" y="{y - 6:.1f}">'
-                        f'{escape(trunc(p["name"], 22))}</text>')  # fmt: skip
+            body.append(
+                f'<text class="v" x="{x + 8:.1f}" y="{y - 6:.1f}">'
+                f"{escape(trunc(p['name'], 22))}</text>"
+            )
     return _frame(width, height, title, source, body)
 
 
-def stacked_area(series: Sequence[tuple[str, Sequence[float]]], *, title: str, source: str,
-                 spans: Sequence[tuple[int, int, str]] = (), capacity: float | None = None,
-                 peak_step: int | None = None, width: int = 460, height: int = 220) -> str:  # fmt: skip
+def stacked_area(
+    series: Sequence[tuple[str, Sequence[float]]],
+    *,
+    title: str,
+    source: str,
+    spans: Sequence[tuple[int, int, str]] = (),
+    capacity: float | None = None,
+    peak_step: int | None = None,
+    width: int = 460,
+    height: int = 220,
+) -> str:
     """Memory live over the schedule, stacked by kind; ``spans`` (from, to, phase) shade the
     forward / backward steps; a capacity line and the peak's step when known."""
     left, right, top_m, bottom = 60, 10, 10, 30
@@ -165,36 +221,50 @@ def stacked_area(series: Sequence[tuple[str, Sequence[float]]], *, title: str, s
     def py(v: float) -> float:
         return top_m + (1 - v / max_y) * (height - top_m - bottom)
 
-    body = [f'<rect x="{left}" y="{top_m}" width="{width - left - right}" '
-            f'height="{height - top_m - bottom}" fill="none" stroke="#bbb"/>']  # fmt: skip
+    body = [
+        f'<rect x="{left}" y="{top_m}" width="{width - left - right}" '
+        f'height="{height - top_m - bottom}" fill="none" stroke="#bbb"/>'
+    ]
     shade = {"forward": "#2196f31a", "backward": "#ff70431f"}
     for a, b, phase in spans:
-        body.append(f'<rect x="{px(a):.1f}" y="{top_m}" width="{max(1.0, px(b) - px(a)):.1f}" '
-                    f'height="{height - top_m - bottom}" fill="{shade.get(phase, "none")}">'
-                    f'<title>{phase}</title></rect>')  # fmt: skip
+        body.append(
+            f'<rect x="{px(a):.1f}" y="{top_m}" width="{max(1.0, px(b) - px(a)):.1f}" '
+            f'height="{height - top_m - bottom}" fill="{shade.get(phase, "none")}">'
+            f"<title>{phase}</title></rect>"
+        )
     base = [0.0] * n
     for name, values in series:
         tops = [base[i] + (values[i] if i < len(values) else 0) for i in range(n)]
         d = "M" + " L".join(f"{px(i):.1f},{py(tops[i]):.1f}" for i in range(n))
         d += " L" + " L".join(f"{px(i):.1f},{py(base[i]):.1f}" for i in range(n - 1, -1, -1))
-        body.append(f'<path d="{d}Z" fill="{KIND_COLOURS.get(name, "#9e9e9e")}" '
-                    f'fill-opacity="0.8"><title>{escape(name)}</title></path>')  # fmt: skip
+        body.append(
+            f'<path d="{d}Z" fill="{KIND_COLOURS.get(name, "#9e9e9e")}" '
+            f'fill-opacity="0.8"><title>{escape(name)}</title></path>'
+        )
         base = tops
     for v in (0.0, max_y / 2, max_y):
-        body.append(f'<text class="v" x="{left - 4}" y="{py(v) + 4:.1f}" text-anchor="end">'
-                    f"{fmt_bytes(v)}</text>")  # fmt: skip
+        body.append(
+            f'<text class="v" x="{left - 4}" y="{py(v) + 4:.1f}" text-anchor="end">'
+            f"{fmt_bytes(v)}</text>"
+        )
     if capacity and capacity <= max_y:
-        body.append(f'<line x1="{left}" x2="{width - right}" y1="{py(capacity):.1f}" '
-                    f'y2="{py(capacity):.1f}" stroke="#d32f2f" stroke-dasharray="5 3"/>')  # fmt: skip
+        body.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{py(capacity):.1f}" '
+            f'y2="{py(capacity):.1f}" stroke="#d32f2f" stroke-dasharray="5 3"/>'
+        )
     if peak_step is not None and peak_step < n:
-        body.append(f'<line x1="{px(peak_step):.1f}" x2="{px(peak_step):.1f}" y1="{top_m}" '
-                    f'y2="{height - bottom}" stroke="#666" stroke-dasharray="2 2"/>'
-                    f'<text class="v" x="{px(peak_step) + 3:.1f}" y="{top_m + 12}">peak '
-                    f"{fmt_bytes(totals[peak_step])}</text>")  # fmt: skip
+        body.append(
+            f'<line x1="{px(peak_step):.1f}" x2="{px(peak_step):.1f}" y1="{top_m}" '
+            f'y2="{height - bottom}" stroke="#666" stroke-dasharray="2 2"/>'
+            f'<text class="v" x="{px(peak_step) + 3:.1f}" y="{top_m + 12}">peak '
+            f"{fmt_bytes(totals[peak_step])}</text>"
+        )
     x = left
     for name, _ in series:  # legend under the axis
-        body.append(f'<rect x="{x}" y="{height - 12}" width="10" height="10" '
-                    f'fill="{KIND_COLOURS.get(name, "#9e9e9e")}"/>'
-                    f'<text class="v" x="{x + 13}" y="{height - 3}">{escape(name)}</text>')  # fmt: skip
+        body.append(
+            f'<rect x="{x}" y="{height - 12}" width="10" height="10" '
+            f'fill="{KIND_COLOURS.get(name, "#9e9e9e")}"/>'
+            f'<text class="v" x="{x + 13}" y="{height - 3}">{escape(name)}</text>'
+        )
         x += 20 + 7 * len(name)
     return _frame(width, height, title, source, body)

@@ -30,8 +30,10 @@ def _delta(pair: Any, fmt: Callable[[Any], str]) -> str:
 
 def _tag(status: str) -> str:
     fill, stroke = STATUS_COLOURS.get(status, STATUS_COLOURS["same"])
-    return (f'<span data-status="{status}" style="background:{fill};border:1px solid {stroke};'
-            f'padding:0 4px;border-radius:3px">{_LABEL.get(status, status)}</span>')  # fmt: skip
+    return (
+        f'<span data-status="{status}" style="background:{fill};border:1px solid {stroke};'
+        f'padding:0 4px;border-radius:3px">{_LABEL.get(status, status)}</span>'
+    )
 
 
 def _graph(d: dict[str, Any], which: str) -> str:
@@ -44,8 +46,7 @@ def _graph(d: dict[str, Any], which: str) -> str:
     status = {k[which]["id"]: k["status"] for k in d.get("kernels") or [] if k.get(which)}
     label = side.get("label")
     title = f"{which}: {side.get('name')}" + (f" ({label})" if label and label != which else "")
-    svg = graph_svg(graph, side["report"], title=title,
-                    color="status", status=status)  # fmt: skip
+    svg = graph_svg(graph, side["report"], title=title, color="status", status=status)
     return svg_img(svg, f"compiled program, {which}", testid=f"nbc-diff-{which}")
 
 
@@ -55,18 +56,28 @@ def diff_html(d: dict[str, Any]) -> str:
     counts = {k: 0 for k in _LABEL}
     for k in d.get("kernels") or []:
         counts[k["status"]] = counts.get(k["status"], 0) + 1
-    head = (f"<b>nbcompile diff · {escape(str(d['after'].get('label')))} vs "
-            f"{escape(str(d['before'].get('label')))}</b> — "
-            + " · ".join(f"{_tag(k)} {n}" for k, n in counts.items()))  # fmt: skip
+    head = (
+        f"<b>nbcompile diff · {escape(str(d['after'].get('label')))} vs "
+        f"{escape(str(d['before'].get('label')))}</b> — "
+        + " · ".join(f"{_tag(k)} {n}" for k, n in counts.items())
+    )
     summary = " · ".join(
         f"{escape(r['figure'])}: {_delta([r['before'], r['after']], fmt_bytes if 'bytes' in r['figure'] else fmt_seconds if 'seconds' in r['figure'] else fmt_num)}"
-        + (f" ({escape(str(r['from']))})" if r.get("from") else "") for r in d.get("summary") or [])
+        + (f" ({escape(str(r['from']))})" if r.get("from") else "")
+        for r in d.get("summary") or []
+    )
     hunks = "".join(
         (f"<div><b>{escape(h['label'])}</b></div>" if h.get("label") else "")
-        + "".join(f'<div style="color:#c62828">- {h["before_start"] + i}  {escape(t)}</div>'
-                for i, t in enumerate(h["before"]))
-        + "".join(f'<div style="color:#2e7d32">+ {h["after_start"] + i}  {escape(t)}</div>'
-                  for i, t in enumerate(h["after"])) for h in d.get("source_diff") or [])
+        + "".join(
+            f'<div style="color:#c62828">- {h["before_start"] + i}  {escape(t)}</div>'
+            for i, t in enumerate(h["before"])
+        )
+        + "".join(
+            f'<div style="color:#2e7d32">+ {h["after_start"] + i}  {escape(t)}</div>'
+            for i, t in enumerate(h["after"])
+        )
+        for h in d.get("source_diff") or []
+    )
     order = {"added": 0, "removed": 1, "changed": 2, "same": 3}
     krows = "".join(
         f"<tr><td>{_tag(k['status'])}</td><td>{escape(str((k.get('before') or {}).get('name') or '–'))}</td>"
@@ -76,13 +87,15 @@ def diff_html(d: dict[str, Any]) -> str:
         f"<td>{_delta([(k.get('before') or {}).get('flops'), (k.get('after') or {}).get('flops')], fmt_num)}</td>"
         f"<td>{_delta([(k.get('before') or {}).get('bytes'), (k.get('after') or {}).get('bytes')], fmt_bytes)}</td>"
         f"<td>{_delta([(k.get('before') or {}).get('seconds'), (k.get('after') or {}).get('seconds')], fmt_seconds)}</td></tr>"
-        for k in sorted(d.get("kernels") or [], key=lambda k: order.get(k["status"], 4))[:200])
+        for k in sorted(d.get("kernels") or [], key=lambda k: order.get(k["status"], 4))[:200]
+    )
     lrows = "".join(
         f"<tr><td>{_tag('changed' if r['change'] == 'edited' else r['change'])}</td>"
         f"<td>{escape(str(r.get('where') or ''))}</td><td><code>{escape(r['text'][:60])}</code></td>"
         f"<td>{_delta(r.get('flops'), fmt_num)}</td><td>{_delta(r.get('bytes'), fmt_bytes)}</td>"
         f"<td>{_delta(r.get('seconds'), fmt_seconds)}</td><td>{_delta(r.get('peak_bytes'), fmt_bytes)}</td></tr>"
-        for r in (d.get("lines") or [])[:200])
+        for r in (d.get("lines") or [])[:200]
+    )
     return (
         f'<div data-testid="nbc-diff-static">{head}</div><div>{summary}</div>'
         f"<div>{_graph(d, 'before')}</div><div>{_graph(d, 'after')}</div>"

@@ -45,19 +45,38 @@ def _kernels(report: dict[str, Any]) -> list[dict[str, Any]]:
         if n.get("kind") in _NOT_KERNELS:
             continue
         f = fusions.get(n.get("fusion") or "")
-        keys = [str(x) for x in f.get("lines") or []] + [loc["label"] for loc in f.get("locations") or []
-                                                          if loc.get("label")] if f else []  # fmt: skip
+        keys = (
+            [str(x) for x in f.get("lines") or []]
+            + [loc["label"] for loc in f.get("locations") or [] if loc.get("label")]
+            if f
+            else []
+        )
         if not f:
-            keys = [str(n["line"])] if n.get("line") is not None else [n["loc"]] if n.get("loc") else []
+            keys = (
+                [str(n["line"])]
+                if n.get("line") is not None
+                else [n["loc"]]
+                if n.get("loc")
+                else []
+            )
         line_texts = sorted({texts[k].strip() for k in keys if k in texts})
         ops = sorted(f.get("ops") or []) if f else [str(n.get("op"))]
         modules = sorted(f.get("modules") or []) if f else ([n["path"]] if n.get("path") else [])
-        out.append({
-            "id": n["id"], "name": n.get("label") or n["id"], "kind": (f or {}).get("kind") or n.get("op"),
-            "ops": ops, "modules": modules, "texts": line_texts, "where": keys,
-            "flops": (f or n).get("flops"), "bytes": (f or n).get("bytes"), "shape": n.get("shape"),
-            "seconds": seconds.get(n.get("label") or ""),
-        })  # fmt: skip
+        out.append(
+            {
+                "id": n["id"],
+                "name": n.get("label") or n["id"],
+                "kind": (f or {}).get("kind") or n.get("op"),
+                "ops": ops,
+                "modules": modules,
+                "texts": line_texts,
+                "where": keys,
+                "flops": (f or n).get("flops"),
+                "bytes": (f or n).get("bytes"),
+                "shape": n.get("shape"),
+                "seconds": seconds.get(n.get("label") or ""),
+            }
+        )
     return out
 
 
@@ -69,6 +88,7 @@ def _match(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[di
     rows: list[dict[str, Any]] = []
     left_b, left_a = list(range(len(before))), list(range(len(after)))
     for strict in (True, False):  # by line text first, then by what the kernel is
+
         def key(k: dict[str, Any], strict: bool = strict) -> tuple:
             base = (k["kind"], tuple(k["ops"]), tuple(k["modules"]))
             return (*base, tuple(k["texts"])) if strict else base
@@ -94,9 +114,17 @@ def _match(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[di
     out = []
     for r in rows:
         k = r["a"] or r["b"]
-        out.append({"status": r["status"], "before": _side(r["b"]) if r["b"] else None,
-                    "after": _side(r["a"]) if r["a"] else None, "kind": k["kind"], "ops": k["ops"],
-                    "modules": k["modules"], "lines": k["texts"]})  # fmt: skip
+        out.append(
+            {
+                "status": r["status"],
+                "before": _side(r["b"]) if r["b"] else None,
+                "after": _side(r["a"]) if r["a"] else None,
+                "kind": k["kind"],
+                "ops": k["ops"],
+                "modules": k["modules"],
+                "lines": k["texts"],
+            }
+        )
     return out
 
 
@@ -108,11 +136,15 @@ def _per_line(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     def row(key: str) -> dict[str, Any] | None:
         if key not in texts or not texts[key].strip():
             return None
-        return out.setdefault(texts[key].strip(), {"flops": 0.0, "bytes": 0.0, "seconds": None,
-                                                   "peak_bytes": None, "where": key})  # fmt: skip
+        return out.setdefault(
+            texts[key].strip(),
+            {"flops": 0.0, "bytes": 0.0, "seconds": None, "peak_bytes": None, "where": key},
+        )
 
     for f in report.get("fusions") or []:
-        keys = [str(x) for x in f.get("lines") or []] or [loc["label"] for loc in f.get("locations") or []]
+        keys = [str(x) for x in f.get("lines") or []] or [
+            loc["label"] for loc in f.get("locations") or []
+        ]
         for k in keys:
             r = row(k)
             if r is not None:
@@ -133,15 +165,24 @@ def _per_line(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _source_diff(before: list[str], after: list[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+def _source_diff(
+    before: list[str], after: list[str]
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Hunks of the compiling cell's change, and each after-line's change (text -> kind)."""
     hunks, change = [], {}
     sm = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
     for op, i1, i2, j1, j2 in sm.get_opcodes():
         if op == "equal":
             continue
-        hunks.append({"op": op, "before": before[i1:i2], "after": after[j1:j2],
-                      "before_start": i1 + 1, "after_start": j1 + 1})  # fmt: skip
+        hunks.append(
+            {
+                "op": op,
+                "before": before[i1:i2],
+                "after": after[j1:j2],
+                "before_start": i1 + 1,
+                "after_start": j1 + 1,
+            }
+        )
         for t in after[j1:j2]:
             change[t.strip()] = "edited" if op == "replace" else "added"
         for t in before[i1:i2]:
@@ -149,10 +190,16 @@ def _source_diff(before: list[str], after: list[str]) -> tuple[list[dict[str, An
     return hunks, change
 
 
-def diff_report(before: dict[str, Any], after: dict[str, Any], *,
-                labels: tuple[str, str] | None = None, program: dict[str, Any] | None = None,
-                time: dict[str, Any] | None = None, memory: dict[str, Any] | None = None,
-                notes: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+def diff_report(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    *,
+    labels: tuple[str, str] | None = None,
+    program: dict[str, Any] | None = None,
+    time: dict[str, Any] | None = None,
+    memory: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
+) -> dict[str, Any]:
     """The diff view of ``after`` against ``before`` (two report dicts)."""
     kernels = _match(_kernels(before), _kernels(after))
     lb, la = _per_line(before), _per_line(after)
@@ -165,8 +212,12 @@ def diff_report(before: dict[str, Any], after: dict[str, Any], *,
     for new in after.get("sources") or []:
         if new.get("cell") is None or not olds:
             continue
-        old = max(olds, key=lambda o: difflib.SequenceMatcher(
-            a=o.get("lines") or [], b=new.get("lines") or [], autojunk=False).ratio())
+        old = max(
+            olds,
+            key=lambda o: difflib.SequenceMatcher(
+                a=o.get("lines") or [], b=new.get("lines") or [], autojunk=False
+            ).ratio(),
+        )
         more, more_change = _source_diff(old.get("lines") or [], new.get("lines") or [])
         for hunk in more:
             hunk["label"] = f"{old.get('label')} → {new.get('label')}"
@@ -177,48 +228,84 @@ def diff_report(before: dict[str, Any], after: dict[str, Any], *,
     for text in list(la) + [t for t in lb if t not in la]:
         b, a = lb.get(text), la.get(text)
         kind = change.get(text) or ("added" if b is None else "removed" if a is None else "same")
-        lines.append({"text": text, "change": kind, "where": (a or b)["where"],
-                      "flops": [b and b["flops"], a and a["flops"]],
-                      "bytes": [b and b["bytes"], a and a["bytes"]],
-                      "seconds": [b and b["seconds"], a and a["seconds"]]
-                      if (b and b["seconds"] is not None) or (a and a["seconds"] is not None) else None,
-                      "peak_bytes": [b and b["peak_bytes"], a and a["peak_bytes"]]
-                      if (b and b["peak_bytes"] is not None) or (a and a["peak_bytes"] is not None)
-                      else None})  # fmt: skip
+        lines.append(
+            {
+                "text": text,
+                "change": kind,
+                "where": (a or b)["where"],
+                "flops": [b and b["flops"], a and a["flops"]],
+                "bytes": [b and b["bytes"], a and a["bytes"]],
+                "seconds": [b and b["seconds"], a and a["seconds"]]
+                if (b and b["seconds"] is not None) or (a and a["seconds"] is not None)
+                else None,
+                "peak_bytes": [b and b["peak_bytes"], a and a["peak_bytes"]]
+                if (b and b["peak_bytes"] is not None) or (a and a["peak_bytes"] is not None)
+                else None,
+            }
+        )
     sb, sa = before.get("summary") or {}, after.get("summary") or {}
-    summary = [{"figure": k, "before": sb.get(k), "after": sa.get(k),
-                "from": (sa.get("from") or {}).get(k) if isinstance(sa.get("from"), dict) else None}
-               for k in ("kernels", "fusions", "flops", "bytes_accessed", "compile_seconds")
-               if sb.get(k) is not None or sa.get(k) is not None]  # fmt: skip
+    summary = [
+        {
+            "figure": k,
+            "before": sb.get(k),
+            "after": sa.get(k),
+            "from": (sa.get("from") or {}).get(k) if isinstance(sa.get("from"), dict) else None,
+        }
+        for k in ("kernels", "fusions", "flops", "bytes_accessed", "compile_seconds")
+        if sb.get(k) is not None or sa.get(k) is not None
+    ]
     for k in summary:
         if k["figure"] == "compile_seconds":
             k["from"] = "measured"
     pb = ((before.get("extras") or {}).get("profile") or {}).get("step_seconds")
     pa = ((after.get("extras") or {}).get("profile") or {}).get("step_seconds")
     if pb is not None or pa is not None:
-        summary.append({"figure": "time per call (seconds)", "before": pb, "after": pa,
-                        "from": "measured"})  # fmt: skip
+        summary.append(
+            {"figure": "time per call (seconds)", "before": pb, "after": pa, "from": "measured"}
+        )
     if memory is not None:
-        summary.append({"figure": "memory peak bytes", "before": memory.get("before"),
-                        "after": memory.get("after"), "from": memory.get("source")})  # fmt: skip
+        summary.append(
+            {
+                "figure": "memory peak bytes",
+                "before": memory.get("before"),
+                "after": memory.get("after"),
+                "from": memory.get("source"),
+            }
+        )
     fl = next((f.get("from") for f in after.get("fusions") or [] if f.get("from")), None)
     labels = labels or ("before", "after")
 
     def side(r: dict[str, Any], label: str) -> dict[str, Any]:
         g = (r.get("graphs") or {}).get("compiled")
-        return {"name": r.get("name"), "label": label, "backend": r.get("backend"),
-                "report": {"name": r.get("name"), "graphs": {"compiled": g},
-                           "fusions": r.get("fusions") or []}}  # fmt: skip
+        return {
+            "name": r.get("name"),
+            "label": label,
+            "backend": r.get("backend"),
+            "report": {
+                "name": r.get("name"),
+                "graphs": {"compiled": g},
+                "fusions": r.get("fusions") or [],
+            },
+        }
 
     return {
         "schema": DIFF_SCHEMA,
-        "before": side(before, labels[0]), "after": side(after, labels[1]),
-        "kernels": kernels, "lines": lines, "source_diff": hunks, "summary": summary,
-        "program": program, "time": time, "memory": memory,
-        "from": {"flops": (fl or {}).get("flops") if isinstance(fl, dict) else fl or "XLA",
-                 "bytes": (fl or {}).get("bytes") if isinstance(fl, dict) else fl or "XLA",
-                 "line_flops": "estimate", "line_bytes": "estimate",
-                 "seconds": "measured" if pb is not None or pa is not None else None,
-                 "peak_bytes": memory.get("source") if memory else None},
+        "before": side(before, labels[0]),
+        "after": side(after, labels[1]),
+        "kernels": kernels,
+        "lines": lines,
+        "source_diff": hunks,
+        "summary": summary,
+        "program": program,
+        "time": time,
+        "memory": memory,
+        "from": {
+            "flops": (fl or {}).get("flops") if isinstance(fl, dict) else fl or "XLA",
+            "bytes": (fl or {}).get("bytes") if isinstance(fl, dict) else fl or "XLA",
+            "line_flops": "estimate",
+            "line_bytes": "estimate",
+            "seconds": "measured" if pb is not None or pa is not None else None,
+            "peak_bytes": memory.get("source") if memory else None,
+        },
         "notes": list(notes or []),
-    }  # fmt: skip
+    }

@@ -18,9 +18,11 @@ def to_dot(graph: dict[str, Any], *, name: str = "nbcompile", max_nodes: int = M
     """A ``graphviz.Digraph`` of a report graph (``report["graphs"]["traced"]`` etc.)."""
     import graphviz
 
-    dot = graphviz.Digraph(name=name, graph_attr={"rankdir": "TB", "nslimit": "2",
-                                                  "nslimit1": "2", "fontsize": "10"},
-                           node_attr={"shape": "box", "fontsize": "9", "height": "0.2"})
+    dot = graphviz.Digraph(
+        name=name,
+        graph_attr={"rankdir": "TB", "nslimit": "2", "nslimit1": "2", "fontsize": "10"},
+        node_attr={"shape": "box", "fontsize": "9", "height": "0.2"},
+    )
     nodes = graph.get("nodes", [])[:max_nodes]
     keep = {n["id"] for n in nodes}
     children: dict[str | None, list[dict[str, Any]]] = {}

@@ -19,8 +19,14 @@ from .svg import graph_svg
 __all__ = ["TAB_LABELS", "fallback_html", "source_table", "time_heat"]
 
 _WHOLE = 80  # a cell this long is shown whole; a longer one around its program's lines
-TAB_LABELS = {"graph": "Graph", "compiled": "Compiled", "source": "Source",
-              "gradient": "Gradient", "stats": "Stats", "diff": "Diff"}  # fmt: skip
+TAB_LABELS = {
+    "graph": "Graph",
+    "compiled": "Compiled",
+    "source": "Source",
+    "gradient": "Gradient",
+    "stats": "Stats",
+    "diff": "Diff",
+}
 
 
 def _img(svg: str, alt: str, testid: str) -> str:
@@ -36,21 +42,34 @@ def time_heat(report: dict[str, Any], graph: dict[str, Any] | None) -> dict[str,
         return None
     share = {k["name"]: k.get("share") or 0.0 for k in p.get("kernels") or []}
     top = max([1e-12, *share.values()])
-    out = {n["id"]: share[n["label"]] / top for n in graph.get("nodes") or [] if n.get("label") in share}
+    out = {
+        n["id"]: share[n["label"]] / top
+        for n in graph.get("nodes") or []
+        if n.get("label") in share
+    }
     return out or None
 
 
 def _section(tab: str, body: str, *, open_: bool = False) -> str:
-    return (f'<details data-nbc-tab="{tab}"{" open" if open_ else ""}>'
-            f"<summary><b>{TAB_LABELS[tab]}</b></summary>{body}</details>")
+    return (
+        f'<details data-nbc-tab="{tab}"{" open" if open_ else ""}>'
+        f"<summary><b>{TAB_LABELS[tab]}</b></summary>{body}</details>"
+    )
 
 
 def _line_metrics(report: dict[str, Any]) -> list[tuple[str, Any]]:
     """(column title, function (key, prefix, n) -> text) for each heat measure the report has."""
     info = report.get("lines") or {}
     cols: list[tuple[str, Any]] = [
-        ("flops share (estimate)", lambda key, _p, _n: f"{info[key]['cost_share'] * 100:.0f}%"
-         if info.get(key, {}).get("cost_share") is not None else "")]  # fmt: skip
+        (
+            "flops share (estimate)",
+            lambda key, _p, _n: (
+                f"{info[key]['cost_share'] * 100:.0f}%"
+                if info.get(key, {}).get("cost_share") is not None
+                else ""
+            ),
+        )
+    ]
     extras = report.get("extras") or {}
     p = extras.get("profile")
     if p:
@@ -80,19 +99,36 @@ def source_table(report: dict[str, Any]) -> str:
     with each heat measure (flops share, time, bytes at peak) and the kernels each became."""
     info = report.get("lines") or {}
     sources = [("", "", (report.get("source") or {}).get("lines") or [], True)]
-    sources += [(s.get("label", ""), s.get("key_prefix", ""), s.get("lines") or [],
-                 s.get("cell") is not None) for s in report.get("sources") or []]  # fmt: skip
+    sources += [
+        (
+            s.get("label", ""),
+            s.get("key_prefix", ""),
+            s.get("lines") or [],
+            s.get("cell") is not None,
+        )
+        for s in report.get("sources") or []
+    ]
     if not sources[0][2] and len(sources) == 1:
         return ""
     cols = _line_metrics(report)
     rows = []
     for label, prefix, lines, whole in sources:
         if label:
-            rows.append(f'<tr data-testid="nbc-source-head"><th colspan="{3 + len(cols)}">'
-                        f"{escape(label)}</th></tr>")  # fmt: skip
+            rows.append(
+                f'<tr data-testid="nbc-source-head"><th colspan="{3 + len(cols)}">'
+                f"{escape(label)}</th></tr>"
+            )
         # a long cell (or a file compiled as a script): the program's lines and one either side
-        near = None if whole and len(lines) <= _WHOLE else {
-            n + d for n in range(1, len(lines) + 1) if info.get(f"{prefix}{n}") for d in (-1, 0, 1)}
+        near = (
+            None
+            if whole and len(lines) <= _WHOLE
+            else {
+                n + d
+                for n in range(1, len(lines) + 1)
+                if info.get(f"{prefix}{n}")
+                for d in (-1, 0, 1)
+            }
+        )
         gap = False
         for i, text in enumerate(lines, start=1):
             key = f"{prefix}{i}"
@@ -106,45 +142,74 @@ def source_table(report: dict[str, Any]) -> str:
             fusions = entry.get("fusions") or []
             ann = ", ".join(fusions[:4]) + (f" +{len(fusions) - 4}" if len(fusions) > 4 else "")
             cells = "".join(f"<td>{escape(f(key, prefix, i))}</td>" for _, f in cols)
-            rows.append(f'<tr data-line="{escape(key)}"><td>{i}</td>{cells}'
-                        f"<td><code>{escape(text)}</code></td><td>{escape(ann)}</td></tr>")  # fmt: skip
+            rows.append(
+                f'<tr data-line="{escape(key)}"><td>{i}</td>{cells}'
+                f"<td><code>{escape(text)}</code></td><td>{escape(ann)}</td></tr>"
+            )
     head = "".join(f"<th>{escape(t)}</th>" for t, _ in cols)
-    return ('<table data-testid="nbc-source-table"><tr><th>line</th>' + head
-            + "<th>source</th><th>kernels</th></tr>" + "".join(rows) + "</table>")  # fmt: skip
+    return (
+        '<table data-testid="nbc-source-table"><tr><th>line</th>'
+        + head
+        + "<th>source</th><th>kernels</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
 
 
 def _gradient(report: dict[str, Any]) -> str:
     g = report.get("gradient") or {}
     kernels = " · ".join(f"{k} {v}" for k, v in (g.get("kernels") or {}).items())
-    head = (f"<div>{fmt_num(g.get('forward_ops'))} forward / {fmt_num(g.get('backward_ops'))} "
-            f"backward ops; kernels {escape(kernels)}; residuals "
-            f"{fmt_bytes(g.get('residual_bytes'))} ({from_of(g, 'residual_bytes') or 'estimate'})"
-            " · colours: forward blue, backward orange, mixed purple</div>")  # fmt: skip
+    head = (
+        f"<div>{fmt_num(g.get('forward_ops'))} forward / {fmt_num(g.get('backward_ops'))} "
+        f"backward ops; kernels {escape(kernels)}; residuals "
+        f"{fmt_bytes(g.get('residual_bytes'))} ({from_of(g, 'residual_bytes') or 'estimate'})"
+        " · colours: forward blue, backward orange, mixed purple</div>"
+    )
     graph = (report.get("graphs") or {}).get("gradient")
     if not graph:
         return head
-    svg = graph_svg(graph, report, title=f"{report.get('name')}: gradient (value_and_grad)",
-                    color="phase")  # fmt: skip
+    svg = graph_svg(
+        graph, report, title=f"{report.get('name')}: gradient (value_and_grad)", color="phase"
+    )
     return head + _img(svg, f"gradient program of {report.get('name')}", "nbc-graph-gradient")
 
 
 def _compiled(report: dict[str, Any], graph: dict[str, Any]) -> str:
     heat = time_heat(report, graph)
-    svg = graph_svg(graph, report, title=f"{report.get('name')}: compiled (XLA kernels)",
-                    color="heat" if heat else "kind", heat=heat)  # fmt: skip
+    svg = graph_svg(
+        graph,
+        report,
+        title=f"{report.get('name')}: compiled (XLA kernels)",
+        color="heat" if heat else "kind",
+        heat=heat,
+    )
     legend = ""
     if heat:
         source = ((report.get("extras") or {}).get("profile") or {}).get("source") or "measured"
-        legend = f"<div>kernels coloured by measured time, pale to red (source: {escape(source)})</div>"
+        legend = (
+            f"<div>kernels coloured by measured time, pale to red (source: {escape(source)})</div>"
+        )
     fusions = sorted(report.get("fusions") or [], key=lambda f: -(f.get("flops") or 0))[:20]
     fsrc = from_of(fusions[0], "flops") if fusions else None
     rows = "".join(
         f"<tr><td>{escape(str(f.get('name') or f['id']))}</td><td>{escape(str(f.get('kind')))}</td>"
         f"<td>{escape(', '.join(f.get('ops') or [])[:60])}</td><td>{fmt_num(f.get('flops'))}</td>"
-        f"<td>{fmt_bytes(f.get('bytes'))}</td></tr>" for f in fusions)
-    table = (f"<table><tr><th>fusion</th><th>kind</th><th>ops</th><th>flops ({fsrc})</th>"
-             f"<th>bytes ({fsrc})</th></tr>{rows}</table>") if fusions else ""  # fmt: skip
-    return legend + _img(svg, f"compiled program of {report.get('name')}", "nbc-graph-compiled") + table
+        f"<td>{fmt_bytes(f.get('bytes'))}</td></tr>"
+        for f in fusions
+    )
+    table = (
+        (
+            f"<table><tr><th>fusion</th><th>kind</th><th>ops</th><th>flops ({fsrc})</th>"
+            f"<th>bytes ({fsrc})</th></tr>{rows}</table>"
+        )
+        if fusions
+        else ""
+    )
+    return (
+        legend
+        + _img(svg, f"compiled program of {report.get('name')}", "nbc-graph-compiled")
+        + table
+    )
 
 
 def fallback_html(report: dict[str, Any]) -> str:
@@ -164,14 +229,20 @@ def fallback_html(report: dict[str, Any]) -> str:
     changes = (report.get("extras") or {}).get("changes")
     if changes:
         items = changes.get("items") or str(changes.get("text") or "").splitlines()
-        parts.append('<div data-testid="nbc-changes">' + "<br>".join(escape(i) for i in items)
-                     + "</div>")  # fmt: skip
+        parts.append(
+            '<div data-testid="nbc-changes">' + "<br>".join(escape(i) for i in items) + "</div>"
+        )
     graphs = report.get("graphs") or {}
     traced = graphs.get("traced")
     if traced:
         svg = graph_svg(traced, report, title=f"{report.get('name')}: traced program")
-        parts.append(_section("graph", _img(svg, f"traced program of {report.get('name')}",
-                                            "nbc-graph-traced"), open_=True))  # fmt: skip
+        parts.append(
+            _section(
+                "graph",
+                _img(svg, f"traced program of {report.get('name')}", "nbc-graph-traced"),
+                open_=True,
+            )
+        )
     if graphs.get("compiled"):
         parts.append(_section("compiled", _compiled(report, graphs["compiled"])))
     table = source_table(report)

@@ -13,8 +13,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CHUNK", "CHUNK_MAX", "Group", "PreparedGraph", "ancestors", "fmt_num",
-           "prepare_graph", "top_ops", "trunc"]  # fmt: skip
+__all__ = [
+    "CHUNK",
+    "CHUNK_MAX",
+    "Group",
+    "PreparedGraph",
+    "ancestors",
+    "fmt_num",
+    "prepare_graph",
+    "top_ops",
+    "trunc",
+]
 
 CHUNK_MAX = 100
 CHUNK = 50
@@ -35,8 +44,9 @@ class Group:
     bytes: float = 0.0
     first: float = float("inf")
     ops: dict[Any, int] = field(default_factory=dict)
-    phases: dict[str, int] = field(default_factory=lambda: {"forward": 0, "backward": 0,
-                                                             "mixed": 0})
+    phases: dict[str, int] = field(
+        default_factory=lambda: {"forward": 0, "backward": 0, "mixed": 0}
+    )
     line_min: float = float("inf")
     line_max: float = float("-inf")
 
@@ -113,8 +123,14 @@ def prepare_graph(graph: dict[str, Any], report: dict[str, Any]) -> PreparedGrap
             continue
         edges.append(e)
     pg = PreparedGraph(
-        graph=graph, nodes=nodes, by_id=by_id, index=index, labels=labels, in_labels=in_labels,
-        label_users=label_users, edges=edges,
+        graph=graph,
+        nodes=nodes,
+        by_id=by_id,
+        index=index,
+        labels=labels,
+        in_labels=in_labels,
+        label_users=label_users,
+        edges=edges,
         fusion_by_id={f["id"]: f for f in report.get("fusions") or []},
         is_compiled=graph is (report.get("graphs") or {}).get("compiled"),
     )
@@ -181,7 +197,7 @@ def _build_tree(pg: PreparedGraph) -> None:
         size = max(CHUNK, -(-len(items) // CHUNK_FANOUT))
         g.items = []
         for i in range(0, len(items), size):
-            part = items[i: i + size]
+            part = items[i : i + size]
             c = Group(f"chunk:{chunk_id}", "", "chunk", g.id)
             chunk_id += 1
             c.items = part

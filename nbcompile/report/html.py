@@ -101,8 +101,10 @@ def _encode_ids(items: list[Any]) -> dict[str, Any] | None:
     if not all(found) or len({m[1] for m in found if m}) != 1:
         return None
     nums = [int(m[2]) for m in found if m]
-    return {"$ids": found[0][1] if found[0] else "",
-            "d": [nums[0]] + [b - a for a, b in itertools.pairwise(nums)]}  # fmt: skip
+    return {
+        "$ids": found[0][1] if found[0] else "",
+        "d": [nums[0]] + [b - a for a, b in itertools.pairwise(nums)],
+    }
 
 
 def _encode_edges(graph: dict[str, Any]) -> dict[str, Any] | None:

@@ -17,8 +17,16 @@ from .layout_passes import frac as _frac
 from .layout_passes import relax_layer as _relax_layer
 from .layout_passes import transpose as _transpose
 
-__all__ = ["GAP", "BoxLayout", "Ranked", "bottom_port", "edge_key", "layout_box", "rank",
-           "top_port"]  # fmt: skip
+__all__ = [
+    "GAP",
+    "BoxLayout",
+    "Ranked",
+    "bottom_port",
+    "edge_key",
+    "layout_box",
+    "rank",
+    "top_port",
+]
 
 GAP = {"node": 18.0, "dummy": 8.0, "layer": 30.0, "port": 16.0, "dummyW": 6.0}
 SWEEPS = 8
@@ -29,6 +37,7 @@ WORK = 12000  # bounded work: boxes with many dummy nodes get fewer passes (at l
 
 def _passes(most: int, n: int) -> int:
     return max(2, min(most, WORK // max(1, n)))
+
 
 _SEP = "\u0001"
 
@@ -135,14 +144,20 @@ def rank(keys: list[str], edges: list[tuple[str, str]]) -> Ranked:
             continue
         layer[i] = max(layer[i], min(layer[j] for j in succ[i]) - 1)
     dense = {v: i for i, v in enumerate(sorted(set(layer)))}
-    return Ranked({k: dense[layer[i]] for i, k in enumerate(keys)},
-                  [(keys[i], keys[j]) for i, j in dag], reversed_)  # fmt: skip
+    return Ranked(
+        {k: dense[layer[i]] for i, k in enumerate(keys)},
+        [(keys[i], keys[j]) for i, j in dag],
+        reversed_,
+    )
 
 
-def layout_box(items: list[tuple[str, float, float]], ranked: Ranked,
-               ports: dict[str, list[str]] | None = None,
-               attach: dict[str, tuple[float, float]] | None = None,
-               g: dict[str, float] = GAP) -> BoxLayout:  # fmt: skip
+def layout_box(
+    items: list[tuple[str, float, float]],
+    ranked: Ranked,
+    ports: dict[str, list[str]] | None = None,
+    attach: dict[str, tuple[float, float]] | None = None,
+    g: dict[str, float] = GAP,
+) -> BoxLayout:
     """Coordinates of one box's children (``layoutBox`` in js/layout.js); items: (key, w, h);
     ``attach``: edge key -> px offsets from the centres where the edge meets its two ends."""
     ports = ports or {"top": [], "bottom": []}
@@ -217,8 +232,10 @@ def layout_box(items: list[tuple[str, float, float]], ranked: Ranked,
         renumber(lay)
 
     def crossings() -> int:
-        return sum(_cross_between(layers[lay], down, pos, len(layers[lay + 1]))
-                   for lay in range(n_layers - 1))  # fmt: skip
+        return sum(
+            _cross_between(layers[lay], down, pos, len(layers[lay + 1]))
+            for lay in range(n_layers - 1)
+        )
 
     best = [list(layer) for layer in layers]
     best_c = crossings()
@@ -262,7 +279,7 @@ def layout_box(items: list[tuple[str, float, float]], ranked: Ranked,
                 cx += sep(layer[k - 1], i)
             x[i] = cx
     for p in range(relax):
-        for lay in (range(n_layers) if p % 2 == 0 else range(n_layers - 1, -1, -1)):
+        for lay in range(n_layers) if p % 2 == 0 else range(n_layers - 1, -1, -1):
             _relax_layer(layers[lay], x, up, down, sep)
     # Straighten long edges: move a whole dummy chain to one x where every layer has room.
     slot = [0] * n
@@ -299,12 +316,22 @@ def layout_box(items: list[tuple[str, float, float]], ranked: Ranked,
             if real[i]:
                 h = max(h, heights[i])
         if lay > 0:
-            y += g["port"] if (lay == 1 and shift) or (lay == bottom_l and ports["bottom"]) \
-                else g["layer"]  # fmt: skip
+            y += (
+                g["port"]
+                if (lay == 1 and shift) or (lay == bottom_l and ports["bottom"])
+                else g["layer"]
+            )
         bands.append((y, y + h))
         y += h
-    out = BoxLayout(pos={}, width=max_x - min_x, height=y, bands=bands, layer_of={}, chains={},
-                    bottom_layer=bottom_l)  # fmt: skip
+    out = BoxLayout(
+        pos={},
+        width=max_x - min_x,
+        height=y,
+        bands=bands,
+        layer_of={},
+        chains={},
+        bottom_layer=bottom_l,
+    )
     for i in range(n):
         if real[i]:
             out.pos[keys[i]] = (x[i] - widths[i] / 2 - min_x, bands[layer_ix[i]][0])

@@ -12,8 +12,12 @@ def frac(off: float, w: float) -> float:
     return max(-0.45, min(0.45, off / max(w, 1)))
 
 
-def cross_between(upper: list[int], down: list[list[tuple[int, int, float, float, float]]],
-                   pos: list[float], size: int) -> int:  # fmt: skip
+def cross_between(
+    upper: list[int],
+    down: list[list[tuple[int, int, float, float, float]]],
+    pos: list[float],
+    size: int,
+) -> int:
     ends: list[float] = []
     for i in upper:
         # this node's edges in port order, then by their lower end
@@ -39,9 +43,14 @@ def cross_between(upper: list[int], down: list[list[tuple[int, int, float, float
     return c
 
 
-def transpose(layers: list[list[int]], up: list[list[tuple[int, int, float, float, float]]],
-               down: list[list[tuple[int, int, float, float, float]]], pos: list[float], renumber: Any,
-               most: int) -> None:  # fmt: skip
+def transpose(
+    layers: list[list[int]],
+    up: list[list[tuple[int, int, float, float, float]]],
+    down: list[list[tuple[int, int, float, float, float]]],
+    pos: list[float],
+    renumber: Any,
+    most: int,
+) -> None:
     # Swapping u and v (neighbours in a layer) changes the crossings of their edges with each
     # other only: (pairs a of u, b of v with a right of b) - (pairs with a left of b).
     for _ in range(most):
@@ -76,8 +85,13 @@ def gain(nu: list[tuple[int, int]], nv: list[tuple[int, int]], pos: list[float])
     return d
 
 
-def relax_layer(layer: list[int], x: list[float], up: list[list[tuple[int, int, float, float, float]]],
-                 down: list[list[tuple[int, int, float, float, float]]], sep: Any) -> None:  # fmt: skip
+def relax_layer(
+    layer: list[int],
+    x: list[float],
+    up: list[list[tuple[int, int, float, float, float]]],
+    down: list[list[tuple[int, int, float, float, float]]],
+    sep: Any,
+) -> None:
     n = len(layer)
     if not n:
         return

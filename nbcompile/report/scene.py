@@ -16,8 +16,19 @@ from typing import Any
 from .graphmodel import Group, PreparedGraph, ancestors, fmt_num, top_ops, trunc
 from .layout import BoxLayout, Ranked, bottom_port, edge_key, layout_box, rank, top_port
 
-__all__ = ["CH", "HEADER", "LINE", "MAXW", "PAD", "Box", "Scene", "SceneEdge", "build_scene",
-           "initial_expansion", "path_data"]  # fmt: skip
+__all__ = [
+    "CH",
+    "HEADER",
+    "LINE",
+    "MAXW",
+    "PAD",
+    "Box",
+    "Scene",
+    "SceneEdge",
+    "build_scene",
+    "initial_expansion",
+    "path_data",
+]
 
 CH = 6.7
 LINE = 14
@@ -78,8 +89,9 @@ def initial_expansion(pg: PreparedGraph, limit: int, budget: int) -> set[str]:
         groups = [pg.groups[iid] for g in level for typ, iid, _ in g.items if typ == "group"]
         extra = sum(len(g.items) - 1 for g in groups)
         cap = min(limit, CHUNK_LIMIT) if all(g.kind == "chunk" for g in groups) else limit
-        if not groups or (count + extra > cap and not (len(groups) == 1
-                                                        and count + extra <= budget)):
+        if not groups or (
+            count + extra > cap and not (len(groups) == 1 and count + extra <= budget)
+        ):
             break
         expanded.update(g.id for g in groups)
         count += extra
@@ -107,8 +119,13 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
         n = c.node
         fusion = pg.fusion_by_id.get(n["fusion"]) if pg.is_compiled and n.get("fusion") else None
         ins = [pg.by_id[i].get("label") or i for i in pg.in_labels.get(n["id"], [])]
-        where = (f" · L{_js_str(n['line'])}" if n.get("line") is not None
-                 else f" · {n['loc']}" if n.get("loc") else "")  # fmt: skip
+        where = (
+            f" · L{_js_str(n['line'])}"
+            if n.get("line") is not None
+            else f" · {n['loc']}"
+            if n.get("loc")
+            else ""
+        )
         shape = n.get("shape") or ""
         op = n.get("op")
         if fusion or n.get("kind") == "fusion":
@@ -136,8 +153,9 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
 
 def build_scene(pg: PreparedGraph, expanded: set[str]) -> Scene:
     """The scene for ``expanded`` group ids (``buildScene``)."""
-    unit_of = {n["id"]: unit_key(pg, expanded, n["id"]) for n in pg.nodes
-               if n["id"] not in pg.labels}  # fmt: skip
+    unit_of = {
+        n["id"]: unit_key(pg, expanded, n["id"]) for n in pg.nodes if n["id"] not in pg.labels
+    }
     assert pg.root is not None
     tree = _build_tree(pg, expanded, pg.root, "root")
     agg: dict[str, SceneEdge] = {}
@@ -204,21 +222,29 @@ def _build_tree(pg: PreparedGraph, expanded: set[str], g: Group, key: str) -> Bo
             children.append(Box("n:" + iid, node=pg.by_id[iid]))
             continue
         c = pg.groups[iid]
-        children.append(_build_tree(pg, expanded, c, "g:" + c.id) if c.id in expanded
-                        else Box("g:" + c.id, group=c))  # fmt: skip
+        children.append(
+            _build_tree(pg, expanded, c, "g:" + c.id)
+            if c.id in expanded
+            else Box("g:" + c.id, group=c)
+        )
     return Box(key, group=g, children=children)
 
 
-def _layout_tree(pg: PreparedGraph, box: Box, by_key: dict[str, Box],
-                 box_agg: dict[str, list[SceneEdge]]) -> None:  # fmt: skip
+def _layout_tree(
+    pg: PreparedGraph, box: Box, by_key: dict[str, Box], box_agg: dict[str, list[SceneEdge]]
+) -> None:
     assert box.children is not None and box.group is not None and box.ranked is not None
     for c in box.children:
         if c.children is not None:
             _layout_tree(pg, c, by_key, box_agg)
         else:
             c.lines, c.w, c.h = leaf_text(pg, c)
-    box.inner = layout_box([(c.key, c.w, c.h) for c in box.children], box.ranked, box.ports,
-                           _attachments(box, by_key, box_agg.get(box.key, [])))
+    box.inner = layout_box(
+        [(c.key, c.w, c.h) for c in box.children],
+        box.ranked,
+        box.ports,
+        _attachments(box, by_key, box_agg.get(box.key, [])),
+    )
     root = box.key == "root"
     g = box.group
     box.title = "" if root else f"▾ {trunc(g.label, 40)} · {g.kind} · {fmt_num(g.count)} ops"
@@ -242,8 +268,9 @@ def _mean(values: list[float]) -> float:
     return s / len(values) if values else 0.0
 
 
-def _attachments(box: Box, by_key: dict[str, Box],
-                 aggs: list[SceneEdge]) -> dict[str, tuple[float, float]]:  # fmt: skip
+def _attachments(
+    box: Box, by_key: dict[str, Box], aggs: list[SceneEdge]
+) -> dict[str, tuple[float, float]]:
     """Where this box's edges meet its children that are expanded groups (``attachments``)."""
     acc: dict[str, tuple[list[float], list[float]]] = {}
     for a in aggs:
@@ -256,12 +283,16 @@ def _attachments(box: Box, by_key: dict[str, Box],
         c = by_key[k]
         if c.children is not None:
             out[edge_key(top_port(k), k)] = (
-                0.0, _mean([_port_offset(c, "top", q) for q in c.ports["top"]]))
+                0.0,
+                _mean([_port_offset(c, "top", q) for q in c.ports["top"]]),
+            )
     for k in box.ports["bottom"]:
         c = by_key[k]
         if c.children is not None:
             out[edge_key(k, bottom_port(k))] = (
-                _mean([_port_offset(c, "bottom", q) for q in c.ports["bottom"]]), 0.0)
+                _mean([_port_offset(c, "bottom", q) for q in c.ports["bottom"]]),
+                0.0,
+            )
     return out
 
 

@@ -60,17 +60,28 @@ def heat_colour(share: float) -> tuple[str, str]:
     return f"#{r:02x}{g:02x}{b:02x}", "#b71c1c" if s > 0.5 else "#e65100"
 
 
-def graph_scene(graph: dict[str, Any], report: dict[str, Any] | None = None, *,
-                limit: int = LIMIT, budget: int = BUDGET) -> tuple[Any, Scene]:  # fmt: skip
+def graph_scene(
+    graph: dict[str, Any],
+    report: dict[str, Any] | None = None,
+    *,
+    limit: int = LIMIT,
+    budget: int = BUDGET,
+) -> tuple[Any, Scene]:
     """The prepared graph and the widget's first scene of it."""
     pg = prepare_graph(graph, report or {"graphs": {}})
     return pg, build_scene(pg, initial_expansion(pg, limit, budget))
 
 
-def graph_svg(graph: dict[str, Any], report: dict[str, Any] | None = None, *,
-              title: str | None = None, color: str = "kind", limit: int = LIMIT,
-              heat: dict[str, float] | None = None,
-              status: dict[str, str] | None = None) -> str:  # fmt: skip
+def graph_svg(
+    graph: dict[str, Any],
+    report: dict[str, Any] | None = None,
+    *,
+    title: str | None = None,
+    color: str = "kind",
+    limit: int = LIMIT,
+    heat: dict[str, float] | None = None,
+    status: dict[str, str] | None = None,
+) -> str:
     """An SVG picture of one report graph, as the widget draws it first.
 
     ``color``: ``"kind"`` (op, fusion, output...), ``"phase"`` (forward / backward / mixed),
@@ -92,8 +103,11 @@ def graph_svg(graph: dict[str, Any], report: dict[str, Any] | None = None, *,
     def f(v: float) -> str:
         return f"{v:.1f}".rstrip("0").rstrip(".")
 
-    fills = {**{f"f-{k}": v for k, v in _FILL.items()}, **{f"f-{k}": v for k, v in _PHASE.items()},
-             **{f"f-{k}": v for k, v in STATUS_COLOURS.items()}}  # fmt: skip
+    fills = {
+        **{f"f-{k}": v for k, v in _FILL.items()},
+        **{f"f-{k}": v for k, v in _PHASE.items()},
+        **{f"f-{k}": v for k, v in STATUS_COLOURS.items()},
+    }
     style = _STYLE + "".join(f".{k}{{fill:{a};stroke:{b}}}" for k, (a, b) in fills.items())
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
@@ -126,19 +140,26 @@ def graph_svg(graph: dict[str, Any], report: dict[str, Any] | None = None, *,
         if box.children is not None:
             continue
         if box.node is not None:
-            kind = "fusion" if box.node.get("kind") == "fusion" else str(box.node.get("kind") or "op")
+            kind = (
+                "fusion" if box.node.get("kind") == "fusion" else str(box.node.get("kind") or "op")
+            )
             phase = box.node.get("phase")
         else:
             kind, phase = "group", group_phase(box.group) if box.group else None
         paint = f'class="f-{kind if kind in _FILL else "op"}"'
         if color == "phase" and phase in _PHASE:
             paint = f'class="f-{phase}"'
-        elif color == "heat" and heat is not None and box.node is not None \
-                and box.node["id"] in heat:  # fmt: skip
+        elif (
+            color == "heat" and heat is not None and box.node is not None and box.node["id"] in heat
+        ):
             fill, stroke = heat_colour(heat[box.node["id"]])
             paint = f'fill="{fill}" stroke="{stroke}"'
-        elif color == "status" and status is not None and box.node is not None \
-                and box.node["id"] in status:  # fmt: skip
+        elif (
+            color == "status"
+            and status is not None
+            and box.node is not None
+            and box.node["id"] in status
+        ):
             paint = f'class="f-{status[box.node["id"]]}"'
         dash = ' stroke-dasharray="4 2"' if kind == "group" else ""
         out.append(

@@ -190,8 +190,7 @@ def run_stages(
         with _timed(timings, "trace"), _capture_stdout() as printed:
             traced = jitted.trace(*placement.args, **placement.kwargs)
     except Exception as exc:
-        raise translate(exc, "trace", source, arg_names=arg_names,
-                        target=target.label) from exc
+        raise translate(exc, "trace", source, arg_names=arg_names, target=target.label) from exc
 
     say(f"lowering{where}")
     platforms = (target.platform,) if target.lower_only else None
@@ -216,24 +215,36 @@ def run_stages(
             raise _interrupted_compile(target, time.perf_counter() - started) from exc
         except jax.errors.JaxRuntimeError as exc:
             if not (target.deviceless and "RESOURCE_EXHAUSTED" in str(exc)):
-                raise translate(exc, "compile", source, arg_names=arg_names,
-                                target=target.label) from exc
+                raise translate(
+                    exc, "compile", source, arg_names=arg_names, target=target.label
+                ) from exc
             # XLA refused the program for lack of device memory: keep what was lowered, so
             # the memory map can say what does not fit and why (it maps the lowered program)
-            notes.append(f"XLA refused to compile for {target.label}: the program needs more "
-                         f"device memory than one device has ({_first_line(exc)[:200]}); "
-                         "see the memory map")
+            notes.append(
+                f"XLA refused to compile for {target.label}: the program needs more "
+                f"device memory than one device has ({_first_line(exc)[:200]}); "
+                "see the memory map"
+            )
         except Exception as exc:
-            raise translate(exc, "compile", source, arg_names=arg_names,
-                            target=target.label) from exc
+            raise translate(
+                exc, "compile", source, arg_names=arg_names, target=target.label
+            ) from exc
         if target.mesh is not None and compiled is not None:
             outputs, shapes = output_shardings(compiled, traced.out_info)
             placement.per_device_shapes.update(shapes)
     return Stages(
-        jitted=jitted, traced=traced, lowered=lowered, compiled=compiled, target=target,
-        placement=placement, timings=timings, printed_at_trace=printed.getvalue(),
-        output_shardings=outputs, xla_compiles=_COMPILES.count - before[0],
-        xla_seconds=_COMPILES.seconds - before[1], notes=notes,
+        jitted=jitted,
+        traced=traced,
+        lowered=lowered,
+        compiled=compiled,
+        target=target,
+        placement=placement,
+        timings=timings,
+        printed_at_trace=printed.getvalue(),
+        output_shardings=outputs,
+        xla_compiles=_COMPILES.count - before[0],
+        xla_seconds=_COMPILES.seconds - before[1],
+        notes=notes,
     )
 
 
@@ -254,9 +265,7 @@ def _interrupted_compile(target: Target, seconds: float) -> Exception:
     )
 
 
-def recompile_with_metadata(
-    stages: Stages, compiler_options: dict[str, Any] | None = None
-) -> bool:
+def recompile_with_metadata(stages: Stages, compiler_options: dict[str, Any] | None = None) -> bool:
     """If the executable carries no source metadata, compile it afresh (True if it did).
 
     Executables restored from JAX's persistent cache keep the metadata of the process that

@@ -30,8 +30,9 @@ _OUTPUT = re.compile(
 )
 
 
-def _non_array_error(exc: BaseException, line: int | None,
-                     arg_names: list[str] | None) -> NbcompileError:
+def _non_array_error(
+    exc: BaseException, line: int | None, arg_names: list[str] | None
+) -> NbcompileError:
     text = str(exc)
     match = _ARG_PATH.search(text)
     name = None
@@ -141,19 +142,22 @@ def translate(
         return TargetError(
             f"the function is bound to devices of this machine (a mesh of concrete devices "
             f"inside it, e.g. shard_map(mesh=...)), so it cannot be compiled for {target}",
-            code="NBC600", line=line,
+            code="NBC600",
+            line=line,
             hint="build it over the mesh's abstract form (shard_map(..., mesh=mesh.abstract_mesh)"
             " or jax.sharding.get_abstract_mesh()), or compile it for the devices it names",
         )
     where = f" for {target}" if target else ""
     if stage == "lower":
         return LowerError(
-            f"lowering to StableHLO{where} failed: {_first_line(exc)}", line=line,
+            f"lowering to StableHLO{where} failed: {_first_line(exc)}",
+            line=line,
             hint="see the chained JAX error above",
         )
     if stage == "compile":
         return CompileError(
-            f"XLA could not compile the program{where}: {_first_line(exc)}", line=line,
+            f"XLA could not compile the program{where}: {_first_line(exc)}",
+            line=line,
             hint="see the chained XLA error above",
         )
     return TraceError(

@@ -38,22 +38,43 @@ SPEC_CAPACITY: dict[str, Capacity] = {
     "tpu v5p": Capacity(95 * _GIB, "95 GB HBM2e", "https://cloud.google.com/tpu/docs/v5p"),
     "tpu v6e": Capacity(32 * _GIB, "32 GB HBM", "https://cloud.google.com/tpu/docs/v6e"),
     # NVIDIA data sheets (one SXM model per generation, as nbcompile.targets.GPU_TARGETS).
-    "gpu v100": Capacity(16 * _GIB, "16 GB HBM2 (V100 SXM2 16GB)",
-                         "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"),
-    "gpu a100": Capacity(80 * _GIB, "80 GB HBM2e (A100 SXM4 80GB)",
-                         "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"),
-    "gpu h100": Capacity(80 * _GIB, "80 GB HBM3 (H100 SXM)",
-                         "https://www.nvidia.com/en-us/data-center/h100/"),
-    "gpu h200": Capacity(141 * _GIB, "141 GB HBM3e (H200 SXM)",
-                         "https://www.nvidia.com/en-us/data-center/h200/"),
-    "gpu b200": Capacity(180 * _GIB, "180 GB HBM3e (B200 in DGX B200: 1,440 GB per 8 GPUs)",
-                         "https://www.nvidia.com/en-us/data-center/dgx-b200/"),
-}  # fmt: skip
+    "gpu v100": Capacity(
+        16 * _GIB,
+        "16 GB HBM2 (V100 SXM2 16GB)",
+        "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf",
+    ),
+    "gpu a100": Capacity(
+        80 * _GIB,
+        "80 GB HBM2e (A100 SXM4 80GB)",
+        "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
+    ),
+    "gpu h100": Capacity(
+        80 * _GIB, "80 GB HBM3 (H100 SXM)", "https://www.nvidia.com/en-us/data-center/h100/"
+    ),
+    "gpu h200": Capacity(
+        141 * _GIB, "141 GB HBM3e (H200 SXM)", "https://www.nvidia.com/en-us/data-center/h200/"
+    ),
+    "gpu b200": Capacity(
+        180 * _GIB,
+        "180 GB HBM3e (B200 in DGX B200: 1,440 GB per 8 GPUs)",
+        "https://www.nvidia.com/en-us/data-center/dgx-b200/",
+    ),
+}
 
 # device_kind strings JAX reports -> table keys (TPU v5e reports "TPU v5 lite").
-_KINDS = (("v5 lite", "tpu v5e"), ("v5e", "tpu v5e"), ("v5p", "tpu v5p"), ("v6 lite", "tpu v6e"),
-          ("v6e", "tpu v6e"), ("v4", "tpu v4"), ("v100", "gpu v100"), ("a100", "gpu a100"),
-          ("h100", "gpu h100"), ("h200", "gpu h200"), ("b200", "gpu b200"))  # fmt: skip
+_KINDS = (
+    ("v5 lite", "tpu v5e"),
+    ("v5e", "tpu v5e"),
+    ("v5p", "tpu v5p"),
+    ("v6 lite", "tpu v6e"),
+    ("v6e", "tpu v6e"),
+    ("v4", "tpu v4"),
+    ("v100", "gpu v100"),
+    ("a100", "gpu a100"),
+    ("h100", "gpu h100"),
+    ("h200", "gpu h200"),
+    ("b200", "gpu b200"),
+)
 
 
 def spec_capacity(name: str | None) -> tuple[str, Capacity] | None:

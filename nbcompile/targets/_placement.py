@@ -68,9 +68,7 @@ def _spec_for(path: str, specs: dict[str, Any], used: set[str]) -> Any | None:
 
 def spec_text(spec: Any) -> str:
     """``PartitionSpec('data', None)`` -> ``data,None`` (the ``--shard`` syntax)."""
-    return ",".join(
-        "None" if a is None else a if isinstance(a, str) else "+".join(a) for a in spec
-    )
+    return ",".join("None" if a is None else a if isinstance(a, str) else "+".join(a) for a in spec)
 
 
 def _check_divisible(path: str, shape: tuple[int, ...], spec: Any, mesh: Any) -> None:
@@ -195,7 +193,8 @@ def place_args(
         placed.append(jax.tree_util.tree_map_with_path(lambda p, x, r=root: place(r, p, x), arg))
     placement.args = tuple(placed)
     placement.kwargs = {
-        k: v if k in static_names
+        k: v
+        if k in static_names
         else jax.tree_util.tree_map_with_path(lambda p, x, r=k: place(r, p, x), v)
         for k, v in kwargs.items()
     }

@@ -159,15 +159,20 @@ def _tpu_topology(topology: str | None, needed: int) -> tuple[str, bool]:
             )
         return f"v5e:{shape}", True
     match = _TPU_TOPOLOGY.match(topology.strip())
-    legal = (f"use GENERATION:SHAPE with GENERATION in {', '.join(TPU_GENERATIONS)}, "
-             "e.g. v5e:2x2, v5e:4x4 (4 hosts), v4:2x2x1, v5p:2x2x2")
+    legal = (
+        f"use GENERATION:SHAPE with GENERATION in {', '.join(TPU_GENERATIONS)}, "
+        "e.g. v5e:2x2, v5e:4x4 (4 hosts), v4:2x2x1, v5p:2x2x2"
+    )
     if not match or match.group(1) not in TPU_GENERATIONS:
         raise TargetError(f"unknown TPU topology {topology!r}", hint=legal)
     dims = [int(d) for d in match.group(2).split("x")]
     chips = math.prod(dims)
     if min(dims) < 1 or chips > MAX_TPU_CHIPS:
-        why = "every dimension needs at least one chip" if min(dims) < 1 else (
-            f"{chips:,} chips is more than any TPU slice ({MAX_TPU_CHIPS:,})")
+        why = (
+            "every dimension needs at least one chip"
+            if min(dims) < 1
+            else (f"{chips:,} chips is more than any TPU slice ({MAX_TPU_CHIPS:,})")
+        )
         raise TargetError(f"invalid TPU topology {topology!r}: {why}", hint=legal)
     return topology.strip(), False
 
@@ -264,9 +269,7 @@ def resolve_target(
                 f"no GPU here and the JAX CUDA plugin is not installed: StableHLO only; to "
                 f'compile for GPU without one: pip install "jax[cuda12]=={jax.__version__}"'
             )
-            t = Target(
-                "cuda", False, False, True, note=note, topology=name, gpu=gpu, label=label
-            )
+            t = Target("cuda", False, False, True, note=note, topology=name, gpu=gpu, label=label)
             return _attach_mesh(t, mesh_spec)
         devices = list(_topology_devices("cuda", name, config))
         note = f"compiled for {label} without a GPU (deviceless, no autotuning): it cannot run here"

@@ -40,7 +40,9 @@ def target_summary(
         hosts = " (crosses hosts)" if c.get("crosses_hosts") else ""
         lines.append(f"  collective {c.get('op')}: {c.get('bytes')} bytes{hosts}")
     return {
-        "platform": target.platform, "mode": mode, "label": label,
+        "platform": target.platform,
+        "mode": mode,
+        "label": label,
         "input_shardings": dict(placement.input_shardings),
         "output_shardings": dict(output_shardings),
         "per_device_shapes": {
@@ -66,5 +68,5 @@ def infer_mesh(tree: Any) -> str | None:
             shapes.add((tuple(mesh.shape.values()), tuple(mesh.axis_names)))
     if len(shapes) != 1:
         return None
-    (dims, names), = shapes
+    ((dims, names),) = shapes
     return "x".join(map(str, dims)) + ":" + ",".join(names)
