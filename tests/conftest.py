@@ -24,6 +24,7 @@ def pytest_collection_modifyitems(config, items):
     """Tests that start JAX's profiler (``--profile``) run first: once a deviceless TPU compile
     has loaded libtpu into the test process, starting the profiler would crash it (JAX 0.10.2),
     so nbcompile refuses to. The sort is stable: every other order is kept."""
+
     def first(item: pytest.Item) -> bool:
         path, _, name = item.nodeid.partition("::")
         in_process = not path.startswith("tests/notebooks/")  # a notebook has its own kernel

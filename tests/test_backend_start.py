@@ -38,15 +38,20 @@ if importlib.util.find_spec("jax_cuda12_plugin"):  # make test-tutorials-plugins
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs the [tpu] extra"),
-    pytest.mark.skipif(sys.platform != "linux" or bool(glob.glob("/dev/accel*"))
-                       or os.path.isdir("/dev/vfio"), reason="a machine without a TPU"),
-]  # fmt: skip
+    pytest.mark.skipif(
+        sys.platform != "linux" or bool(glob.glob("/dev/accel*")) or os.path.isdir("/dev/vfio"),
+        reason="a machine without a TPU",
+    ),
+]
 
 
 def test_jax_starts_on_the_cpu_quietly_and_can_profile():
-    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL")}
-    run = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL")
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300
+    )
     out = run.stdout.splitlines()
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
     assert out[:3] == ["backend cpu", "libtpu loaded False", "profiled"], out

@@ -38,9 +38,13 @@ def _planned() -> list[tuple[str, str, int | None]]:
     cells, pairs = QUICK.growth
     out += [("RSS growth / recompile", f"{cells} cells, new shape each", pairs)] if cells else []
     for model, pairs, _, _ in QUICK.scale:
-        out += [("compile+analysis", model, pairs), ("usable function", model, pairs),
-                ("compile+analysis CPU", model, pairs), ("usable function CPU", model, pairs),
-                ("displayed bytes", model, 1)]
+        out += [
+            ("compile+analysis", model, pairs),
+            ("usable function", model, pairs),
+            ("compile+analysis CPU", model, pairs),
+            ("usable function CPU", model, pairs),
+            ("displayed bytes", model, 1),
+        ]
     out += [("first paint", model, QUICK.paint_repeats) for model, *_ in QUICK.scale]
     out += [("--memory overhead", m, p) for m, p, _ in QUICK.memory]
     return out

@@ -42,11 +42,11 @@ def f(x):
         "f(x)",
         "f(x)",
         [
-            ("SCALE = 3.0", False),               # closed-over Python scalar
-            ("W = W * 2", False),                 # a global array (a constant in the program)
-            ("Wn[0, 0] = 7.0", False),            # a NumPy global changed in place
-            ("cfg.shift = -1.0", False),          # an attribute of a config object
-            ("y = 1", True),                      # nothing the function reads
+            ("SCALE = 3.0", False),  # closed-over Python scalar
+            ("W = W * 2", False),  # a global array (a constant in the program)
+            ("Wn[0, 0] = 7.0", False),  # a NumPy global changed in place
+            ("cfg.shift = -1.0", False),  # an attribute of a config object
+            ("y = 1", True),  # nothing the function reads
         ],
     ),
     "flax-nnx": (
@@ -66,9 +66,9 @@ x = jnp.asarray(np.random.default_rng(1).normal(size=(2, 4)), jnp.float32)
         "model(x)",
         "model(x)",
         [
-            ("model.eval()", False),                                      # a mode flag
+            ("model.eval()", False),  # a mode flag
             ("model.lin.kernel[...] = model.lin.kernel[...] * 2", True),  # new weights
-            ("model.scale = 3.0", False),                                 # a static field
+            ("model.scale = 3.0", False),  # a static field
         ],
     ),
     "flax-linen": (
@@ -90,7 +90,7 @@ DET = True
         "model.apply(variables, x, deterministic=True)",
         [
             ("variables = jax.tree.map(lambda v: v * 2, variables)", True),  # new weights
-            ("model = Net(scale=3.0)", False),                             # a field
+            ("model = Net(scale=3.0)", False),  # a field
         ],
     ),
     "equinox": (
@@ -111,9 +111,11 @@ key = jax.random.key(1)
         "model(x, key=key)",
         "model(x, key=key)",
         [
-            ("model = eqx.nn.inference_mode(model)", False),                   # a mode flag
-            ("model = eqx.tree_at(lambda m: m.lin.weight, model, model.lin.weight * 2)",
-             True),                                                          # new weights
+            ("model = eqx.nn.inference_mode(model)", False),  # a mode flag
+            (
+                "model = eqx.tree_at(lambda m: m.lin.weight, model, model.lin.weight * 2)",
+                True,
+            ),  # new weights
         ],
     ),
     "keras": (
@@ -130,7 +132,7 @@ TRAIN = True
         "model(x, training=TRAIN)",
         "model(x, training=False)",
         [
-            ("TRAIN = False", False),                                        # a mode flag
+            ("TRAIN = False", False),  # a mode flag
             ("_ = model.predict(x, verbose=0)", True),  # Keras replaces the variables' buffers
             ("model.layers[0].kernel.assign(model.layers[0].kernel * 2)", True),  # weights
         ],
@@ -171,23 +173,35 @@ def test_rerun_after_a_change_equals_the_live_objects(ip, library, tmp_path):
         c = nbcompile.last()
         assert c.cache_hit is hit, f"{library}: after `{change}` cache_hit={c.cache_hit}"
         want = _reference(ip, reference)
-        np.testing.assert_allclose(_outputs(ip, c), want, rtol=1e-5, atol=1e-6,
-                                   err_msg=f"{library}: stale after `{change}`")
+        np.testing.assert_allclose(
+            _outputs(ip, c),
+            want,
+            rtol=1e-5,
+            atol=1e-6,
+            err_msg=f"{library}: stale after `{change}`",
+        )
 
 
 # library -> (cells that make the model deterministic, the cell that changes its weights,
 #             the inference call to freeze)
 FREEZE = {
     "function": ([], "W = W * 3", "f(x)"),
-    "flax-nnx": (["model.eval()"], "model.lin.kernel[...] = model.lin.kernel[...] * 2",
-                 "model(x)"),
-    "flax-linen": ([], "variables = jax.tree.map(lambda v: v * 2, variables)",
-                   "model.apply(variables, x, deterministic=True)"),
-    "equinox": (["model = eqx.nn.inference_mode(model)"],
-                "model = eqx.tree_at(lambda m: m.lin.weight, model, model.lin.weight * 2)",
-                "model(x)"),
-    "keras": (["TRAIN = False"], "model.layers[0].kernel.assign(model.layers[0].kernel * 2)",
-              "model(x, training=TRAIN)"),
+    "flax-nnx": (["model.eval()"], "model.lin.kernel[...] = model.lin.kernel[...] * 2", "model(x)"),
+    "flax-linen": (
+        [],
+        "variables = jax.tree.map(lambda v: v * 2, variables)",
+        "model.apply(variables, x, deterministic=True)",
+    ),
+    "equinox": (
+        ["model = eqx.nn.inference_mode(model)"],
+        "model = eqx.tree_at(lambda m: m.lin.weight, model, model.lin.weight * 2)",
+        "model(x)",
+    ),
+    "keras": (
+        ["TRAIN = False"],
+        "model.layers[0].kernel.assign(model.layers[0].kernel * 2)",
+        "model(x, training=TRAIN)",
+    ),
 }
 
 
@@ -209,16 +223,20 @@ def test_freeze_rerun_after_new_weights_writes_the_new_weights(ip, tmp_path):
         res = ip.run_cell(cell)
         assert res.success, res.error_in_exec
         c = nbcompile.last()
-        inputs = [np.asarray(a) for i, a in enumerate(c.args)
-                  if i not in c.adapted.weights_argnums]
+        inputs = [np.asarray(a) for i, a in enumerate(c.args) if i not in c.adapted.weights_argnums]
         want = _reference(ip, reference)
         np.testing.assert_allclose(_outputs(ip, c), want, rtol=1e-5, atol=1e-6)
         np.save(tmp_path / f"{library}-want.npy", want)
         for j, arr in enumerate(inputs):
             np.save(tmp_path / f"{library}-in{j}.npy", arr)
-        cases.append({"path": str(path), "inputs": len(inputs),
-                      "want": str(tmp_path / f"{library}-want.npy"),
-                      "prefix": str(tmp_path / library)})
+        cases.append(
+            {
+                "path": str(path),
+                "inputs": len(inputs),
+                "want": str(tmp_path / f"{library}-want.npy"),
+                "prefix": str(tmp_path / library),
+            }
+        )
     child = (
         "import json, sys, numpy as np, nbcompile\n"
         "for case in json.loads(sys.argv[1]):\n"
@@ -230,8 +248,14 @@ def test_freeze_rerun_after_new_weights_writes_the_new_weights(ip, tmp_path):
         "print('ok', len(json.loads(sys.argv[1])))\n"
     )
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", child, json.dumps(cases)], capture_output=True,
-                          text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", child, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == f"ok {len(SCENARIOS)}"
 
@@ -240,7 +264,7 @@ def test_the_cache_key_never_runs_the_users_objects(ip):
     """Fingerprinting what traced code reads must not execute it: Keras keeps lazy modules
     (importing on attribute access) on classes the walk reaches; one raised
     ModuleNotFoundError('_gdbm') through %%compile in a full test session."""
-    setup = '''
+    setup = """
 import jax.numpy as jnp
 class Lazy:
     def __getattr__(self, name):
@@ -254,7 +278,7 @@ holder, lazy = Holder(), Lazy()
 def f(x):
     return x * holder.value if lazy is not None else x
 x = jnp.ones(3)
-'''
+"""
     assert ip.run_cell(setup).success
     res = ip.run_cell("%%compile -q\nf(x)\n")
     assert res.success, res.error_in_exec

@@ -27,7 +27,9 @@ def test_import_is_light():
     import subprocess
     import sys
 
-    code = ("import sys, nbcompile; bad = [m for m in ('IPython', 'ipywidgets', 'anywidget', "
-            "'flax', 'equinox', 'keras') if m in sys.modules]; print(bad)")
+    code = (
+        "import sys, nbcompile; bad = [m for m in ('IPython', 'ipywidgets', 'anywidget', "
+        "'flax', 'equinox', 'keras') if m in sys.modules]; print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

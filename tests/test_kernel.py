@@ -68,8 +68,11 @@ def test_happy_path_binds_and_reports_visible_lines():
 
 
 FAILURES = [
-    ("%%compile\ndef bad(x):\n    if x.sum() > 0:\n        return x\n    return -x\nbad(x)",
-     "NBC201", "line 3"),
+    (
+        "%%compile\ndef bad(x):\n    if x.sum() > 0:\n        return x\n    return -x\nbad(x)",
+        "NBC201",
+        "line 3",
+    ),
     ("%%compile\na = 1\nb = (a +\n", "NBC100", "line 3"),
     ("%%compile\ndef pos(x):\n    return x[x > 0]\npos(x)", "NBC202", "line 3"),
 ]
@@ -101,8 +104,9 @@ def test_executable_from_the_persistent_cache_keeps_cell_lines(tmp_path, monkeyp
     name); fusions must still map to this cell's lines."""
     monkeypatch.setenv("NBCOMPILE_CACHE_DIR", str(tmp_path / "cache"))
     setup = SETUP + "\njax.config.update('jax_persistent_cache_min_compile_time_secs', 0)"
-    probe = ("print('LINES', sorted({ln for f in predict.compilation.fusions "
-             "for ln in f.source_lines}))")
+    probe = (
+        "print('LINES', sorted({ln for f in predict.compilation.fusions for ln in f.source_lines}))"
+    )
     runs = [execute(notebook(setup, PREDICT, probe)) for _ in range(2)]
     assert any((tmp_path / "cache").iterdir()), "nothing was written to the persistent cache"
     lines = [text_of(nb.cells[2]).split("LINES", 1)[1].strip() for nb in runs]

@@ -26,24 +26,37 @@ def free_port() -> int:
 
 def test_make_lab_serves_the_tutorials(tmp_path):
     port = free_port()
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
-           "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"), "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-           "JUPYTER_PLATFORM_DIRS": "1"}
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "JUPYTER_PLATFORM_DIRS": "1",
+    }
     args = "--no-browser --IdentityProvider.token= --ServerApp.password= --LabApp.news_url=None"
-    proc = subprocess.Popen(["make", "-s", "lab", f"PORT={port}", f"LAB_ARGS={args}"], cwd=ROOT,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["make", "-s", "lab", f"PORT={port}", f"LAB_ARGS={args}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/01_quickstart.ipynb?content=0", timeout=5) as r:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}/api/contents/01_quickstart.ipynb?content=0", timeout=5
+                ) as r:
                     assert r.status == 200
                     assert b'"name": "01_quickstart.ipynb"' in r.read().replace(b'":"', b'": "')
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab", timeout=5) as r:
                     assert r.status == 200
-                url = (f"http://127.0.0.1:{port}/lab/api/settings/"
-                       "@jupyter-widgets/jupyterlab-manager:plugin")
+                url = (
+                    f"http://127.0.0.1:{port}/lab/api/settings/"
+                    "@jupyter-widgets/jupyterlab-manager:plugin"
+                )
                 with urllib.request.urlopen(url, timeout=5) as r:
                     # make lab saves widget state with notebooks (the live view survives reopen)
                     body = json.load(r)

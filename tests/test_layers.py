@@ -32,8 +32,19 @@ ALLOWED: dict[str, set[str]] = {
     "cache": {"capture"},
     "history": set(),
     "pipeline": {"capture", "targets", "stages", "analysis"},
-    "compilation": {"capture", "targets", "stages", "analysis", "measure", "debug", "frozen",
-                    "report", "widgets", "pipeline", "comparison"},
+    "compilation": {
+        "capture",
+        "targets",
+        "stages",
+        "analysis",
+        "measure",
+        "debug",
+        "frozen",
+        "report",
+        "widgets",
+        "pipeline",
+        "comparison",
+    },
     "comparison": {"analysis", "measure", "report", "widgets"},
     "session": {"capture", "cache", "history", "pipeline", "compilation", "widgets"},
     "render": {"report", "widgets"},
@@ -105,7 +116,7 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
         state[node] = "open"
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == "open":
-                found.append([*stack[stack.index(nxt):], nxt])
+                found.append([*stack[stack.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt, [*stack, nxt])
         state[node] = "done"
@@ -140,9 +151,13 @@ def test_only_magic_and_compat_import_ipython_and_only_widgets_import_widget_lib
     for path, source in _package_sources().items():
         rel = path.relative_to(PACKAGE).as_posix()
         for node in ast.walk(ast.parse(source)):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
-                     else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             for name in names:
                 top = name.split(".")[0]
                 if top == "IPython":
@@ -159,7 +174,9 @@ def test_architecture_doc_lists_the_real_units_and_arrows():
     for unit, allowed in ALLOWED.items():
         assert unit in rows, f"docs/architecture.md has no row for {unit}"
         documented = set(re.findall(r"`([\w_]+)`", rows[unit]))
-        assert documented == allowed, f"{unit}: doc says {sorted(documented)}, code {sorted(allowed)}"
+        assert documented == allowed, (
+            f"{unit}: doc says {sorted(documented)}, code {sorted(allowed)}"
+        )
 
 
 def test_library_code_installed_anywhere_is_not_user_code(tmp_path, monkeypatch):

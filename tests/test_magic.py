@@ -5,10 +5,11 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from _magic import COUNTER, PREDICT, cell, failing, run, setup
 from IPython.core.error import UsageError
 
 from nbcompile.compilation import Compilation
+
+from .helpers import COUNTER, PREDICT, cell, failing, run, setup
 
 
 @pytest.fixture
@@ -79,8 +80,9 @@ scale(x)
     before = COUNTER.count
     assert run(ip, text).success
     assert COUNTER.count > before
-    np.testing.assert_allclose(np.asarray(ip.user_ns["scale"](ip.user_ns["x"])),
-                               3.0 * np.asarray(ip.user_ns["x"]))
+    np.testing.assert_allclose(
+        np.asarray(ip.user_ns["scale"](ip.user_ns["x"])), 3.0 * np.asarray(ip.user_ns["x"])
+    )
 
 
 def test_syntax_error_names_visible_line(ip):
@@ -105,8 +107,10 @@ def test_value_dependent_shape(ip):
 
 
 def test_non_array_argument_suggests_static(ip):
-    text = ("%%compile\ndef act(x, kind):\n    return jnp.tanh(x) if kind == 'tanh' else x\n"
-            "act(x, 'tanh')\n")
+    text = (
+        "%%compile\ndef act(x, kind):\n    return jnp.tanh(x) if kind == 'tanh' else x\n"
+        "act(x, 'tanh')\n"
+    )
     err = failing(ip, text, "NBC203", None)
     assert "--static kind" in str(err)
     ok = run(ip, "%%compile -q --static kind\n" + text.split("\n", 1)[1])
@@ -114,8 +118,9 @@ def test_non_array_argument_suggests_static(ip):
 
 
 def test_tracer_leaked_into_global(ip):
-    text = ("%%compile\ndef leaky(x):\n    global leaked\n    leaked = x * 2\n    return x\n"
-            "leaky(x)\n")
+    text = (
+        "%%compile\ndef leaky(x):\n    global leaked\n    leaked = x * 2\n    return x\nleaky(x)\n"
+    )
     failing(ip, text, "NBC204", 6)
     assert "leaked" not in ip.user_ns
 
@@ -166,8 +171,10 @@ def test_ten_recompiles_warn_once(ip, capsys):
 
 
 def test_grad_option_builds_value_and_grad(ip):
-    text = ("%%compile -q --grad\ndef loss(params, x):\n    return jnp.mean(predict(params, x) ** 2)\n"
-            "loss(params, x)\n")
+    text = (
+        "%%compile -q --grad\ndef loss(params, x):\n    return jnp.mean(predict(params, x) ** 2)\n"
+        "loss(params, x)\n"
+    )
     assert run(ip, PREDICT.format(opts=" -q", end="")).success
     res = run(ip, text)
     assert res.success, res.error_in_exec
@@ -184,8 +191,10 @@ def test_grad_of_non_scalar_is_explained(ip):
 
 
 def test_jit_object_and_partial_targets(ip):
-    text = ("%%compile -q\nimport functools\n@jax.jit\ndef jf(x, y):\n    return x * y\n"
-            "pf = functools.partial(jf, y=2.0)\npf(x)\n")
+    text = (
+        "%%compile -q\nimport functools\n@jax.jit\ndef jf(x, y):\n    return x * y\n"
+        "pf = functools.partial(jf, y=2.0)\npf(x)\n"
+    )
     res = run(ip, text)
     assert res.success, res.error_in_exec
     assert ip.user_ns["pf"].compilation.original.func is ip.user_ns["jf"]  # partial of a cell jit
@@ -195,7 +204,12 @@ def test_jit_object_and_partial_targets(ip):
 
 
 def test_args_option(ip):
-    res = run(ip, '%%compile -q predict --args "(params, x)"\n' + cell(PREDICT.format(opts="", end="")).rsplit("\n", 2)[0] + "\n")
+    res = run(
+        ip,
+        '%%compile -q predict --args "(params, x)"\n'
+        + cell(PREDICT.format(opts="", end="")).rsplit("\n", 2)[0]
+        + "\n",
+    )
     assert res.success, res.error_in_exec
     assert type(ip.user_ns["predict"]).__name__ == "PjitFunction"
 
@@ -212,8 +226,10 @@ def test_progress_names_the_target_and_shows_stages(ip, monkeypatch):
 
     shown = []
     monkeypatch.setattr(magic._Progress, "DELAY", 0.0)
-    monkeypatch.setattr("IPython.display.display",
-                        lambda bundle, **kw: shown.append(bundle["text/plain"]) or _Handle(shown))
+    monkeypatch.setattr(
+        "IPython.display.display",
+        lambda bundle, **kw: shown.append(bundle["text/plain"]) or _Handle(shown),
+    )
     assert run(ip, PREDICT.format(opts=" -q -f", end="")).success
     assert shown and all("predict" in text for text in shown)
     assert any("tracing" in text for text in shown) and any("compiling" in text for text in shown)

@@ -66,8 +66,10 @@ def test_debug_keeps_every_intermediate(ip):
 
 
 def test_debug_finds_the_nan_line(ip, capsys):
-    res = ip.run_cell("%%compile -q --debug\ndef bad(x):\n    y = jnp.exp(x * 1000.0)\n"
-                      "    z = y - y\n    return z.sum()\nbad(x)\n")
+    res = ip.run_cell(
+        "%%compile -q --debug\ndef bad(x):\n    y = jnp.exp(x * 1000.0)\n"
+        "    z = y - y\n    return z.sum()\nbad(x)\n"
+    )
     assert res.success, res.error_in_exec
     d = ip.user_ns["bad"].compilation.debug
     assert d.stopped and d.nan_at["primitive"] == "sub" and d.nan_at["line"] == 4
@@ -75,8 +77,10 @@ def test_debug_finds_the_nan_line(ip, capsys):
 
 
 def test_tpu_deviceless_through_the_magic(ip):
-    res = ip.run_cell("%%compile -q --backend tpu --topology v5e:2x2\n"
-                      "def mlp(x, w):\n    return jnp.tanh(x @ w) * 2.0\nmlp(x, w)\n")
+    res = ip.run_cell(
+        "%%compile -q --backend tpu --topology v5e:2x2\n"
+        "def mlp(x, w):\n    return jnp.tanh(x @ w) * 2.0\nmlp(x, w)\n"
+    )
     assert res.success, res.error_in_exec
     # compiled for a device that is not here: the Python function stays as it was
     fn = ip.user_ns["mlp"]
@@ -99,8 +103,9 @@ def test_compiler_options_shape_the_bound_function_too():
 
     x = jnp.ones((64, 64), jnp.float32)
     off = {"xla_disable_hlo_passes": "fusion,fusion-wrapper"}
-    c = nbcompile.compile(chain, x, example_kwargs={"scale": jnp.float32(2.0)},
-                          compiler_options=off)
+    c = nbcompile.compile(
+        chain, x, example_kwargs={"scale": jnp.float32(2.0)}, compiler_options=off
+    )
     assert c.hlo.count(" fusion(") == 0
     again = c.fn.lower(x, scale=jnp.float32(2.0)).compile().as_text()
     assert again.count(" fusion(") == 0, "the bound function compiles a different program"

@@ -27,13 +27,21 @@ def _first_cell(load: bool) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     code = NOTEBOOK.format(load="ip.run_line_magic('load_ext', 'nbcompile')" if load else "")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
 
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="needs the [tpu] extra")
-@pytest.mark.skipif(os.path.isdir("/dev/vfio") or any(Path("/dev").glob("accel*")),
-                    reason="a real TPU is here: its messages matter")
+@pytest.mark.skipif(
+    os.path.isdir("/dev/vfio") or any(Path("/dev").glob("accel*")),
+    reason="a real TPU is here: its messages matter",
+)
 def test_load_ext_keeps_libtpu_noise_out_of_the_first_cell():
     control = _first_cell(load=False)
     assert control.returncode == 0, control.stderr[-2000:]

@@ -15,8 +15,12 @@ pytestmark = pytest.mark.kernel
 
 
 def render(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nbcompile.cli", "render", *args],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "nbcompile.cli", "render", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_render_quickstart_offline(tmp_path):
@@ -33,8 +37,14 @@ def test_render_quickstart_offline(tmp_path):
 
 
 def test_render_stops_on_a_failing_cell(tmp_path):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("%load_ext nbcompile"),
-                                         nbformat.v4.new_code_cell("%%compile\ndef f(x):\n    if x > 0:\n        return x\nf(1.0)")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("%load_ext nbcompile"),
+            nbformat.v4.new_code_cell(
+                "%%compile\ndef f(x):\n    if x > 0:\n        return x\nf(1.0)"
+            ),
+        ]
+    )
     path = tmp_path / "bad.ipynb"
     nbformat.write(nb, path)
     res = render(str(path), "-o", str(tmp_path / "bad.html"))

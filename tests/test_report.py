@@ -20,8 +20,10 @@ def mlp(params, x):
 @pytest.fixture(scope="module")
 def comp():
     rng = np.random.default_rng(0)
-    params = {"w1": jnp.asarray(rng.normal(size=(8, 16)), jnp.float32),
-              "w2": jnp.asarray(rng.normal(size=(16, 4)), jnp.float32)}
+    params = {
+        "w1": jnp.asarray(rng.normal(size=(8, 16)), jnp.float32),
+        "w2": jnp.asarray(rng.normal(size=(16, 4)), jnp.float32),
+    }
     return nbcompile.compile(mlp, params, jnp.ones((2, 8), jnp.float32), grad=0)
 
 
@@ -29,8 +31,20 @@ def test_report_is_json_and_follows_the_schema(comp):
     r = comp.report()
     json.dumps(r)
     assert r["schema"] == "nbcompile.report/1"
-    for key in ("graphs", "fusions", "folded", "gradient", "cost", "memory", "timings",
-                "lines", "notes", "extras", "summary", "source"):
+    for key in (
+        "graphs",
+        "fusions",
+        "folded",
+        "gradient",
+        "cost",
+        "memory",
+        "timings",
+        "lines",
+        "notes",
+        "extras",
+        "summary",
+        "source",
+    ):
         assert key in r, key
     assert r["graphs"]["traced"]["nodes"] and r["graphs"]["compiled"]["nodes"]
     assert r["graphs"]["gradient"]["nodes"]

@@ -9,7 +9,8 @@ is compiled from another.
 from __future__ import annotations
 
 import pytest
-from _magic import PREDICT, run, setup
+
+from .helpers import PREDICT, run, setup
 
 
 @pytest.fixture
@@ -53,8 +54,11 @@ def test_bench_of_an_already_compiled_function_measures_a_real_compile(ip):
 def test_freeze_from_a_normal_cell_is_not_reported_as_a_user_recompile(ip, tmp_path, capsys):
     assert run(ip, PREDICT.format(opts=" -q -f", end="")).success
     capsys.readouterr()
-    res = run(ip, f"import nbcompile\n_ = nbcompile.freeze(predict, params, x, "
-                  f"path={str(tmp_path / 'p.nbc')!r})\n")
+    res = run(
+        ip,
+        f"import nbcompile\n_ = nbcompile.freeze(predict, params, x, "
+        f"path={str(tmp_path / 'p.nbc')!r})\n",
+    )
     assert res.success, res.error_in_exec
     assert "compiled again" not in capsys.readouterr().err
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import _behaviour  # isort: skip
+from . import helpers as _behaviour
 
 HERE = Path(__file__).resolve().parent
 COUNTER = _behaviour.XlaCompiles()
@@ -23,8 +23,12 @@ HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
 
 TARGETS = {
     "cpu": ("", {}, True, True),
-    "tpu": ("--backend tpu --topology v5e:2x2", {"backend": "tpu", "topology": "v5e:2x2"},
-            False, True),
+    "tpu": (
+        "--backend tpu --topology v5e:2x2",
+        {"backend": "tpu", "topology": "v5e:2x2"},
+        False,
+        True,
+    ),
     "stablehlo-only": ("--backend tpu", {"backend": "tpu"}, False, False),
 }
 
@@ -44,18 +48,25 @@ def test_same_behaviour_on_every_target(ip, name, monkeypatch):
         from nbcompile.targets import _resolve
 
         monkeypatch.setattr(_resolve, "_libtpu_available", lambda: False)
-    done = _behaviour.run_all(ip, opts, api, runnable=runnable, compiles=compiles,
-                              counter=COUNTER)
+    done = _behaviour.run_all(ip, opts, api, runnable=runnable, compiles=compiles, counter=COUNTER)
     assert done == ["grad", "error", "print", "kwargs", "compiler_options", "cache"]
 
 
 @pytest.mark.slow
 def test_same_behaviour_on_an_8_device_cpu_mesh():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-           "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path]),
+    }
     proc = subprocess.run(
-        [sys.executable, str(HERE / "_behaviour_child.py")], capture_output=True, text=True,
-        env=env, timeout=600, check=False,
+        [sys.executable, str(HERE / "behaviour_child.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

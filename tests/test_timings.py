@@ -26,11 +26,13 @@ def test_phases_add_up_to_the_cell(shell):
     import nbcompile
 
     shell.reset(new_session=False)
-    setup = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-             + "from benchmarks.models import transformer_train_step\n"
-             "step, args = transformer_train_step(n_layers=2, d=128)\n"
-             "params, batch = args[0], args[1:]\n"
-             "def loss(params, *batch):\n    return step(params, *batch)[1]\n")
+    setup = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+        + "from benchmarks.models import transformer_train_step\n"
+        "step, args = transformer_train_step(n_layers=2, d=128)\n"
+        "params, batch = args[0], args[1:]\n"
+        "def loss(params, *batch):\n    return step(params, *batch)[1]\n"
+    )
     assert shell.run_cell(setup).success
     t0 = time.perf_counter()
     res = shell.run_cell("%%compile -f --grad\nloss(params, *batch)\n")
@@ -38,8 +40,18 @@ def test_phases_add_up_to_the_cell(shell):
     assert res.success, res.error_in_exec
     c = nbcompile.last()
     keys = set(c.timings)
-    assert {"capture", "run", "trace", "compile", "grad_trace", "grad_compile", "analyse",
-            "grad_analyse", "report", "display"} <= keys, keys
+    assert {
+        "capture",
+        "run",
+        "trace",
+        "compile",
+        "grad_trace",
+        "grad_compile",
+        "analyse",
+        "grad_analyse",
+        "report",
+        "display",
+    } <= keys, keys
     total = phases(c.timings)
     assert abs(total - wall) <= 0.1 * wall, (total, wall, c.timings)
 
@@ -63,24 +75,34 @@ def test_gpt2_small_train_step_cell_costs_about_a_plain_compile(tmp_path):
         "    return time.perf_counter() - t0\n"
         "plain_seconds = [plain_compile()]\n"
     )
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell(setup),
-        nbformat.v4.new_code_cell("%%compile\ntrain_step(params, tokens)"),
-        nbformat.v4.new_code_cell(
-            "import nbcompile\nc = nbcompile.last()\n"
-            "plain_seconds.append(plain_compile())  # before and after: drift on a busy machine\n"
-            "total = sum(v for k, v in c.timings.items() if '.' not in k)\n"
-            "print('RESULT', sum(plain_seconds) / 2, total, c.summary()['kernels'])\n"
-            "print(sorted(c.timings.items(), key=lambda kv: -kv[1])[:8])"),
-    ])
-    NotebookClient(nb, kernel_name="python3", timeout=900, allow_errors=False,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(setup),
+            nbformat.v4.new_code_cell("%%compile\ntrain_step(params, tokens)"),
+            nbformat.v4.new_code_cell(
+                "import nbcompile\nc = nbcompile.last()\n"
+                "plain_seconds.append(plain_compile())  # before and after: drift on a busy machine\n"
+                "total = sum(v for k, v in c.timings.items() if '.' not in k)\n"
+                "print('RESULT', sum(plain_seconds) / 2, total, c.summary()['kernels'])\n"
+                "print(sorted(c.timings.items(), key=lambda kv: -kv[1])[:8])"
+            ),
+        ]
+    )
+    NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=900,
+        allow_errors=False,
+        resources={"metadata": {"path": str(tmp_path)}},
+    ).execute()
     cell = nb.cells[1].metadata["execution"]
     start, end = (cell["iopub.execute_input"], cell["shell.execute_reply"])
     from datetime import datetime
 
-    wall = (datetime.fromisoformat(end.replace("Z", "+00:00"))
-            - datetime.fromisoformat(start.replace("Z", "+00:00"))).total_seconds()
+    wall = (
+        datetime.fromisoformat(end.replace("Z", "+00:00"))
+        - datetime.fromisoformat(start.replace("Z", "+00:00"))
+    ).total_seconds()
     text = "".join(o.get("text", "") for o in nb.cells[2].outputs)
     plain, total, kernels = (float(v) for v in text.split("RESULT", 1)[1].split()[:3])
     assert kernels > 3000, kernels

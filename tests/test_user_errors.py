@@ -4,8 +4,9 @@ kernel's state on its own Session; and Compilation as a closed type."""
 from __future__ import annotations
 
 import pytest
-from _magic import PREDICT, failing, run, setup
 from IPython.core.error import UsageError
+
+from .helpers import PREDICT, failing, run, setup
 
 
 @pytest.fixture
@@ -66,8 +67,9 @@ def test_undefined_name_in_the_function_is_the_users_code_not_jax(ip, capsys):
 
 @pytest.mark.parametrize("topology", ["v5e:0x0", "v5e:99999x99999"])
 def test_impossible_tpu_topology_is_refused_with_the_valid_ones(ip, topology):
-    err = failing(ip, PREDICT.format(opts=f" --backend tpu --topology {topology}", end=""),
-                  "NBC600", None)
+    err = failing(
+        ip, PREDICT.format(opts=f" --backend tpu --topology {topology}", end=""), "NBC600", None
+    )
     assert topology in str(err) and "v5e:2x2" in str(err)
 
 
@@ -92,13 +94,17 @@ def test_two_shells_in_one_process_keep_their_own_state(shell):
             if ip is other:
                 other.run_cell(
                     "import jax.numpy as jnp\nparams={'w': jnp.ones((3,4)), 'b': jnp.ones((1,4))}\n"
-                    "x = jnp.ones((2,3))")
+                    "x = jnp.ones((2,3))"
+                )
             assert run(ip, PREDICT.format(opts=" -q", end="")).success
         first, second = magic.magics_of(shell).session, magic.magics_of(other).session
         assert first is not second and first.cache is not second.cache
         assert first.last is not None and second.last is not None
         assert first.last is not second.last and first.display is not second.display
-        run(other, "%%compile\ndef g(x):\n    if x.sum() > 0:\n        return x\n    return x\ng(x)\n")
+        run(
+            other,
+            "%%compile\ndef g(x):\n    if x.sum() > 0:\n        return x\n    return x\ng(x)\n",
+        )
         assert second.last_error is not None and first.last_error is not second.last_error
     finally:
         other.run_line_magic("unload_ext", "nbcompile")
@@ -113,13 +119,15 @@ def test_compilation_is_a_closed_type(ip, tmp_path):
 
     opts = f" -q --grad --bench --ablate --debug --profile 3 --memory --freeze {tmp_path}/m.nbc"
     text = PREDICT.format(opts=opts, end="").replace(
-        "return h * 2.0 + 1.0", "return jnp.sum(h * 2.0 + 1.0)")
+        "return h * 2.0 + 1.0", "return jnp.sum(h * 2.0 + 1.0)"
+    )
     res = run(ip, text)
     assert res.success, res.error_in_exec
     c = nbcompile.last()
     assert not hasattr(c, "__dict__"), "Compilation must declare every field in __slots__"
     assert {"_bench", "_ablation", "_debug", "_frozen", "_profile", "_memory_map"} <= set(
-        Compilation.__slots__)
+        Compilation.__slots__
+    )
     for result in (c.bench, c.ablation, c.debug, c.frozen, c.profile, c.memory_map, c.grad):
         assert result is not None
     with pytest.raises(AttributeError):

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import pytest
-from _analysis_helpers import make_artifacts
 
 from nbcompile.analysis import analyse, diff
+
+from .helpers import make_artifacts
 
 CELL = """import jax.numpy as jnp
 

@@ -14,7 +14,6 @@ import re
 import jax
 import jax.numpy as jnp
 import pytest
-from _analysis_helpers import make_artifacts
 
 from benchmarks.models import transformer_train_step
 from nbcompile._compat import stablehlo_ops
@@ -24,6 +23,8 @@ from nbcompile.analysis.hlo import _META_ITEM, _METADATA, _parse_instruction, _p
 from nbcompile.analysis.lines import Locator as LineMap
 from nbcompile.capture.source import SourceInfo
 from nbcompile.stages import Stages
+
+from .helpers import make_artifacts
 
 
 @pytest.fixture(scope="module")
@@ -49,30 +50,46 @@ def _reference(line: str) -> dict:
     frame = items.get("stack_frame_id")
     plain = opcode in ("constant", "parameter")
     operands = [] if plain else re.findall(r"%([^\s,(){}]+)", inner)
-    return {"root": root is not None, "name": name, "shape": shape, "opcode": opcode,
-            "operands": operands, "literal": inner if plain else None,
-            "tail": tail, "bare_tail": bare, "op_name": op_name,
-            "stack_frame_id": int(frame) if frame else None}  # fmt: skip
+    return {
+        "root": root is not None,
+        "name": name,
+        "shape": shape,
+        "opcode": opcode,
+        "operands": operands,
+        "literal": inner if plain else None,
+        "tail": tail,
+        "bare_tail": bare,
+        "op_name": op_name,
+        "stack_frame_id": int(frame) if frame else None,
+    }
 
 
 def _fields(line: str) -> dict:
     i = _parse_instruction(line, "c", 1)
-    return {"root": i.is_root, "name": i.name, "shape": i.shape, "opcode": i.opcode,
-            "operands": i.operands, "literal": i.literal,
-            "tail": i.tail, "bare_tail": i.bare_tail, "op_name": i.op_name,
-            "stack_frame_id": i.stack_frame_id}  # fmt: skip
+    return {
+        "root": i.is_root,
+        "name": i.name,
+        "shape": i.shape,
+        "opcode": i.opcode,
+        "operands": i.operands,
+        "literal": i.literal,
+        "tail": i.tail,
+        "bare_tail": i.bare_tail,
+        "op_name": i.op_name,
+        "stack_frame_id": i.stack_frame_id,
+    }
 
 
 HAND_WRITTEN = [
     '%a = f32[4]{0} add(%x, %y), metadata={op_name="jit(f)/add" stack_frame_id=3}',
     '%a = f32[4]{0} add(%x, %y), metadata={op_name="jit(f)/a}b" stack_frame_id=3}, x=1',
     '%a = f32[4]{0} add(%x, %y), metadata={op_name="say \\"hi\\"" source_file="/c.py" '
-    'source_line=7}',
+    "source_line=7}",
     '%a = f32[4]{0} add(%x, %y), kind=kLoop, metadata={op_name="n"}, calls=%fc',
     '%a = f32[4]{0} add(%x, %y), metadata={op_type="t" op_name="n" stack_frame_id=1}',
     'ROOT %t = (f32[4]{0}, s32[]) tuple(%a, %b), metadata={op_name="tup"}',
     '%p = f32[8,128]{1,0:T(8,128)} parameter(0), metadata={op_name="x" stack_frame_id=2}',
-    '%c = f32[2]{0} constant({1, 2})',
+    "%c = f32[2]{0} constant({1, 2})",
     '%d = f32[4]{0} add(%x, %y), xmetadata={op_name="no"}',
 ]
 
@@ -103,8 +120,12 @@ def test_attributes_read_without_splitting_equal_the_split(train2):
             attrs = instr.attrs  # the long way: the whole tail split at top-level commas
             raw = attrs.get("kind")
             assert kind == (None if raw is None else raw[1:].lower()), instr.text
-            long_way = [n for key in _CALL_KEYS if key in attrs
-                        for n in _NAME_REF.findall(attrs[key]) or [attrs[key].strip("{} ")]]
+            long_way = [
+                n
+                for key in _CALL_KEYS
+                if key in attrs
+                for n in _NAME_REF.findall(attrs[key]) or [attrs[key].strip("{} ")]
+            ]
             assert called == long_way, instr.text
     assert fast_paths > 100
 
@@ -187,8 +208,9 @@ def test_optimised_text_printed_once_per_executable():
             FakeCompiled.printed += 1
             return "HloModule m"
 
-    stages = Stages(jitted=None, traced=None, lowered=None, compiled=FakeCompiled(), target=None,
-                    placement=None)
+    stages = Stages(
+        jitted=None, traced=None, lowered=None, compiled=FakeCompiled(), target=None, placement=None
+    )
     assert stages.hlo_text == stages.hlo_text == "HloModule m"
     assert FakeCompiled.printed == 1
     stages.compiled = FakeCompiled()  # a recompile prints the new executable

@@ -5,9 +5,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _analysis_helpers import make_artifacts
 
 from nbcompile.analysis import analyse
+
+from .helpers import make_artifacts
 
 A = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
 B = np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32)
@@ -98,7 +99,12 @@ def test_folded_constant_matmul_feeding_another_matmul_is_reported_folded():
     a = analyse(make_artifacts(const_projection, jnp.ones((4, 8))))
     (dot,) = [f for f in _xla(a) if "dot" in f.ops]
     assert dot.folded
-    off = analyse(make_artifacts(const_projection, jnp.ones((4, 8)),
-                                 compiler_options={"xla_disable_hlo_passes": "constant_folding"}))
+    off = analyse(
+        make_artifacts(
+            const_projection,
+            jnp.ones((4, 8)),
+            compiler_options={"xla_disable_hlo_passes": "constant_folding"},
+        )
+    )
     (dot,) = [f for f in _xla(off) if "dot" in f.ops]
     assert not dot.folded

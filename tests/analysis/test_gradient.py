@@ -10,9 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _analysis_helpers import make_artifacts
 
 from nbcompile.analysis import analyse
+
+from .helpers import make_artifacts
 
 
 def mlp_loss(w, x):
@@ -34,8 +35,11 @@ def remat_loss(w, x):
     return jnp.sum(layer(layer(x)) ** 2)
 
 
-MODELS = {"mlp": (mlp_loss, (8, 8), (4, 8)), "rnn": (rnn_loss, (6, 6), (5, 6)),
-          "remat": (remat_loss, (6, 6), (3, 6))}  # fmt: skip
+MODELS = {
+    "mlp": (mlp_loss, (8, 8), (4, 8)),
+    "rnn": (rnn_loss, (6, 6), (5, 6)),
+    "remat": (remat_loss, (6, 6), (3, 6)),
+}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))

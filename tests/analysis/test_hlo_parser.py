@@ -68,8 +68,11 @@ def test_real_module_structure(loop_hlo):
 def test_stack_frames_resolve_to_this_file(loop_hlo):
     m = parse_hlo(loop_hlo)
     assert m.files and m.frames and m.locations
-    lines = {next((line for file, line in m.stack(i) if file == __file__), None)
-             for c in m.computations.values() for i in c.instructions} - {None}  # fmt: skip
+    lines = {
+        next((line for file, line in m.stack(i) if file == __file__), None)
+        for c in m.computations.values()
+        for i in c.instructions
+    } - {None}
     first = loop_model.__code__.co_firstlineno
     assert lines and all(first <= line <= first + 6 for line in lines)
 
@@ -117,10 +120,15 @@ def test_shape_bytes():
     assert shape_bytes("token[]") == 0
 
 
-@pytest.mark.parametrize("text", ["ENTRY %m () -> f32[] {\n  ROOT %x = f32[] add(\n}\n",
-                                  "ENTRY %m () -> f32[] {\n  %x = f32[]\n}\n",
-                                  "ENTRY %m () -> f32[] {\n  ROOT %c = f32[] constant(1)\n",
-                                  "garbage line\n"])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ENTRY %m () -> f32[] {\n  ROOT %x = f32[] add(\n}\n",
+        "ENTRY %m () -> f32[] {\n  %x = f32[]\n}\n",
+        "ENTRY %m () -> f32[] {\n  ROOT %c = f32[] constant(1)\n",
+        "garbage line\n",
+    ],
+)
 def test_malformed_text_raises_parse_error(text):
     with pytest.raises(HloParseError):
         parse_hlo(text)
@@ -139,9 +147,24 @@ def _exercise(text: str) -> None:
             parse_replica_groups(i.attrs.get("replica_groups"))
 
 
-_ALPHABET = [*"(){}[]\",=%:;<>/\\ \n\t", "ROOT ", "ENTRY ", "fusion(", "kind=kLoop",
-    "calls=", "metadata={", "stack_frame_id=", "parameter(0)", "f32[4]", "StackFrames\n",
-    "FileNames\n", "replica_groups=[2,2]<=[4]", "T(1,0)", "}\n", "\n%c = f32[] constant(1)"]  # fmt: skip
+_ALPHABET = [
+    *'(){}[]",=%:;<>/\\ \n\t',
+    "ROOT ",
+    "ENTRY ",
+    "fusion(",
+    "kind=kLoop",
+    "calls=",
+    "metadata={",
+    "stack_frame_id=",
+    "parameter(0)",
+    "f32[4]",
+    "StackFrames\n",
+    "FileNames\n",
+    "replica_groups=[2,2]<=[4]",
+    "T(1,0)",
+    "}\n",
+    "\n%c = f32[] constant(1)",
+]
 
 
 @st.composite
@@ -180,8 +203,13 @@ def test_fuzz_parser_only_raises_parse_error(loop_hlo):
     seeds = seeds + pieces
     count = 0
 
-    @settings(max_examples=1000, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=1000,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(st.lists(_mutated(seeds), min_size=11, max_size=11), st.text(max_size=200))
     def run(texts, soup):
         nonlocal count
@@ -200,6 +228,8 @@ def test_instruction_count_without_parsing_matches_the_parser():
         return jax.lax.fori_loop(0, 3, lambda i, v: jnp.tanh(v) @ v, x).sum()
 
     lowered = jax.jit(f).lower(jnp.ones((8, 8)))
-    for text in (lowered.compiler_ir("hlo").as_hlo_module().to_string(),
-                 lowered.compile().as_text()):
+    for text in (
+        lowered.compiler_ir("hlo").as_hlo_module().to_string(),
+        lowered.compile().as_text(),
+    ):
         assert count_instructions(text) == parse_hlo(text).instruction_count() > 5

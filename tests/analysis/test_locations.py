@@ -14,7 +14,7 @@ from nbcompile.analysis import Location, locations_of, modules_of
 from nbcompile.capture.source import CellFiles
 from nbcompile.report.html import render_html
 
-DEFINE = '''import jax, jax.numpy as jnp
+DEFINE = """import jax, jax.numpy as jnp
 import equinox as eqx
 from flax import nnx
 
@@ -39,14 +39,19 @@ model = Model(nnx.Rngs(0))
 emodel = EqxModel(eqx.nn.Linear(4, 8, key=jax.random.key(0)))
 w = jnp.ones((4, 8))
 x = jnp.ones((2, 4))
-'''
+"""
 
 
 def test_location_label_json_and_equality():
     cell = Location(3, "<ipython-input-3-0123abcd>", 7, "flax/nnx/nn/linear.py:889")
     assert cell.label == "In [3] line 7" and cell.source_label == "In [3]"
-    assert cell.to_json() == {"cell": 3, "file": "<ipython-input-3-0123abcd>", "line": 7,
-                              "label": "In [3] line 7", "detail": "flax/nnx/nn/linear.py:889"}
+    assert cell.to_json() == {
+        "cell": 3,
+        "file": "<ipython-input-3-0123abcd>",
+        "line": 7,
+        "label": "In [3] line 7",
+        "detail": "flax/nnx/nn/linear.py:889",
+    }
     assert cell == Location(3, "<ipython-input-3-0123abcd>", 7)  # detail is not identity
     assert Location(None, "/tmp/somewhere/model.py", 12).label == "model.py:12"
     assert Location(None, "/tmp/ipykernel_1/abc.py", 4).label == "In [?] line 4"
@@ -81,11 +86,14 @@ def _defining_lines(text: str, *needles: str) -> set[int]:
     return {i for i, line in enumerate(text.splitlines(), 1) if any(n in line for n in needles)}
 
 
-@pytest.mark.parametrize(("call", "lines", "library"), [
-    ("mlp(w, x)", ("jnp.tanh(x @ w)", "jnp.sum(h * 2.0)"), None),
-    ("model(x)", ("jnp.tanh(self.lin(x))",), "flax/nnx/"),
-    ("emodel(x)", ("jnp.tanh(jax.vmap(self.lin)(x))",), "equinox/"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("call", "lines", "library"),
+    [
+        ("mlp(w, x)", ("jnp.tanh(x @ w)", "jnp.sum(h * 2.0)"), None),
+        ("model(x)", ("jnp.tanh(self.lin(x))",), "flax/nnx/"),
+        ("emodel(x)", ("jnp.tanh(jax.vmap(self.lin)(x))",), "equinox/"),
+    ],
+)
 def test_fusions_sit_on_the_defining_cells_lines(defined, call, lines, library):
     shell, number = defined
     c = _compile(shell, call)
@@ -106,8 +114,9 @@ def test_fusions_sit_on_the_defining_cells_lines(defined, call, lines, library):
     if library is None:
         assert not details
     else:  # the library frame below the user's line is kept, as a short path and line
-        assert any(d.startswith(library) and d.rsplit(":", 1)[1].isdigit() for d in details), \
+        assert any(d.startswith(library) and d.rsplit(":", 1)[1].isdigit() for d in details), (
             details
+        )
 
 
 def test_report_lines_and_sources_cover_the_defining_cell(defined):
@@ -119,7 +128,7 @@ def test_report_lines_and_sources_cover_the_defining_cell(defined):
     keyed = {k: v for k, v in report["lines"].items() if k.startswith(source["key_prefix"])}
     assert keyed
     for key, entry in keyed.items():
-        line = int(key[len(source["key_prefix"]):])
+        line = int(key[len(source["key_prefix"]) :])
         assert entry["location"]["line"] == line and entry["location"]["cell"] == number
         for name in entry["fusions"]:
             assert key in [loc.label for loc in locations_of(c.analysis, name)]
@@ -127,7 +136,7 @@ def test_report_lines_and_sources_cover_the_defining_cell(defined):
     tanh = _defining_lines(DEFINE, "jnp.tanh(x @ w)").pop()
     assert keyed[f"In [{number}] line {tanh}"]["nodes"], "traced ops are keyed by location too"
     page = render_html(report)  # the static fallback shows the defining cell, annotated
-    assert f"<th colspan=\"4\">In [{number}]</th>" in page
+    assert f'<th colspan="4">In [{number}]</th>' in page
     assert "h = jnp.tanh(x @ w)" in page
 
 

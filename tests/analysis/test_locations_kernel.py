@@ -73,6 +73,7 @@ def test_model_in_an_earlier_cell_in_a_kernel_and_after_a_restart(tmp_path, monk
             assert all(loc["label"] == f"In [2] line {loc['line']}" for loc in locations)
             assert "/ipykernel_" in locations[0]["file"]
             details = [loc["detail"] for loc in locations if loc["detail"]]
-            assert (not details) if library is None else any(
-                d.startswith(library) for d in details), details
+            assert (
+                (not details) if library is None else any(d.startswith(library) for d in details)
+            ), details
             assert result["SOURCES"] == [[2, "In [2] line "]]

@@ -38,9 +38,15 @@ def _artifacts(cells, shape=(2, 4)):
     traced = jax.jit(fn).trace(jnp.ones((shape[1], 8)), jnp.ones(shape))
     lowered = traced.lower()
     compiled = lowered.compile()
-    return Artifacts(closed_jaxpr=traced.jaxpr, lowered=lowered, compiled=compiled,
-                     hlo_text=compiled.as_text(), source=SourceInfo(cells=cells), name="f",
-                     fn=fn)  # fmt: skip
+    return Artifacts(
+        closed_jaxpr=traced.jaxpr,
+        lowered=lowered,
+        compiled=compiled,
+        hlo_text=compiled.as_text(),
+        source=SourceInfo(cells=cells),
+        name="f",
+        fn=fn,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -79,7 +85,9 @@ def test_a_rerun_cell_gets_its_new_number_on_a_hit():
     before, after = [_artifacts(cells) for _ in range(2)]
     first = analyse_cached(before)
     assert {loc.label for f in first.fusions for loc in f.locations} <= {
-        "In [3] line 2", "In [3] line 3"}
+        "In [3] line 2",
+        "In [3] line 3",
+    }
     cells[CELL_FILE] = 7  # the same cell run again: ipykernel keeps its file name
     second = analyse_cached(after)
     assert "analyse.cache_hit" in second.timings
@@ -91,7 +99,8 @@ def test_a_rerun_cell_gets_its_new_number_on_a_hit():
 
 
 def test_another_program_is_analysed_afresh():
-    first, other = (analyse_cached(_artifacts({CELL_FILE: 3}, shape=shape))
-                    for shape in ((2, 4), (3, 4)))
+    first, other = (
+        analyse_cached(_artifacts({CELL_FILE: 3}, shape=shape)) for shape in ((2, 4), (3, 4))
+    )
     assert "analyse.cache_hit" not in other.timings
     assert other.fingerprint != first.fingerprint

@@ -40,8 +40,17 @@ def test_walker_finds_unlabelled_figures():
     assert unlabelled({"a": [{"bytes": 3}], "from": "XLA"}) == []
     assert unlabelled({"timings": {"trace": 0.1}}) == ["$.timings.trace"]
     assert unlabelled({"timings": {"trace": 0.1}, "from": {"timings": "measured"}}) == []
-    assert unlabelled({"graph": {"nodes": [{"flops": 2.0, "from": {"flops": "XLA"}}],
-                                 "from": {"flops": "estimate"}}}) == []  # fmt: skip
+    assert (
+        unlabelled(
+            {
+                "graph": {
+                    "nodes": [{"flops": 2.0, "from": {"flops": "XLA"}}],
+                    "from": {"flops": "estimate"},
+                }
+            }
+        )
+        == []
+    )
     assert unlabelled({"kernels": 12, "line": 3, "shape": "f32[2]"}) == []  # structure
     assert label_of("bytes", {"*": "XLA"}) == "XLA"
 

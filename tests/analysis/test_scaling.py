@@ -49,9 +49,18 @@ def programs():
             traced = jax.jit(jax.value_and_grad(fn)).trace(*args)
         lowered = traced.lower()
         compiled = lowered.compile()
-        out.append(Artifacts(closed_jaxpr=traced.jaxpr, lowered=lowered, compiled=compiled,
-                             hlo_text=compiled.as_text(), source=SourceInfo(), fn=fn,
-                             name="loss_fn", grad_argnums=(0,)))  # fmt: skip
+        out.append(
+            Artifacts(
+                closed_jaxpr=traced.jaxpr,
+                lowered=lowered,
+                compiled=compiled,
+                hlo_text=compiled.as_text(),
+                source=SourceInfo(),
+                fn=fn,
+                name="loss_fn",
+                grad_argnums=(0,),
+            )
+        )
     return out
 
 
@@ -89,4 +98,6 @@ def test_every_stage_is_at_most_n_log_n(programs, monkeypatch, model_is_user_cod
         report.append((stage, [round(t * 1000, 1) for t in times], round(growth, 2), limit))
     failed = [r for r in report if r[2] > r[3]]
     assert report, "no stage took long enough to measure"
-    assert not failed, f"kernels {kernels}; stage, ms per size, growth per doubling, limit: {report}"
+    assert not failed, (
+        f"kernels {kernels}; stage, ms per size, growth per doubling, limit: {report}"
+    )

@@ -10,9 +10,10 @@ import re
 import jax
 import jax.numpy as jnp
 import pytest
-from _analysis_helpers import make_artifacts
 
 from nbcompile.analysis import analyse
+
+from .helpers import make_artifacts
 
 KEY = jax.random.key(0)
 
@@ -95,18 +96,30 @@ def nested_jit(x):
 
 
 ZOO = {
-    "mlp": (mlp, lambda: ({"w1": _normal((16, 32), 1), "b1": _normal((32,), 2),
-                           "w2": _normal((32, 8), 3)}, _normal((4, 16), 4)), 0),
+    "mlp": (
+        mlp,
+        lambda: (
+            {"w1": _normal((16, 32), 1), "b1": _normal((32,), 2), "w2": _normal((32, 8), 3)},
+            _normal((4, 16), 4),
+        ),
+        0,
+    ),
     "conv_pool": (conv_pool, lambda: (_normal((4, 3, 3, 3), 5), _normal((2, 3, 8, 8), 6)), 0),
-    "attention": (attention, lambda: ({n: _normal((16, 16), i) for i, n in
-                                       enumerate(["wq", "wk", "wv", "wo"])}, _normal((8, 16), 9)), 0),
+    "attention": (
+        attention,
+        lambda: (
+            {n: _normal((16, 16), i) for i, n in enumerate(["wq", "wk", "wv", "wo"])},
+            _normal((8, 16), 9),
+        ),
+        0,
+    ),
     "scan_rnn": (scan_rnn, lambda: (_normal((8, 8), 10), _normal((5, 8), 11)), 0),
     "while_cond": (while_cond, lambda: (_normal((8,), 12),), None),
     "custom_vjp": (custom_vjp_model, lambda: (_normal((8, 8), 13), _normal((4, 8), 14)), 0),
     "remat": (remat_model, lambda: (_normal((8, 8), 15), _normal((4, 8), 16)), 0),
     "bf16": (bf16_model, lambda: (_normal((16, 16), 17, jnp.bfloat16), _normal((4, 16), 18)), 0),
     "nested_jit": (nested_jit, lambda: (_normal((4, 4), 19),), None),
-}  # fmt: skip
+}
 
 
 def _dump_fusion_count(dump_dir: str) -> int:
@@ -231,8 +244,13 @@ def _parsed(art):
 def test_nested_programs_become_groups():
     from nbcompile.analysis.traced import trace_graph
 
-    for name, kind in (("scan_rnn", "loop"), ("while_cond", "branch"), ("custom_vjp", "custom"),
-                       ("remat", "remat"), ("nested_jit", "function")):  # fmt: skip
+    for name, kind in (
+        ("scan_rnn", "loop"),
+        ("while_cond", "branch"),
+        ("custom_vjp", "custom"),
+        ("remat", "remat"),
+        ("nested_jit", "function"),
+    ):
         fn, make_args, _ = ZOO[name]
         jaxpr = jax.make_jaxpr(fn)(*make_args())
         from nbcompile.analysis.lines import Locator as LineMap

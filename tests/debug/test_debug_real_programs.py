@@ -27,8 +27,17 @@ def assert_valid_hist(summary: dict, count: int) -> None:
     json.dumps(summary, allow_nan=False)  # the view reads it as JSON
 
 
-@pytest.mark.parametrize("value", [float(jnp.finfo(jnp.float32).min), GEMMA_K_MASK,
-                                   float(jnp.finfo(jnp.float32).max), 1e30, 0.0, 1.0])
+@pytest.mark.parametrize(
+    "value",
+    [
+        float(jnp.finfo(jnp.float32).min),
+        GEMMA_K_MASK,
+        float(jnp.finfo(jnp.float32).max),
+        1e30,
+        0.0,
+        1.0,
+    ],
+)
 def test_summary_of_one_value_repeated(value):
     s = summarise(jnp.full((4, 8), value, jnp.float32))
     assert s["min"] == s["max"] == pytest.approx(value)
@@ -64,10 +73,15 @@ def test_debug_runs_through_an_attention_mask_constant():
     closed = jax.make_jaxpr(masked_attention)(q, k, mask)
     d = debug_run(closed, (q, k, mask))
     assert not d.stopped
-    np.testing.assert_allclose(np.asarray(d.outputs[0]), masked_attention(q, k, mask),
-                               rtol=1e-6, atol=1e-6)
-    constants = [s for s in d.summaries.values()
-                 for o in s["outputs"] if o["min"] == o["max"] == pytest.approx(GEMMA_K_MASK)]
+    np.testing.assert_allclose(
+        np.asarray(d.outputs[0]), masked_attention(q, k, mask), rtol=1e-6, atol=1e-6
+    )
+    constants = [
+        s
+        for s in d.summaries.values()
+        for o in s["outputs"]
+        if o["min"] == o["max"] == pytest.approx(GEMMA_K_MASK)
+    ]
     assert constants, "the broadcast mask constant has a summary"
 
 

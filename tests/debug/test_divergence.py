@@ -24,8 +24,8 @@ def line_of(text: str) -> int:
 
 
 def unstable(x):  # tutorial 07's example, as written there
-    big = jnp.exp(x * 100.0)          # overflows to inf for large x
-    ratio = big / big                 # inf / inf = NaN
+    big = jnp.exp(x * 100.0)  # overflows to inf for large x
+    ratio = big / big  # inf / inf = NaN
     return jnp.tanh(ratio).mean()
 
 
@@ -101,11 +101,15 @@ def test_differ_tolerates_reassociation_not_nan_or_inf():
 
 def test_through_the_magic_the_cell_line_is_named(shell):
     shell.reset(new_session=False)
-    assert shell.run_cell("import jax, jax.numpy as jnp, numpy as np\n"
-                          "x = jnp.asarray(np.random.default_rng(0).normal(size=(8, 16)) * 3,"
-                          " jnp.float32)").success  # fmt: skip
-    res = shell.run_cell("%%compile -q --debug\ndef unstable(x):\n    big = jnp.exp(x * 100.0)\n"
-                         "    ratio = big / big\n    return jnp.tanh(ratio).mean()\nunstable(x)\n")
+    assert shell.run_cell(
+        "import jax, jax.numpy as jnp, numpy as np\n"
+        "x = jnp.asarray(np.random.default_rng(0).normal(size=(8, 16)) * 3,"
+        " jnp.float32)"
+    ).success
+    res = shell.run_cell(
+        "%%compile -q --debug\ndef unstable(x):\n    big = jnp.exp(x * 100.0)\n"
+        "    ratio = big / big\n    return jnp.tanh(ratio).mean()\nunstable(x)\n"
+    )
     assert res.success, res.error_in_exec
     d = shell.user_ns["unstable"].compilation.debug
     assert d.divergence.first["line"] == 4 and d.divergence.first["primitive"] == "div"

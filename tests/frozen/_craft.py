@@ -110,9 +110,14 @@ def program_file(
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/base.nbc"
         freeze(
-            fn, *example, path=path, platforms=("cpu",), weights_argnums=(), batch="static",
+            fn,
+            *example,
+            path=path,
+            platforms=("cpu",),
+            weights_argnums=(),
+            batch="static",
             measure_compiled=False,
-        )  # fmt: skip
+        )
         with open(path, "rb") as f:
             base_file = f.read()
     base = jax.export.export(jax.jit(fn), platforms=["cpu"])(*inputs)

@@ -18,7 +18,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _craft import edit_manifest, program_file, repack, split
+
+if __package__:  # imported by the tests; the worker imports this file as a module
+    from ._craft import edit_manifest, program_file, repack, split
+else:
+    from _craft import edit_manifest, program_file, repack, split
 
 from nbcompile.frozen import _jaxcompat, freeze
 
@@ -217,9 +221,12 @@ def build(folder: Path, mlp_file: Path) -> list[Case]:
         call={"NBC500"},
         grad=set(),
     )
-    out_8gb = _main("%arg0: tensor<f32>", "tensor<2147483648xf32>",
-                    "    %0 = stablehlo.broadcast_in_dim %arg0, dims = [] : (tensor<f32>) -> "
-                    "tensor<2147483648xf32>\n    return %0 : tensor<2147483648xf32>")  # fmt: skip
+    out_8gb = _main(
+        "%arg0: tensor<f32>",
+        "tensor<2147483648xf32>",
+        "    %0 = stablehlo.broadcast_in_dim %arg0, dims = [] : (tensor<f32>) -> "
+        "tensor<2147483648xf32>\n    return %0 : tensor<2147483648xf32>",
+    )
     put(
         "output_8gb_budget_1gb",
         program_file(out_8gb, scalar, [_spec((2**31,))]),
@@ -242,24 +249,48 @@ def build(folder: Path, mlp_file: Path) -> list[Case]:
     put("platform_not_utf8", repack(mlp, program=bad_utf8), "NBC500")
 
     def mixed(m: dict[str, Any]) -> None:
-        m["inputs"]["tree"] = {"type": "tuple", "children": [
-            {"type": "dict", "keys": [1, "a"], "children": [{"type": "leaf"}, {"type": "none"}]}]}  # fmt: skip
+        m["inputs"]["tree"] = {
+            "type": "tuple",
+            "children": [
+                {"type": "dict", "keys": [1, "a"], "children": [{"type": "leaf"}, {"type": "none"}]}
+            ],
+        }
 
     put("input_keys_two_types", edit_manifest(mlp, mixed), "NBC500")
 
     solve = folder / "solve_genuine.nbc"
     a = np.eye(4, dtype=F32) * 3 + 0.1
-    freeze(lambda p, b: jnp.linalg.solve(p, b), a, np.ones((4, 2), F32), path=solve,
-           batch="static", measure_compiled=False)  # fmt: skip
+    freeze(
+        lambda p, b: jnp.linalg.solve(p, b),
+        a,
+        np.ones((4, 2), F32),
+        path=solve,
+        batch="static",
+        measure_compiled=False,
+    )
     cases.append(Case("lapack_genuine", str(solve), {"loaded"}, fresh=True))
     lie = edit_manifest(solve.read_bytes(), lambda m: m["program"].update(custom_calls=[]))
     put("lapack_manifest_says_none", lie, "NBC500", fresh=True)
 
     temp = folder / "temp_heavy.nbc"
-    freeze(lambda x: jnp.sort(jnp.arange(2**25, dtype=F32) * x)[:1], np.float32(1.0), path=temp,
-           weights_argnums=(), batch="static", measure_compiled=False)  # fmt: skip
-    cases.append(Case("temp_128mb_budget_64mb", str(temp), {"loaded"}, call={"NBC508"},
-                      grad=set(), max_bytes=64 * 2**20))  # fmt: skip
+    freeze(
+        lambda x: jnp.sort(jnp.arange(2**25, dtype=F32) * x)[:1],
+        np.float32(1.0),
+        path=temp,
+        weights_argnums=(),
+        batch="static",
+        measure_compiled=False,
+    )
+    cases.append(
+        Case(
+            "temp_128mb_budget_64mb",
+            str(temp),
+            {"loaded"},
+            call={"NBC508"},
+            grad=set(),
+            max_bytes=64 * 2**20,
+        )
+    )
     return cases
 
 

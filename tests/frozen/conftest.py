@@ -13,12 +13,11 @@ import pytest
 from nbcompile.frozen import freeze
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 # Records of checked programs (nbcompile/frozen/_checked.py) go to a folder of this run only,
 # shared with the child processes the tests start.
 os.environ["NBCOMPILE_CHECKED_DIR"] = tempfile.mkdtemp(prefix="nbc-checked-")
 
-import _models  # noqa: E402
+from . import _models  # noqa: E402
 
 
 def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_python
 
 from nbcompile.errors import FreezeError
 from nbcompile.frozen import _safetensors, freeze, load
+
+from .conftest import run_python
 
 
 def _ok(params, x):
@@ -147,8 +148,9 @@ def test_full_tmpfs_is_nbc506(tmp_path: Path) -> None:
     mount.mkdir()
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-        capture_output=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.skip("mounting a tmpfs needs privileges (the monkeypatched test covers ENOSPC)")
     try:

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import _models
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _craft import edit_manifest
-from conftest import run_python
 
 from nbcompile.cli import main
 from nbcompile.errors import FreezeError
 from nbcompile.frozen import freeze, load, verify
 from nbcompile.frozen._load import load_bytes
+
+from . import _models
+from ._craft import edit_manifest
+from .conftest import run_python
 
 _FRESH = """
 import sys, numpy as np
@@ -69,9 +70,15 @@ def test_cli_run_on_another_batch_size_and_inspect(mlp256, tmp_path: Path, capsy
     small = x[:7]
     np.save(tmp_path / "x7.npy", small, allow_pickle=False)
     proc = run_python(
-        "-m", "nbcompile.cli", "run", str(path), "--input", str(tmp_path / "x7.npy"),
-        "--output", str(tmp_path / "y.npy"),
-    )  # fmt: skip
+        "-m",
+        "nbcompile.cli",
+        "run",
+        str(path),
+        "--input",
+        str(tmp_path / "x7.npy"),
+        "--output",
+        str(tmp_path / "y.npy"),
+    )
     assert proc.returncode == 0, proc.stderr
     _same_bits(np.load(tmp_path / "y.npy"), np.asarray(jax.jit(fn)(params, small)))
     assert main(["inspect", str(path)]) == 0
@@ -93,9 +100,14 @@ def test_inconsistent_batch_sizes_are_refused(tmp_path: Path) -> None:
     w = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
     path = tmp_path / "two.nbc"
     result = freeze(
-        lambda p, a, c: a @ p + c, w, np.ones((4, 3), np.float32), np.ones((4, 5), np.float32),
-        weights_argnums=0, path=path, measure_compiled=False,
-    )  # fmt: skip
+        lambda p, a, c: a @ p + c,
+        w,
+        np.ones((4, 3), np.float32),
+        np.ones((4, 5), np.float32),
+        weights_argnums=0,
+        path=path,
+        measure_compiled=False,
+    )
     assert result.batch == "symbolic"
     assert [leaf["shape"] for leaf in result.signature["inputs"]["leaves"]] == [["b", 3], ["b", 5]]
     model = load(path)
@@ -112,10 +124,14 @@ def test_inconsistent_batch_sizes_are_refused(tmp_path: Path) -> None:
 
 def test_only_leaves_with_the_first_leading_dim_get_b(tmp_path: Path) -> None:
     result = freeze(
-        lambda p, a, t: (a @ p) * t.sum(), np.ones((3, 2), np.float32),
-        np.ones((4, 3), np.float32), np.ones((6,), np.float32),
-        weights_argnums=0, path=tmp_path / "m.nbc", measure_compiled=False,
-    )  # fmt: skip
+        lambda p, a, t: (a @ p) * t.sum(),
+        np.ones((3, 2), np.float32),
+        np.ones((4, 3), np.float32),
+        np.ones((6,), np.float32),
+        weights_argnums=0,
+        path=tmp_path / "m.nbc",
+        measure_compiled=False,
+    )
     assert [leaf["shape"] for leaf in result.signature["inputs"]["leaves"]] == [["b", 3], [6]]
     model = load(tmp_path / "m.nbc")
     assert np.asarray(model(np.ones((9, 3), np.float32), np.ones(6, np.float32))).shape == (9, 2)

@@ -15,11 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _craft import edit_manifest, program_file
-from _hostile import forever
 
 from nbcompile import cli
 from nbcompile.frozen import freeze
+
+from ._craft import edit_manifest, program_file
+from ._hostile import forever
 
 EVIL = "m\x1b[31mRED\x07\u202eolleh\ud800\nverification: ok"
 RAW = ("\x1b", "\x07", "\u202e")
@@ -30,8 +31,11 @@ def _cli(*args: str, encoding: str = "utf-8", timeout: float = 120) -> subproces
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     return subprocess.run(
         [sys.executable, "-m", "nbcompile.cli", *args],
-        capture_output=True, timeout=timeout, env=env, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +110,14 @@ def test_inspect_shows_the_programs_custom_calls_and_refuses_a_lying_manifest(
 ) -> None:
     path = tmp_path / "solve.nbc"
     a = np.eye(4, dtype=np.float32) * 3
-    freeze(lambda p, b: jnp.linalg.solve(p, b), a, np.ones((4, 2), np.float32), path=path,
-           batch="static", measure_compiled=False)  # fmt: skip
+    freeze(
+        lambda p, b: jnp.linalg.solve(p, b),
+        a,
+        np.ones((4, 2), np.float32),
+        path=path,
+        batch="static",
+        measure_compiled=False,
+    )
     assert cli.main(["inspect", str(path), "--no-verify"]) == 0
     out = capsys.readouterr().out
     assert "lapack_sgetrf_ffi" in out and "lapack_strsm_ffi" in out, out

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _craft import flip, section_offset
-from conftest import run_python
 
 from nbcompile.cli import main
 from nbcompile.frozen import verify
+
+from ._craft import flip, section_offset
+from .conftest import run_python
 
 
 @pytest.fixture(scope="module")

@@ -42,11 +42,14 @@ def _operation(kind: str, dt: Any) -> tuple[Any, list[Any]]:
         "gees": (L.schur, square),
         "gehrd": (L.hessenberg, square),
         "sytrd": (L.tridiagonal, square),
-        "trsm": (lambda a, b: L.triangular_solve(a, b, left_side=True), [_s(4, 4, dt=dt), _s(4, 2, dt=dt)]),
+        "trsm": (
+            lambda a, b: L.triangular_solve(a, b, left_side=True),
+            [_s(4, 4, dt=dt), _s(4, 2, dt=dt)],
+        ),
         "gtsv": (L.tridiagonal_solve, [_s(4, dt=dt)] * 3 + [_s(4, 2, dt=dt)]),
         "perm": (L.lu, square),
         "threefry": (_jaxcompat.threefry2x32, [_s(5, dt=np.uint32)] * 4),
-    }[kind]  # fmt: skip
+    }[kind]
 
 
 def genuine(target: str) -> dict[str, Any]:

@@ -29,8 +29,12 @@ print("LAPACK", len(calls))
 
 def run_child(tmp_path, path, x):
     np.save(tmp_path / "x.npy", x)
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(tmp_path / "x.npy"),
-                          str(tmp_path / "y.npy")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return int(out.stdout.split("LAPACK")[1]), np.load(tmp_path / "y.npy")
 
@@ -51,7 +55,9 @@ def test_lapack_model_still_sets_it_up_and_works(tmp_path):
     def solve(p, b):
         return jnp.linalg.solve(p["a"], b)
 
-    a = np.random.default_rng(1).normal(size=(4, 4)).astype(np.float32) + 4 * np.eye(4, dtype=np.float32)
+    a = np.random.default_rng(1).normal(size=(4, 4)).astype(np.float32) + 4 * np.eye(
+        4, dtype=np.float32
+    )
     p = {"a": jnp.asarray(a)}
     b = np.ones((4, 2), np.float32)
     nbcompile.freeze(solve, p, jnp.asarray(b), path=tmp_path / "s.nbc", batch="static")

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import _models
-import _supervise
 import numpy as np
 import pytest
 
 from nbcompile.frozen import freeze
+
+from . import _models, _supervise
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_v1.nbc"
 STEPS = ("load", "call", "grad")

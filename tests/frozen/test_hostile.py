@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import _hostile
-import _supervise
 import pytest
+
+from . import _hostile, _supervise
 
 #: a child using more than this is killed and the case fails ("memory")
 MEMORY_LIMIT = 3 * 2**30
@@ -62,12 +62,26 @@ def test_the_corpus_covers_every_class(outcomes) -> None:
     cases, results = outcomes
     ids = {c.id for c in cases}
     for needed in (
-        "fifo", "directory", "symlink_loop", "proc_self_environ", "sparse_6gb_zeros",
-        "sparse_1tb", "getrf_512x512_declares_1x1", "getrf_8x8_declares_1x1",
-        "trsm_side_attribute_lies", "vjp_program_carried", "lapack_manifest_says_none",
-        "output_8gb_budget_1gb", "temp_128mb_budget_64mb", "chain_12000", "ops_100001",
-        "nesting_80", "main_missing", "platform_not_utf8", "input_keys_two_types",
-    ):  # fmt: skip
+        "fifo",
+        "directory",
+        "symlink_loop",
+        "proc_self_environ",
+        "sparse_6gb_zeros",
+        "sparse_1tb",
+        "getrf_512x512_declares_1x1",
+        "getrf_8x8_declares_1x1",
+        "trsm_side_attribute_lies",
+        "vjp_program_carried",
+        "lapack_manifest_says_none",
+        "output_8gb_budget_1gb",
+        "temp_128mb_budget_64mb",
+        "chain_12000",
+        "ops_100001",
+        "nesting_80",
+        "main_missing",
+        "platform_not_utf8",
+        "input_keys_two_types",
+    ):
         assert needed in ids, needed
     # the controls really ran: a corpus that refuses everything would prove nothing
     for control in ("mlp_control", "lapack_genuine", "chain_50_control"):

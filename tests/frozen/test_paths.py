@@ -15,13 +15,13 @@ import numpy as np
 from nbcompile.frozen import _locations, freeze
 
 REPO = Path(__file__).resolve().parents[2]
-MODEL = '''
+MODEL = """
 import jax.numpy as jnp
 
 def predict(params, x):
     hidden = jnp.tanh(x @ params["w"])
     return hidden @ params["v"]
-'''
+"""
 
 
 def _strings(data: bytes, least: int = 4) -> list[str]:
@@ -37,8 +37,10 @@ def test_no_machine_paths_in_a_frozen_file(tmp_path: Path) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     rng = np.random.default_rng(0)
-    params = {"w": rng.normal(size=(8, 16)).astype(np.float32),
-              "v": rng.normal(size=(16, 4)).astype(np.float32)}  # fmt: skip
+    params = {
+        "w": rng.normal(size=(8, 16)).astype(np.float32),
+        "v": rng.normal(size=(16, 4)).astype(np.float32),
+    }
     path = tmp_path / "m.nbc"
     freeze(module.predict, params, np.ones((2, 8), np.float32), path=path)
     text = "\n".join(_strings(path.read_bytes()))
@@ -49,7 +51,7 @@ def test_no_machine_paths_in_a_frozen_file(tmp_path: Path) -> None:
     found = [f for f in forbidden if f in text]
     assert not found, (found, [s for s in text.splitlines() if any(f in s for f in found)][:5])
     # What a reader needs is still there: the user's file and line, the op's name path.
-    program = jax.export.deserialize(bytearray(path.read_bytes()[-_program_len(path):]))
+    program = jax.export.deserialize(bytearray(path.read_bytes()[-_program_len(path) :]))
     printed = program.mlir_module()
     assert re.search(r'"my_model\.py":5:', printed), printed[-2000:]
     assert "jit(exported_fn)" in printed and "tanh" in printed

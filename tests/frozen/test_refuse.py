@@ -12,11 +12,12 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from _craft import edit_manifest, flip, repack, section_offset, split, weights_json, weights_raw
-from conftest import run_python
 
 from nbcompile.errors import FreezeError
 from nbcompile.frozen import _format, freeze, load
+
+from ._craft import edit_manifest, flip, repack, section_offset, split, weights_json, weights_raw
+from .conftest import run_python
 
 
 class _Canary:

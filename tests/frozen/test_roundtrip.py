@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import _models
 import jax
 import numpy as np
 import pytest
-from conftest import run_python
 
 from nbcompile.frozen import freeze, load
+
+from . import _models
+from .conftest import run_python
 
 KINDS = ("mlp", "conv", "attention")
 

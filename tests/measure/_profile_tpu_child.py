@@ -20,14 +20,18 @@ tpu = nbcompile.compile(fn, *args, backend="tpu", topology="v5e:1x1")
 p = profile(tpu)
 peaks = p.peaks
 out = {
-    "before": before, "source": p.source, "coverage": p.coverage, "step": p.step_seconds,
-    "optimal_seconds": tpu.cost["optimal_seconds"], "device": peaks.device,
+    "before": before,
+    "source": p.source,
+    "coverage": p.coverage,
+    "step": p.step_seconds,
+    "optimal_seconds": tpu.cost["optimal_seconds"],
+    "device": peaks.device,
     "peak_sources": [peaks.flops_per_s.source, peaks.bytes_per_s.source],
-    "kernels": [[k.flops, k.bytes, k.seconds, k.achieved_flops_per_s, k.bound]
-                for k in p.kernels],
+    "kernels": [[k.flops, k.bytes, k.seconds, k.achieved_flops_per_s, k.bound] for k in p.kernels],
     "peaks": [peaks.flops_per_s.value, peaks.bytes_per_s.value],
-    "json_sources": p.to_json()["sources"], "text": p.text(),
-}  # fmt: skip
+    "json_sources": p.to_json()["sources"],
+    "text": p.text(),
+}
 try:
     profile(nbcompile.compile(lambda x: jnp.tanh(x), jnp.ones(8)), calls=1)
     out["after"] = "measured"

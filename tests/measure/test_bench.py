@@ -127,25 +127,39 @@ def test_eager_is_the_ordinary_call_not_disable_jit():
     after = ordinary()
     assert r.eager_kernels == 2 and r.op_by_op_kernels == 61
     assert min(before, after) / 2 < r.eager.median < 2 * max(before, after), (
-        before, r.eager.median, after)
+        before,
+        r.eager.median,
+        after,
+    )
     assert r.op_by_op.median > r.eager.median  # 61 dispatches against 2
 
 
 def test_eager_dispatch_count_follows_jax_eager_rules():
     """Nested jit, scan, while and cond run whole; custom_jvp (relu) is opened to its jit."""
+
     def fn(x):
-        y = _library(x) + 1.0                                     # 2
-        y = jax.nn.relu(y)                                        # custom_jvp -> jit: 1
-        y = jax.lax.fori_loop(0, 3, lambda i, h: h * 2.0, y)      # scan: 1
+        y = _library(x) + 1.0  # 2
+        y = jax.nn.relu(y)  # custom_jvp -> jit: 1
+        y = jax.lax.fori_loop(0, 3, lambda i, h: h * 2.0, y)  # scan: 1
         y = jax.lax.while_loop(lambda h: h.sum() < 1e3, lambda h: h * 2.0, y)  # 1
         return jax.lax.cond(y.sum() > 0, lambda a: a * 2.0, lambda a: a - 1.0, y)
+
     x = jnp.ones((8,), jnp.float32)
     closed = jax.make_jaxpr(fn)(x)
     n, exact = eager_dispatches(closed)
     names = [e.primitive.name for e in closed.jaxpr.eqns]
     # the cond's predicate adds reduce_sum, gt and convert_element_type: 4 dispatches
-    assert names == ["jit", "add", "custom_jvp_call", "scan", "while", "reduce_sum", "gt",
-                     "convert_element_type", "cond"], names
+    assert names == [
+        "jit",
+        "add",
+        "custom_jvp_call",
+        "scan",
+        "while",
+        "reduce_sum",
+        "gt",
+        "convert_element_type",
+        "cond",
+    ], names
     assert exact and n == 2 + 1 + 1 + 1 + 4 == len(names)
 
 

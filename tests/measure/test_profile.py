@@ -28,8 +28,11 @@ def block():
 
 
 def _graph_kernels(c) -> set[str]:
-    return {n.label for n in c.analysis.compiled_graph.nodes
-            if n.kind not in ("param", "const", "output")}  # fmt: skip
+    return {
+        n.label
+        for n in c.analysis.compiled_graph.nodes
+        if n.kind not in ("param", "const", "output")
+    }
 
 
 def test_a_millisecond_model_has_at_least_95_percent_of_execution_on_named_kernels(block):
@@ -58,6 +61,7 @@ def test_kernel_rows_are_the_programs_kernels_with_xla_costs(block):
             assert k.achieved_flops_per_s == pytest.approx(k.flops / k.busy_seconds)
             assert k.bound == ("compute" if k.flops / k.bytes >= p.peaks.ridge else "memory")
     assert sum(k.share for k in p.kernels) <= 1.0
+
     def has_dot(k) -> bool:
         return k.opcode == "dot" or (k.name in fusions and "dot" in fusions[k.name].ops)
 
@@ -94,8 +98,18 @@ def test_json_and_text_say_where_every_figure_came_from(block):
     assert data["source"] == "measured"
     assert data["sources"]["peaks"] == {"flops_per_s": "measured", "bytes_per_s": "measured"}
     assert data["peaks"]["flops_per_s"]["detail"].startswith("1024³ f32 matmul")
-    assert {"name", "seconds", "share", "flops", "bytes", "achieved_flops_per_s",
-            "achieved_bytes_per_s", "bound", "lines", "modules"} <= set(data["kernels"][0])
+    assert {
+        "name",
+        "seconds",
+        "share",
+        "flops",
+        "bytes",
+        "achieved_flops_per_s",
+        "achieved_bytes_per_s",
+        "bound",
+        "lines",
+        "modules",
+    } <= set(data["kernels"][0])
     assert data["by_line"][0]["seconds"] == max(p.by_line.values())
     text = p.text()
     assert p.kernels[0].name in text and "measured over 10 calls" in text
@@ -117,6 +131,7 @@ def test_loop_body_kernels_are_counted_per_iteration():
     def fn(x):
         def body(c, _):
             return jnp.tanh(c @ c), c.sum()
+
         return jax.lax.scan(body, x, None, length=5)
 
     c = nbcompile.compile(fn, jnp.ones((64, 64)))
@@ -171,8 +186,14 @@ def test_deviceless_tpu_profile_is_an_estimate_and_the_process_survives_profilin
     pytest.importorskip("libtpu")
     child = Path(__file__).with_name("_profile_tpu_child.py")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(child.parents[2])}
-    proc = subprocess.run([sys.executable, str(child)], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(child)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["before"] == "measured"

@@ -74,17 +74,21 @@ def _kernel(name: str, start: int, end: int, run: int, module: str = "jit_f") ->
 
 def test_extract_groups_by_call_and_closes_async_kernels_at_their_end_marker():
     main = Line("python", [Ev(MARKER, 0, 1000), Ev(MARKER, 2000, 3000)])
-    client = Line("tf_XLAPjRtCpuClient/1", [
-        Ev("ThunkExecutor::Execute", 10, 990),
-        _kernel("dot.1", 10, 50, run=7),          # async: returns early ...
-        Ev("end: dot.1", 400, 401),              # ... and completes here
-        _kernel("fusion.2", 2010, 2100, run=8),
-        Ev("end: fusion.2", 2100, 2101),
-        _kernel("fusion.2", 3500, 3600, run=9),  # outside every call window
-        _kernel("other.1", 2200, 2300, run=8, module="jit_g"),  # another program
-    ])  # fmt: skip
-    trace = extract(Space([Plane("/host:CPU", [main, client])]),
-                    {"dot.1", "fusion.2", "other.1"}, "jit_f")  # fmt: skip
+    client = Line(
+        "tf_XLAPjRtCpuClient/1",
+        [
+            Ev("ThunkExecutor::Execute", 10, 990),
+            _kernel("dot.1", 10, 50, run=7),  # async: returns early ...
+            Ev("end: dot.1", 400, 401),  # ... and completes here
+            _kernel("fusion.2", 2010, 2100, run=8),
+            Ev("end: fusion.2", 2100, 2101),
+            _kernel("fusion.2", 3500, 3600, run=9),  # outside every call window
+            _kernel("other.1", 2200, 2300, run=8, module="jit_g"),  # another program
+        ],
+    )
+    trace = extract(
+        Space([Plane("/host:CPU", [main, client])]), {"dot.1", "fusion.2", "other.1"}, "jit_f"
+    )
     assert [len(c.spans) for c in trace.calls] == [1, 1]
     assert trace.calls[0].spans[0].end == 401  # extended to its completion
     assert trace.calls[0].busy == [(10, 990)]
@@ -93,22 +97,41 @@ def test_extract_groups_by_call_and_closes_async_kernels_at_their_end_marker():
 
 
 def test_a_late_end_marker_never_stretches_past_the_threads_next_kernel():
-    line = Line("t/1", [
-        _kernel("a", 0, 10, run=1), _kernel("b", 12, 50, run=1),
-        Ev("end: a", 60, 61), Ev("end: b", 50, 51),
-    ])  # fmt: skip
+    line = Line(
+        "t/1",
+        [
+            _kernel("a", 0, 10, run=1),
+            _kernel("b", 12, 50, run=1),
+            Ev("end: a", 60, 61),
+            Ev("end: b", 50, 51),
+        ],
+    )
     space = Space([Plane("/host:CPU", [Line("python", [Ev(MARKER, 0, 100)]), line])])
     spans = {s.name: s for s in extract(space, {"a", "b"}, None).calls[0].spans}
     assert spans["a"].end == 12 and spans["b"].end == 51
 
 
 def test_device_kernels_win_over_host_events_of_the_same_name():
-    host = Plane("/host:CPU", [Line("python", [Ev(MARKER, 0, 100)]),
-                               Line("t", [Ev("fusion.1", 5, 6)])])  # fmt: skip
-    device = Plane("/device:GPU:0", [Line("Stream #1", [
-        Ev("loop_fusion_kernel", 20, 60, [("hlo_op", "fusion.1"), ("hlo_module", "jit_f")]),
-        Ev("MemcpyD2D", 60, 70, []),
-    ])])  # fmt: skip
+    host = Plane(
+        "/host:CPU", [Line("python", [Ev(MARKER, 0, 100)]), Line("t", [Ev("fusion.1", 5, 6)])]
+    )
+    device = Plane(
+        "/device:GPU:0",
+        [
+            Line(
+                "Stream #1",
+                [
+                    Ev(
+                        "loop_fusion_kernel",
+                        20,
+                        60,
+                        [("hlo_op", "fusion.1"), ("hlo_module", "jit_f")],
+                    ),
+                    Ev("MemcpyD2D", 60, 70, []),
+                ],
+            )
+        ],
+    )
     trace = extract(Space([host, device]), {"fusion.1"}, "jit_f")
     (call,) = trace.calls
     assert [(s.name, s.start, s.end) for s in call.spans] == [("fusion.1", 20, 60)]
@@ -117,12 +140,20 @@ def test_device_kernels_win_over_host_events_of_the_same_name():
 
 def test_device_summary_lines_do_not_count_a_kernel_twice():
     stats = [("hlo_op", "fusion.1"), ("hlo_module", "jit_f")]
-    gpu = Plane("/device:GPU:0", [
-        Line("Stream #7(Compute)", [Ev("loop_fusion", 20, 60, stats)]),
-        Line("XLA Ops", [Ev("fusion.1", 19, 61, stats)]),  # a summary of the same kernel
-    ])  # fmt: skip
-    tpu = Plane("/device:TPU:0", [Line("XLA Modules", [Ev("jit_f", 10, 90, [])]),
-                                  Line("XLA Ops", [Ev("fusion.1", 20, 60, stats)])])  # fmt: skip
+    gpu = Plane(
+        "/device:GPU:0",
+        [
+            Line("Stream #7(Compute)", [Ev("loop_fusion", 20, 60, stats)]),
+            Line("XLA Ops", [Ev("fusion.1", 19, 61, stats)]),  # a summary of the same kernel
+        ],
+    )
+    tpu = Plane(
+        "/device:TPU:0",
+        [
+            Line("XLA Modules", [Ev("jit_f", 10, 90, [])]),
+            Line("XLA Ops", [Ev("fusion.1", 20, 60, stats)]),
+        ],
+    )
     host = Plane("/host:CPU", [Line("python", [Ev(MARKER, 0, 100)])])
     for device in (gpu, tpu):
         (call,) = extract(Space([host, device]), {"fusion.1"}, "jit_f").calls
@@ -139,8 +170,17 @@ PEAKS = Peaks("test", Peak(100e9, "measured", "t"), Peak(10e9, "measured", "t"))
 
 
 def _row(flops, nbytes, busy=1e-3, **kw) -> KernelTime:
-    return KernelTime(name="k", opcode="fusion", seconds=busy, share=1.0, busy_seconds=busy,
-                      count=1, flops=flops, bytes=nbytes, **kw)  # fmt: skip
+    return KernelTime(
+        name="k",
+        opcode="fusion",
+        seconds=busy,
+        share=1.0,
+        busy_seconds=busy,
+        count=1,
+        flops=flops,
+        bytes=nbytes,
+        **kw,
+    )
 
 
 def test_roofline_classifies_by_intensity_against_the_ridge():
@@ -189,9 +229,16 @@ def test_cpu_peaks_are_measured_once_and_read_back_from_json(tmp_path, monkeypat
 
     def fake_measure():
         calls.append(1)
-        return {"version": _peaks._VERSION, "cpu": "X", "cores": 2, "flops_per_s": 3e10,
-                "bytes_per_s": 2e10, "seconds": 0.5, "load": 0.1,
-                "measured_at": "2026-01-01T00:00:00"}  # fmt: skip
+        return {
+            "version": _peaks._VERSION,
+            "cpu": "X",
+            "cores": 2,
+            "flops_per_s": 3e10,
+            "bytes_per_s": 2e10,
+            "seconds": 0.5,
+            "load": 0.1,
+            "measured_at": "2026-01-01T00:00:00",
+        }
 
     monkeypatch.setattr(_peaks, "_measure_cpu", fake_measure)
     _, raw = _peaks.cpu_peaks()
@@ -209,20 +256,29 @@ def test_cpu_peaks_are_measured_once_and_read_back_from_json(tmp_path, monkeypat
 
 # --- per-line spread and deltas ------------------------------------------------------------
 def _profile(rows: dict[str, float], infos: dict[str, KernelInfo], step: float) -> Profile:
-    kernels = [KernelTime(name=n, opcode="fusion", seconds=s, share=s / step, busy_seconds=s,
-                          count=1) for n, s in rows.items()]  # fmt: skip
+    kernels = [
+        KernelTime(name=n, opcode="fusion", seconds=s, share=s / step, busy_seconds=s, count=1)
+        for n, s in rows.items()
+    ]
     by_line, by_cell, by_module, no_line = spread(kernels, infos)
-    return Profile("measured", step, kernels, by_line, by_cell, by_module, 1.0, None,
-                   no_line_seconds=no_line)  # fmt: skip
+    return Profile(
+        "measured", step, kernels, by_line, by_cell, by_module, 1.0, None, no_line_seconds=no_line
+    )
 
 
 INFOS = {
-    "dot.1": KernelInfo("dot.1", "dot", locations=[("cell", 3)], cell_lines=[3],
-                        modules=["MLP/dense"]),
-    "fusion.2": KernelInfo("fusion.2", "fusion", locations=[("cell", 4), ("cell", 5)],
-                           cell_lines=[4, 5], modules=["MLP"]),
+    "dot.1": KernelInfo(
+        "dot.1", "dot", locations=[("cell", 3)], cell_lines=[3], modules=["MLP/dense"]
+    ),
+    "fusion.2": KernelInfo(
+        "fusion.2",
+        "fusion",
+        locations=[("cell", 4), ("cell", 5)],
+        cell_lines=[4, 5],
+        modules=["MLP"],
+    ),
     "copy.3": KernelInfo("copy.3", "copy"),
-}  # fmt: skip
+}
 
 
 def test_spread_shares_a_kernel_evenly_between_its_lines():
@@ -239,8 +295,11 @@ def test_profile_delta_per_line_and_kernel():
     d = profile_delta(before, after)
     assert d.step_delta == -7.0 and d.speedup == 3.0
     assert d.by_line[0] == (("cell", 3), 8.0, 2.0, -6.0)
-    assert {k: delta for k, _, _, delta in d.kernels} == {"dot.1": -6.0, "fusion.2": -2.0,
-                                                          "copy.3": 1.0}  # fmt: skip
+    assert {k: delta for k, _, _, delta in d.kernels} == {
+        "dot.1": -6.0,
+        "fusion.2": -2.0,
+        "copy.3": 1.0,
+    }
     assert any("one side only" in n for n in d.notes)
     data = json.loads(json.dumps(d.to_json()))
     assert data["by_line"][0]["location"] == ["cell", 3] and "faster" in d.text()

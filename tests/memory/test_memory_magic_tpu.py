@@ -6,8 +6,9 @@ import importlib.util
 
 import pytest
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                reason="needs the [tpu] extra (libtpu)")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None, reason="needs the [tpu] extra (libtpu)"
+)
 
 SETUP = """
 import jax, jax.numpy as jnp

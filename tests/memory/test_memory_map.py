@@ -72,8 +72,11 @@ def check_against_xla(c, files):
     #    by their tuple table when it picks its moment, so it can be lower)
     at_peak = {b.name for b in m.at_peak}
     for alloc in files.allocations:
-        held = [(off, off + size) for name, size, off, _ in alloc.values
-                if (name if "{" in name else name + "{}") in at_peak]  # fmt: skip
+        held = [
+            (off, off + size)
+            for name, size, off, _ in alloc.values
+            if (name if "{" in name else name + "{}") in at_peak
+        ]
         held.sort()
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(held)), alloc.index
     # 5. what XLA allocates: memory_analysis() is XLA's memory-usage report without its
@@ -83,8 +86,11 @@ def check_against_xla(c, files):
     assert m.allocated_bytes + constants + local == files.memory_usage[0]
     assert m.peak_bytes <= m.allocated_bytes + constants
     assert m.program == ("value_and_grad" if c.grad is not None else "forward")
-    assert len(m.steps) == len(m.timeline) == len(parse_hlo(program.hlo).entry_computation
-                                                  .instructions)
+    assert (
+        len(m.steps)
+        == len(m.timeline)
+        == len(parse_hlo(program.hlo).entry_computation.instructions)
+    )
     return m
 
 
@@ -117,8 +123,10 @@ def test_to_json_labels_every_figure(case):
     assert len(data["timeline"]["points"]) == len(data["timeline"]["steps"])
     for kind, rows in data["timeline"]["by_kind"].items():
         assert kind in KINDS and len(rows) == len(data["timeline"]["points"])
-    totals = [sum(rows[i] for rows in data["timeline"]["by_kind"].values())
-              for i in range(len(data["timeline"]["points"]))]  # fmt: skip
+    totals = [
+        sum(rows[i] for rows in data["timeline"]["by_kind"].values())
+        for i in range(len(data["timeline"]["points"]))
+    ]
     assert totals == [p[1] for p in data["timeline"]["points"]]
     assert all(b["source"] == "XLA" for b in data["at_peak"])
     assert all(v["source"] == "XLA" for v in data["by_kind"].values())

@@ -64,8 +64,9 @@ def test_largest_batch_is_extrapolated_from_two_compiles_and_confirmed(mlp):
 
 
 def test_a_chosen_batch_is_planned_without_allocating(mlp):
-    o = memory_options(mlp, batch_size=4096, capacity=2**40, policies=(), donate=False,
-                       search_batch=False)  # fmt: skip
+    o = memory_options(
+        mlp, batch_size=4096, capacity=2**40, policies=(), donate=False, search_batch=False
+    )
     # 8x the batch: XLA's allocation grows with it (the weights do not)
     assert o.baseline.required_bytes > 4 * mlp.memory_map.required_bytes
 
@@ -126,7 +127,9 @@ def test_equinox_layers_are_rematerialised():
     c = nbcompile.compile(net, jnp.ones((256, 64)), grad=True)
     o = memory_options(c, capacity=2**40, policies=(), donate=False, search_batch=False)
     (layer,) = o.options
-    assert layer.name == "remat per layer (EBlock)" and layer.how.startswith("eqx.filter_checkpoint")
+    assert layer.name == "remat per layer (EBlock)" and layer.how.startswith(
+        "eqx.filter_checkpoint"
+    )
     assert layer.extra_flops > 0
 
 

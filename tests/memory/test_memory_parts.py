@@ -18,15 +18,18 @@ from nbcompile.targets._capacity import SPEC_CAPACITY, device_capacity, spec_cap
 GIB = 2**30
 
 
-@pytest.mark.parametrize(("shape", "padded", "plain"), [
-    ("f32[4096,4096]{1,0}", 4096 * 4096 * 4, 4096 * 4096 * 4),
-    ("f32[]{:T(128)}", 512, 4),  # a TPU scalar fills a 128-lane tile
-    ("f32[8,50000]{1,0:T(8,128)S(1)}", 8 * 50048 * 4, 8 * 50000 * 4),
-    ("bf16[3,5]{1,0:T(8,128)(2,1)}", 8 * 128 * 2, 3 * 5 * 2),
-    ("f32[5,3]{0,1:T(8,128)}", 8 * 128 * 4, 5 * 3 * 4),  # column-major: dim 0 is minor
-    ("pred[10]{0}", 10, 10),
-    ("s4[7]{0}", 4, 4),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("shape", "padded", "plain"),
+    [
+        ("f32[4096,4096]{1,0}", 4096 * 4096 * 4, 4096 * 4096 * 4),
+        ("f32[]{:T(128)}", 512, 4),  # a TPU scalar fills a 128-lane tile
+        ("f32[8,50000]{1,0:T(8,128)S(1)}", 8 * 50048 * 4, 8 * 50000 * 4),
+        ("bf16[3,5]{1,0:T(8,128)(2,1)}", 8 * 128 * 2, 3 * 5 * 2),
+        ("f32[5,3]{0,1:T(8,128)}", 8 * 128 * 4, 5 * 3 * 4),  # column-major: dim 0 is minor
+        ("pred[10]{0}", 10, 10),
+        ("s4[7]{0}", 4, 4),
+    ],
+)
 def test_array_bytes_pads_tiles_like_xla(shape, padded, plain):
     assert array_bytes(shape) == padded
     assert array_bytes(shape, padded=False) == plain
@@ -41,15 +44,19 @@ def test_memory_space_and_tuples():
 
 
 def test_donated_outputs_are_read_from_the_module_header():
-    header = ("HloModule jit_step, is_scheduled=true, input_output_alias={ {0}: (0, {}, "
-              "may-alias), {1}: (2, {}, may-alias) }, entry_computation_layout={()->()}\n")
+    header = (
+        "HloModule jit_step, is_scheduled=true, input_output_alias={ {0}: (0, {}, "
+        "may-alias), {1}: (2, {}, may-alias) }, entry_computation_layout={()->()}\n"
+    )
     assert input_output_alias(header) == {(0,): 0, (1,): 2}
     assert input_output_alias("HloModule m, is_scheduled=true\n") == {}
 
 
 def test_xla_oom_message_figures():
-    text = ("RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, the total "
-            "memory required for HLO temporaries (18.65G) exceeds available HBM (15.75G).")
+    text = (
+        "RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, the total "
+        "memory required for HLO temporaries (18.65G) exceeds available HBM (15.75G)."
+    )
     need, have = hbm_oom_figures(text)
     assert need == int(18.65 * GIB) and have == int(15.75 * GIB)
     assert hbm_oom_figures("INVALID_ARGUMENT: something else") is None
@@ -74,8 +81,17 @@ def test_live_range_reader():
 
 
 def test_capacity_spec_table_covers_the_chips_and_gpus_with_sources():
-    for key in ("tpu v4", "tpu v5e", "tpu v5p", "tpu v6e", "gpu v100", "gpu a100", "gpu h100",
-                "gpu h200", "gpu b200"):  # fmt: skip
+    for key in (
+        "tpu v4",
+        "tpu v5e",
+        "tpu v5p",
+        "tpu v6e",
+        "gpu v100",
+        "gpu a100",
+        "gpu h100",
+        "gpu h200",
+        "gpu b200",
+    ):
         entry = SPEC_CAPACITY[key]
         assert entry.bytes > 8 * GIB and entry.reference.startswith("https://")
     assert SPEC_CAPACITY["tpu v5e"].bytes == 16 * GIB
@@ -86,16 +102,19 @@ def test_capacity_spec_table_covers_the_chips_and_gpus_with_sources():
 
 
 def test_device_capacity_for_targets():
-    tpu = SimpleNamespace(platform="tpu", present=False, topology="v6e:2x2", gpu_target=None,
-                          devices=[])  # fmt: skip
+    tpu = SimpleNamespace(
+        platform="tpu", present=False, topology="v6e:2x2", gpu_target=None, devices=[]
+    )
     assert device_capacity(tpu)[:2] == (32 * GIB, "spec")
-    gpu = SimpleNamespace(platform="cuda", present=False, topology="1x1x1", gpu_target="h200",
-                          devices=[])  # fmt: skip
+    gpu = SimpleNamespace(
+        platform="cuda", present=False, topology="1x1x1", gpu_target="h200", devices=[]
+    )
     size, source, label = device_capacity(gpu)
     assert (size, source) == (141 * GIB, "spec") and "H200" in label
     assert device_capacity(None, "cpu")[:2] == (None, None)
-    unknown = SimpleNamespace(platform="tpu", present=False, topology="v3:2x2", gpu_target=None,
-                              devices=[])  # fmt: skip
+    unknown = SimpleNamespace(
+        platform="tpu", present=False, topology="v3:2x2", gpu_target=None, devices=[]
+    )
     assert device_capacity(unknown)[:2] == (None, None)
 
 
@@ -106,6 +125,7 @@ def test_a_present_device_reports_its_own_limit():
         def memory_stats(self):
             return {"bytes_limit": 79 * GIB, "peak_bytes_in_use": 0}
 
-    present = SimpleNamespace(platform="cuda", present=True, topology=None, gpu_target=None,
-                              devices=[Device()])  # fmt: skip
+    present = SimpleNamespace(
+        platform="cuda", present=True, topology=None, gpu_target=None, devices=[Device()]
+    )
     assert device_capacity(present)[:2] == (79 * GIB, "measured")

@@ -19,8 +19,9 @@ from nbcompile.analysis.memory_live import liveness
 from nbcompile.measure.memory import memory_map_of_lowered, xla_memory_files
 from nbcompile.targets import place_args, resolve_target
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                reason='needs libtpu (pip install "nbcompile[tpu]")')  # fmt: skip
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None, reason='needs libtpu (pip install "nbcompile[tpu]")'
+)
 
 V5E_CHIP = 16 * 2**30  # https://cloud.google.com/tpu/docs/v5e: 16 GB HBM2 per chip
 
@@ -94,8 +95,9 @@ def test_a_mesh_gives_per_device_figures():
     w = jax.ShapeDtypeStruct((4096, 4096), jnp.float32)
     x = jax.ShapeDtypeStruct((64, 4096), jnp.float32)
     one = nbcompile.compile(loss, w, x, backend="tpu", topology="v5e:2x2")
-    four = nbcompile.compile(loss, w, x, backend="tpu", topology="v5e:2x2", mesh="4:model",
-                             shard={"w": "None,model"})  # fmt: skip
+    four = nbcompile.compile(
+        loss, w, x, backend="tpu", topology="v5e:2x2", mesh="4:model", shard={"w": "None,model"}
+    )
     m1, m4 = one.memory_map, four.memory_map
     assert (m1.devices, m4.devices) == (1, 4)
     weight = 4096 * 4096 * 4

@@ -6,7 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _model_checks import (
+
+from nbcompile.capture.models import adapt
+
+from .helpers import (
     assert_params_are_inputs,
     assert_trees_close,
     freeze_round_trip,
@@ -14,8 +17,6 @@ from _model_checks import (
     large_consts,
     paths_of,
 )
-
-from nbcompile.capture.models import adapt
 
 eqx = pytest.importorskip("equinox")
 
@@ -182,7 +183,6 @@ def test_model_as_argument_of_a_loss_and_filter_jit_target(transformer):
     grads = jax.grad(ad.fn, argnums=0)(*ad.args)
     assert_trees_close(grads, eqx.filter(eqx.filter_grad(loss)(model, x, y), eqx.is_inexact_array))
     np.testing.assert_allclose(jax.jit(ad.fn)(*ad.args), loss(model, x, y), rtol=1e-5)
-
 
 
 def test_freeze_round_trip(transformer, tmp_path):

@@ -8,7 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _model_checks import (
+
+from nbcompile.capture.models import adapt
+
+from .helpers import (
     assert_params_are_inputs,
     assert_trees_close,
     freeze_round_trip,
@@ -16,8 +19,6 @@ from _model_checks import (
     large_consts,
     paths_of,
 )
-
-from nbcompile.capture.models import adapt
 
 nn = pytest.importorskip("flax.linen")
 
@@ -158,7 +159,6 @@ def test_gradient_matches_jax_grad_on_variables(transformer):
     ours = grad_of(ad, lambda y: jnp.mean(y**2))
     theirs = jax.grad(lambda v: jnp.mean(model.apply(v, x) ** 2))(variables)["params"]
     assert_trees_close(ours, theirs)
-
 
 
 def test_freeze_round_trip(mlp, tmp_path):

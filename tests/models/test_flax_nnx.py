@@ -6,7 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _model_checks import (
+
+from nbcompile.capture.models import adapt
+
+from .helpers import (
     assert_params_are_inputs,
     assert_trees_close,
     freeze_round_trip,
@@ -14,8 +17,6 @@ from _model_checks import (
     large_consts,
     paths_of,
 )
-
-from nbcompile.capture.models import adapt
 
 nnx = pytest.importorskip("flax.nnx")
 
@@ -174,7 +175,6 @@ def test_model_as_argument_of_a_loss(transformer):
     grads = jax.grad(ad.fn, argnums=ad.params_argnums[0])(*ad.args)
     assert_trees_close(grads, nnx.grad(loss)(model, x, y))
     np.testing.assert_allclose(jax.jit(ad.fn)(*ad.args), loss(model, x, y), rtol=1e-5)
-
 
 
 def test_freeze_round_trip(transformer, tmp_path):

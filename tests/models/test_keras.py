@@ -10,7 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _model_checks import (
+
+from nbcompile.capture.models import adapt
+
+from .helpers import (
     assert_params_are_inputs,
     assert_trees_close,
     freeze_round_trip,
@@ -18,8 +21,6 @@ from _model_checks import (
     large_consts,
     paths_of,
 )
-
-from nbcompile.capture.models import adapt
 
 keras = pytest.importorskip("keras", reason="keras (nbcompile[keras]) is not installed")
 if keras.backend.backend() != "jax":  # keras was imported elsewhere first with another backend
@@ -199,7 +200,6 @@ def test_model_as_argument_of_a_loss(models):
     theirs = jax.grad(lambda t: jnp.mean((call(t, non_trainable, x) - y) ** 2))(trainable)
     assert_trees_close([grads[v.path] for v in model.trainable_variables], theirs)
     np.testing.assert_allclose(jax.jit(ad.fn)(*ad.args), loss(model, x, y), rtol=1e-5)
-
 
 
 def test_freeze_round_trip(models, tmp_path):

@@ -26,13 +26,13 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 TIMES = ROOT / "build" / "notebook-times.json"
 #: Tutorials with a test module of their own, which executes them (and checks more).
 DEDICATED = {"09_where_the_time_goes": "test_tutorial_profile.py",
-             "10_will_it_fit": "test_tutorial_memory.py"}  # fmt: skip
+             "10_will_it_fit": "test_tutorial_memory.py"}
 #: What must never appear in a tutorial's output: a traceback, libtpu's or a plugin's start-up
 #: noise (seen with the [tpu] extra / CUDA plugin and no device before %load_ext captured it),
 #: JAX's persistent-cache log lines (seen while nbcompile explained recompiles).
 NOISE = re.compile(r"Traceback|Source Location Trace|E0000 |W0000 |Jax plugin configuration error"
                    r"|TPU_ACCELERATOR_TYPE|Unable to initialize backend"
-                   r"|(?i:persistent compilation cache|persistent cache entry)")  # fmt: skip
+                   r"|(?i:persistent compilation cache|persistent cache entry)")
 # The test process runs JAX on the CPU; the kernels see what a user's notebook sees.
 _TEST_ONLY_ENV = ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL")
 
@@ -46,7 +46,7 @@ def _kernel_manager(work: Path) -> AsyncKernelManager:
     (spec / "kernel.json").write_text(json.dumps({
         "argv": ["python", "-Xfrozen_modules=off", "-m", "ipykernel_launcher",
                  "-f", "{connection_file}"],
-        "display_name": "nbcompile tests", "language": "python"}))  # fmt: skip
+        "display_name": "nbcompile tests", "language": "python"}))
     ksm = KernelSpecManager(kernel_dirs=[str(spec.parent)], ensure_native_kernel=False)
     return AsyncKernelManager(kernel_name="nbcompile-tests", kernel_spec_manager=ksm)
 
@@ -60,7 +60,7 @@ def execute(path: Path, work: Path, timeout: int = 300) -> tuple[nbformat.Notebo
     env = {k: v for k, v in os.environ.items() if k not in _TEST_ONLY_ENV}
     start = time.perf_counter()
     client = NotebookClient(nb, km=_kernel_manager(work), timeout=timeout, allow_errors=False,
-                            resources={"metadata": {"path": str(work)}})  # fmt: skip
+                            resources={"metadata": {"path": str(work)}})
     client.execute(env=env, cleanup_kc=True)  # shut the kernel down: the manager is ours
     seconds = time.perf_counter() - start
     TIMES.parent.mkdir(exist_ok=True)

@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.kernel,
     pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                        reason='plans for a deviceless TPU: needs libtpu ("nbcompile[tpu]")'),
-]  # fmt: skip
+]
 
 
 def _printed(nb: nbformat.NotebookNode) -> str:
@@ -52,7 +52,7 @@ def test_the_printed_figures_are_the_ones_the_prose_relies_on(executed):
     nb, _ = executed
     text = _printed(nb)
     share = re.search(r"residuals: (\d+)% of the ([\d.]+) GiB peak; fits a v5e chip \(16 GiB\): "
-                      r"True", text)  # fmt: skip
+                      r"True", text)
     assert share is not None and int(share.group(1)) > 50
     # the options table: the plain program does not fit at the bigger batch, remat does
     assert re.search(r"as compiled\s+[\d.]+ GB.*does NOT fit", text)

@@ -65,7 +65,7 @@ def test_stored_notebooks_are_clean_and_match_their_sources():
             if cell.cell_type == "code":
                 assert cell.outputs == [] and cell.execution_count is None, path.name
     check = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_notebooks.py"),
-                            "--check"], capture_output=True, text=True)  # fmt: skip
+                            "--check"], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
 
 

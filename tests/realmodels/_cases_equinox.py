@@ -17,14 +17,14 @@ from ._helpers import Case
 # eqx.Module whose single field is a list mixing layers with plain functions (activations,
 # jnp.ravel), jaxtyping annotations, a legacy uint32 PRNGKey, and a forward on one unbatched
 # image, batched by jax.vmap(model).
-EQX_MNIST = '''
+EQX_MNIST = """
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 master_key = jax.random.PRNGKey(5678)
-'''
+"""
 
 EQX_MNIST_MODEL = '''
 class SmallConvNet(eqx.Module):
@@ -60,7 +60,7 @@ master_key, model_key = jax.random.split(master_key)
 model = SmallConvNet(model_key)
 '''
 
-EQX_MNIST_LOSS = '''
+EQX_MNIST_LOSS = """
 def nll(labels: Int[Array, " n"], log_probs: Float[Array, "n 10"]) -> Float[Array, ""]:
     picked = jnp.take_along_axis(log_probs, labels[:, None], axis=1)
     return -jnp.mean(picked)
@@ -70,13 +70,13 @@ def loss(model: SmallConvNet, x: Float[Array, "n 1 28 28"],
          y: Int[Array, " n"]) -> Float[Array, ""]:
     # the model sees one image at a time; vmap adds the batch axis
     return nll(y, jax.vmap(model)(x))
-'''
+"""
 
 # Sizes: a batch of 4 random images instead of MNIST batches.
-EQX_MNIST_SETUP = '''
+EQX_MNIST_SETUP = """
 dummy_x = jax.random.normal(jax.random.key(1), (4, 1, 28, 28))
 dummy_y = jnp.array([0, 3, 5, 9])
-'''
+"""
 
 # Architecture of the model in Equinox's stateful-layers example (patrick-kidger/equinox,
 # docs/examples/stateful.ipynb); re-implemented for this test. The patterns under test:
@@ -135,7 +135,7 @@ def sgd_step(model, state, opt_state, xs, ys):
 '''
 
 # Sizes: 10 training examples, 2 full-batch steps.
-EQX_STATEFUL_TRAIN = '''
+EQX_STATEFUL_TRAIN = """
 model_key, train_key, test_key = jr.split(jr.PRNGKey(5678), 3)
 model, state = eqx.nn.make_with_state(NormedRegressor)(model_key)
 
@@ -146,9 +146,9 @@ opt_state = optim.init(eqx.filter(model, eqx.is_inexact_array))
 
 for _ in range(2):
     model, state, opt_state = sgd_step(model, state, opt_state, xs, ys)
-'''
+"""
 
-EQX_STATEFUL_INFERENCE = '''
+EQX_STATEFUL_INFERENCE = """
 inference_model = eqx.Partial(eqx.nn.inference_mode(model), state=state)
 
 
@@ -160,9 +160,9 @@ def evaluate(model, xs):
 
 test_xs = jr.normal(test_key, (5, 3))
 test_predictions = evaluate(inference_model, test_xs)
-'''
+"""
 
-EQX_STATEFUL_SETUP = '''
+EQX_STATEFUL_SETUP = """
 def loss(model, state, xs, ys):
     return compute_loss(model, state, xs, ys)[0]
 
@@ -171,7 +171,7 @@ def reference_grad(model, state, xs, ys):
     (value, _), grads = eqx.filter_value_and_grad(compute_loss, has_aux=True)(
         model, state, xs, ys)
     return value, grads
-'''
+"""
 
 CASES = [
     Case(

@@ -47,7 +47,7 @@ class DigitClassifier(nnx.Module):
 model = DigitClassifier(rngs=nnx.Rngs(0))
 '''
 
-NNX_MNIST_LOSS = '''
+NNX_MNIST_LOSS = """
 import optax
 
 def loss_fn(model, batch, rngs: nnx.Rngs | None = None):
@@ -58,9 +58,9 @@ def loss_fn(model, batch, rngs: nnx.Rngs | None = None):
 
 train_model = nnx.view(model, deterministic=False, use_running_average=False)
 eval_model = nnx.view(model, deterministic=True, use_running_average=True)
-'''
+"""
 
-NNX_MNIST_SETUP = '''
+NNX_MNIST_SETUP = """
 import jax, jax.numpy as jnp
 batch = {'image': jax.random.uniform(jax.random.key(1), (2, 28, 28, 1)),
          'label': jnp.array([3, 7])}
@@ -68,7 +68,7 @@ rngs = nnx.Rngs(0)
 
 def loss(model, batch, rngs):
     return loss_fn(model, batch, rngs)[0]
-'''
+"""
 
 # Architecture of the regression MLP in Flax's NNX functional-API toy example (google/flax,
 # examples/nnx_toy_examples/01_functional_api.py); re-implemented for this test. The patterns
@@ -123,10 +123,10 @@ def test_step(params: nnx.State, counts: nnx.State, batch):
     return {'loss': jnp.mean(squared)}
 '''
 
-NNX_FUNCTIONAL_SETUP = '''
+NNX_FUNCTIONAL_SETUP = """
 def loss(params, counts, batch):
     return test_step(params, counts, batch)['loss']
-'''
+"""
 
 # Architecture of the Linen CNN of Flax's MNIST example before it moved to NNX (google/flax,
 # examples/mnist/train.py); re-implemented for this test. The patterns under test: an
@@ -154,7 +154,7 @@ class ConvClassifier(nn.Module):
         return nn.Dense(features=10)(h)
 '''
 
-LINEN_MNIST_SETUP = '''
+LINEN_MNIST_SETUP = """
 cnn = ConvClassifier()
 params = cnn.init(jax.random.key(0), jnp.ones([1, 28, 28, 1]))['params']
 images = jax.random.uniform(jax.random.key(1), (2, 28, 28, 1))
@@ -164,7 +164,7 @@ def loss_fn(params, images, labels):
     logits = cnn.apply({'params': params}, images)
     targets = jax.nn.one_hot(labels, 10)
     return jnp.mean(optax.softmax_cross_entropy(logits=logits, labels=targets))
-'''
+"""
 
 # Architecture of the ResNet v1.5 with basic (two 3x3 conv) blocks of Flax's ImageNet example
 # (google/flax, examples/imagenet/models.py); re-implemented for this test. The patterns under
@@ -244,7 +244,7 @@ ResNet18 = partial(ResNet, stage_sizes=[2, 2, 2, 2], block_cls=BasicBlock)
 # BatchNorm's axis_name='batch' needs a pmap/shard_map axis in training mode, so the forward
 # and the gradient run in evaluation mode (train=False). The variables are initialised under
 # jax.jit, as a training script would.
-LINEN_RESNET_SETUP = '''
+LINEN_RESNET_SETUP = """
 import jax, optax
 model = ResNet18(stage_sizes=[1, 1], num_classes=10, num_filters=8)
 x = jax.random.normal(jax.random.key(0), (2, 32, 32, 3))
@@ -254,7 +254,7 @@ variables = jax.jit(partial(model.init, train=False))(jax.random.key(1), x)
 def loss(params, batch_stats, x, labels):
     logits = model.apply({'params': params, 'batch_stats': batch_stats}, x, train=False)
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
-'''
+"""
 
 CASES = [
     Case(

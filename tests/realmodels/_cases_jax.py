@@ -50,18 +50,18 @@ def loss(params, batch):
 # Sizes: hidden layers of 64 (the example: [784, 1024, 1024, 10]), a batch of 4. The
 # parameters are float64 NumPy arrays; jax.jit computes in float32 (x64 off), and so does
 # nbcompile.
-JAX_MNIST_SETUP = '''
+JAX_MNIST_SETUP = """
 import jax
 params = init_random_params(0.1, [784, 64, 64, 10])
 images = npr.RandomState(1).rand(4, 784).astype("float32")
 labels = jnp.eye(10)[jnp.array([1, 4, 7, 9])]
 batch = (images, labels)
-'''
+"""
 
 # benchmarks/_gpt2.py: the project's jax.numpy GPT-2 (structured like picoGPT's gpt2.py),
 # imported as a notebook user imports their own file. Sizes: 2 layers, width 32, 2 heads,
 # vocabulary 64, context 8 (GPT-2 small: 12, 768, 12, 50257, 1024).
-JAX_GPT2 = '''
+JAX_GPT2 = """
 import jax
 import jax.numpy as jnp
 from benchmarks._gpt2 import gpt2_forward
@@ -73,7 +73,7 @@ def loss_fn(params, tokens, targets):
     logits = forward(params, tokens)
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, targets[:, None], axis=-1))
-'''
+"""
 
 CASES = [
     Case(

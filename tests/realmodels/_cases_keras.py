@@ -15,7 +15,7 @@ from ._helpers import Case
 # Architecture of the convnet in keras-io's MNIST example (keras-team/keras-io,
 # examples/vision/mnist_convnet.py); re-implemented for this test. The pattern under test: a
 # keras.Sequential built from a list, with an Input, activations given by name, and dropout.
-KERAS_CONVNET = '''
+KERAS_CONVNET = """
 import numpy as np
 import keras
 from keras import layers
@@ -33,12 +33,12 @@ model = keras.Sequential([
     layers.Dropout(0.5),
     layers.Dense(n_digits, activation="softmax"),
 ])
-'''
+"""
 
 # The reference for the gradient: Keras's stateless API under jax.value_and_grad, the way a
 # custom JAX training loop computes a loss and the updated non-trainable variables
 # (the pattern of keras-io's guides/writing_a_custom_training_loop_in_jax.py).
-KERAS_JAX_LOOP = '''
+KERAS_JAX_LOOP = """
 import jax
 
 def stateless_loss(trainable, non_trainable, x, y):
@@ -47,23 +47,23 @@ def stateless_loss(trainable, non_trainable, x, y):
 
 
 grad_fn = jax.value_and_grad(stateless_loss, has_aux=True)
-'''
+"""
 
-KERAS_CONVNET_SETUP = '''
+KERAS_CONVNET_SETUP = """
 loss_fn = keras.losses.CategoricalCrossentropy()
 x = np.random.default_rng(0).random((2, 28, 28, 1), dtype="float32")
 y = keras.utils.to_categorical(np.array([3, 8]), n_digits)
 
 def compute_loss(model, x, y):
     return loss_fn(y, model(x))
-'''
+"""
 
 # Architecture of the multi-input, multi-output model of keras-io's functional API guide
 # (keras-team/keras-io, guides/functional_api.py, the ticket-triage model); re-implemented for
 # this test. The patterns under test: a functional keras.Model over three named Inputs (two
 # variable-length token sequences, one fixed-size vector) with two outputs: embeddings, LSTMs
 # reducing each sequence to a vector, a concatenation, and two dense heads.
-KERAS_MULTI_IO = '''
+KERAS_MULTI_IO = """
 import numpy as np
 import keras
 from keras import layers
@@ -87,12 +87,12 @@ department = layers.Dense(n_departments, name="department")(features)
 
 model = keras.Model(inputs=[title_tokens, body_tokens, tag_flags],
                     outputs=[priority, department])
-'''
+"""
 
 # Sizes: 2 tickets, titles of 10 and bodies of 20 tokens. The loss weighs a from-logits binary
 # cross-entropy on the priority by 1 and a from-logits categorical cross-entropy on the
 # department by 0.2.
-KERAS_MULTI_IO_SETUP = '''
+KERAS_MULTI_IO_SETUP = """
 rng = np.random.default_rng(0)
 inputs = [rng.integers(vocab_size, size=(2, 10)),  # title tokens
           rng.integers(vocab_size, size=(2, 20)),  # body tokens
@@ -109,11 +109,11 @@ def loss_fn(targets, preds):
 
 def compute_loss(model, inputs, targets):
     return loss_fn(targets, model(inputs))
-'''
+"""
 
 # nbcompile keys a Keras model's gradients by variable path; the reference lists them in
 # model.trainable_variables order
-REFERENCE = '''
+REFERENCE = """
 def reference_grad(x, y):
     trainable = [v.value for v in model.trainable_variables]
     non_trainable = [v.value for v in model.non_trainable_variables]
@@ -124,7 +124,7 @@ def reference_forward(x):
     trainable = [v.value for v in model.trainable_variables]
     non_trainable = [v.value for v in model.non_trainable_variables]
     return jax.jit(lambda t, n, x: model.stateless_call(t, n, x)[0])(trainable, non_trainable, x)
-'''
+"""
 
 CASES = [
     Case(

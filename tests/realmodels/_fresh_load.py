@@ -44,7 +44,8 @@ def check(case: dict[str, Any]) -> str:
         a = np.asarray(a)
         if a.shape != b.shape or not np.allclose(a, b, rtol=tol, atol=tol):
             return f"output {i} differs from the live model: max |diff| " + (
-                f"{np.max(np.abs(a - b)):.3g}" if a.shape == b.shape else f"shape {a.shape}")
+                f"{np.max(np.abs(a - b)):.3g}" if a.shape == b.shape else f"shape {a.shape}"
+            )
     return "ok"
 
 

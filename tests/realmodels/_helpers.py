@@ -91,7 +91,8 @@ def assert_close(got: Any, want: Any, what: str) -> None:
     """Same tree of leaves, each equal within TOL (relative and absolute)."""
     got_leaves, want_leaves = jax.tree.leaves(got), jax.tree.leaves(want)
     assert len(got_leaves) == len(want_leaves) and got_leaves, (
-        f"{what}: {len(got_leaves)} leaves, the reference has {len(want_leaves)}")
+        f"{what}: {len(got_leaves)} leaves, the reference has {len(want_leaves)}"
+    )
     for i, (a, b) in enumerate(zip(got_leaves, want_leaves, strict=True)):
         a, b = np.asarray(a), np.asarray(b)
         assert a.shape == b.shape, f"{what}: leaf {i} has shape {a.shape}, reference {b.shape}"
@@ -133,8 +134,14 @@ def save_frozen_case(name: str, c: Any, want: Any, folder: Path) -> dict[str, An
     arrays.update({f"out{i}": a for i, a in enumerate(out)})
     npz = folder / f"{name}.npz"
     np.savez(npz, **arrays)
-    return {"name": name, "path": c.frozen.path, "npz": str(npz), "inputs": spec,
-            "n_out": len(out), "tol": TOL}
+    return {
+        "name": name,
+        "path": c.frozen.path,
+        "npz": str(npz),
+        "inputs": spec,
+        "n_out": len(out),
+        "tol": TOL,
+    }
 
 
 def load_in_fresh_process(cases: list[dict[str, Any]], folder: Path) -> dict[str, str]:
@@ -143,7 +150,13 @@ def load_in_fresh_process(cases: list[dict[str, Any]], folder: Path) -> dict[str
     spec.write_text(json.dumps(cases))
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     child = Path(__file__).with_name("_fresh_load.py")
-    proc = subprocess.run([sys.executable, str(child), str(spec)], capture_output=True,
-                          text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(child), str(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

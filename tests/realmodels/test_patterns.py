@@ -98,19 +98,24 @@ def test_nnx_grad_of_a_loss_taking_rngs_equals_nnx_value_and_grad(ip):
     c = compile_cell(ip, "--grad 0", "loss_fn(model, rngs, x, y)")
     value, grads = c.grad.fn(*c.grad.args, **c.grad.kwargs)
     want_value, want_grads = evaluate(
-        ip, "nnx.jit(nnx.value_and_grad(loss_fn))(nnx.clone(model), nnx.clone(rngs), x, y)")
+        ip, "nnx.jit(nnx.value_and_grad(loss_fn))(nnx.clone(model), nnx.clone(rngs), x, y)"
+    )
     assert_close(value, want_value, "loss")
     assert_close(grads, want_grads, "gradient")
     assert float(value) > 0 and any(np.abs(np.asarray(g)).sum() > 0 for g in jax.tree.leaves(grads))
 
 
 def test_static_names_a_function_taking_a_model_by_the_users_names(ip):
-    run(ip, EQX_MODEL, """
+    run(
+        ip,
+        EQX_MODEL,
+        """
 def apply_n(model, x, n):
     for _ in range(n):
         x = jnp.tanh(jax.vmap(model)(x) @ jnp.ones((2, 3)))
     return x
-""")
+""",
+    )
     err = failure(ip, "%%compile -q\napply_n(model, x, 2)\n")
     assert "argument n" in str(err.__cause__) and not internal_names(words(err)), words(err)
     c = compile_cell(ip, "--static n", "apply_n(model, x, 2)")
@@ -143,7 +148,10 @@ def eqx_arrays(tree):
 def test_filter_jit_step_returning_the_model_is_an_output_error(ip):
     """Equinox's standard make_step returns the updated model, whose activation functions are
     no arrays: the problem is an output of the program, not an argument."""
-    run(ip, EQX_MODEL, """
+    run(
+        ip,
+        EQX_MODEL,
+        """
 import optax
 optim = optax.sgd(0.1)
 opt_state = optim.init(eqx.filter(model, eqx.is_array))
@@ -156,7 +164,8 @@ def make_step(model, opt_state, x, y):
     updates, opt_state = optim.update(grads, opt_state)
     model = eqx.apply_updates(model, updates)
     return model, opt_state, loss_value
-""")
+""",
+    )
     err = failure(ip, "%%compile -q\nmake_step(model, opt_state, x, y)\n")
     assert err.code == "NBC207", words(err)
     assert "returns" in str(err) and "argument" not in str(err), str(err)
@@ -172,8 +181,11 @@ def test_vmap_of_a_model_keeps_the_weights_as_inputs(ip):
     assert len(invars) == len(weights) + 1, [v.aval for v in invars]
     assert not [np.shape(k) for k in c.jaxpr.consts if np.size(k) >= 16], "weights baked in"
     assert c.adapted.arg_names == ("model", "x", "model_state"), c.adapted.arg_names
-    assert_close(outputs(c), evaluate(ip, "eqx.filter_jit(lambda m, x: jax.vmap(m)(x))(model, x)"),
-                 "vmap(model)")
+    assert_close(
+        outputs(c),
+        evaluate(ip, "eqx.filter_jit(lambda m, x: jax.vmap(m)(x))(model, x)"),
+        "vmap(model)",
+    )
 
 
 def test_module_paths_are_not_doubled(ip):
@@ -186,4 +198,6 @@ def test_module_paths_are_not_doubled(ip):
             modules = {m for f in program.fusions for m in f.modules}
             assert "MLP/hidden" in modules, (call, modules)
             assert all(m.split("/")[0] == "MLP" and "MLP/MLP" not in m for m in modules), (
-                call, modules)
+                call,
+                modules,
+            )

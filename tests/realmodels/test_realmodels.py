@@ -67,8 +67,7 @@ def test_frozen_files_give_the_live_outputs_in_a_fresh_process(shell, relaxed_dt
         use(shell, case)
         c = compile_cell(shell, f"--freeze {tmp_path / case.name}.nbc", case.forward)
         assert c.frozen is not None, f"{case.name}: --freeze wrote nothing"
-        saved.append(save_frozen_case(case.name, c, evaluate(shell, case.forward_ref),
-                                      tmp_path))
+        saved.append(save_frozen_case(case.name, c, evaluate(shell, case.forward_ref), tmp_path))
     results = load_in_fresh_process(saved, tmp_path)
     failed = {name: why for name, why in results.items() if why != "ok"}
     assert not failed and len(results) == len(CASES), failed

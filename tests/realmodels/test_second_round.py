@@ -81,8 +81,11 @@ def test_eager_count_of_a_while_loop_is_a_labelled_lower_bound(fn):
 
 def test_eager_count_of_shard_map_is_a_labelled_lower_bound():
     mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
-    fn = jax.jit(jax.shard_map(lambda a: jax.lax.psum(jnp.sin(a), "x"), mesh=mesh,
-                               in_specs=P("x"), out_specs=P()))
+    fn = jax.jit(
+        jax.shard_map(
+            lambda a: jax.lax.psum(jnp.sin(a), "x"), mesh=mesh, in_specs=P("x"), out_specs=P()
+        )
+    )
     count, exact, text = eager_figure(fn, jnp.arange(8.0))
     assert not exact and count >= 1 and "at least" in text
 

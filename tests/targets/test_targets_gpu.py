@@ -17,7 +17,7 @@ import nbcompile
 from nbcompile.targets import GPU_TARGETS, gpu_target_config, resolve_target
 from nbcompile.targets import _resolve as resolve_module
 
-from _targets_models import mlp, mlp_args  # isort: skip
+from .helpers import mlp, mlp_args
 
 needs_cuda_plugin = pytest.mark.skipif(
     not resolve_module._cuda_plugin_available(),
@@ -145,8 +145,15 @@ def test_deviceless_gpu_compile(name, gemm):
 def test_deviceless_multi_host_gpu_collectives_cross_hosts():
     t = resolve_target("gpu", gpu="h100", topology="1x2x4", mesh="8")
     assert t.hosts == 2 and len(t.devices) == 8
-    c = nbcompile.compile(mlp, *mlp_args(), backend="gpu", gpu="h100", topology="1x2x4",
-                          mesh="8", shard={"params.w2": "data,None"})
+    c = nbcompile.compile(
+        mlp,
+        *mlp_args(),
+        backend="gpu",
+        gpu="h100",
+        topology="1x2x4",
+        mesh="8",
+        shard={"params.w2": "data,None"},
+    )
     found = [k for k in c.collectives if k["op"] in ("all-reduce", "reduce-scatter")]
     assert found and all(k["crosses_hosts"] for k in found)
 

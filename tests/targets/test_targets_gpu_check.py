@@ -22,9 +22,13 @@ def _load():
 def test_gpu_check_without_a_gpu_says_so_and_exits_0():
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120,
+        [sys.executable, str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
         check=False,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "no GPU" in proc.stdout
 

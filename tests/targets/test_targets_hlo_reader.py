@@ -3,7 +3,7 @@
 ``hlo_summary``, ``collectives`` and ``compare`` (nbcompile.targets) and ``entry_kernels`` /
 ``instructions`` (nbcompile.measure) read HLO through ``nbcompile.analysis.hlo`` now. Each had its
 own reader before; ``EXPECTED`` holds what those readers gave (jax/jaxlib 0.10.2) on the programs of
-``_targets_hlo_cases.py``, compiled here for CPU, 8 virtual CPU devices, TPU v5e and GPU
+``hlo_cases.py``, compiled here for CPU, 8 virtual CPU devices, TPU v5e and GPU
 (deviceless). Deliberate differences: the mesh-axes ``replica_groups`` syntax
 (``mesh['axis_0'=8,'axis_1'=2] {'axis_1'}``) was read as one group of every device; it is expanded
 now, which makes the v5e:4x4 gradient all-reduce over device pairs stay on one host. And one
@@ -28,7 +28,7 @@ from nbcompile.measure._hlo import entry_kernels, instructions
 from nbcompile.targets import _resolve as resolve_module
 from nbcompile.targets import collectives, compare, hlo_summary
 
-from _targets_hlo_cases import compile_cases  # isort: skip
+from .hlo_cases import compile_cases
 
 HERE = Path(__file__).parent
 
@@ -101,9 +101,13 @@ def test_eight_device_cpu_modules_read_as_before():
         "PYTHONPATH": str(HERE.parent.parent),
     }
     out = subprocess.run(
-        [sys.executable, str(HERE / "_targets_hlo_cases.py"), "cpu8"],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )  # fmt: skip
+        [sys.executable, str(HERE / "hlo_cases.py"), "cpu8"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     _check("cpu8", json.loads(out.stdout.strip().splitlines()[-1]))
 

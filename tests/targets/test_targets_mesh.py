@@ -24,9 +24,13 @@ def mesh_result() -> dict:
         "PYTHONPATH": str(ROOT),
     }
     proc = subprocess.run(
-        [sys.executable, str(HERE / "_targets_mesh_child.py"), "4x2"],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, str(HERE / "mesh_child.py"), "4x2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -76,11 +80,20 @@ def test_shard_map_guide_example_keeps_its_shardings():
     """JAX's shard_map guide example: arguments sharded by the user over an Explicit mesh are
     compiled with their own shardings (--mesh and the default), and a deviceless TPU compile
     either works (abstract mesh) or says the function is bound to this machine's devices."""
-    child = Path(__file__).with_name("_targets_shardmap_child.py")
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-           "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, str(child)], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
+    child = Path(__file__).with_name("shardmap_child.py")
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+    }
+    proc = subprocess.run(
+        [sys.executable, str(child)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     for name in ("here", "mesh"):

@@ -10,7 +10,7 @@ from nbcompile.errors import TargetError
 from nbcompile.targets import _resolve as resolve_module
 from nbcompile.targets import parse_mesh, parse_shard_specs, resolve_target
 
-from _targets_models import mlp, mlp_args  # isort: skip
+from .helpers import mlp, mlp_args
 
 
 def test_parse_mesh_shapes_and_names():
@@ -107,8 +107,7 @@ def test_shard_without_mesh_and_unknown_argument_are_nbc601(monkeypatch):
     assert info.value.code == "NBC601"
     assert "'y'" in str(info.value) and "params, x" in str(info.value)
     with pytest.raises(TargetError) as info:
-        nbcompile.compile(mlp, params, x, backend="tpu", mesh="2x2",
-                          shard={"x": "data,None,model"})
+        nbcompile.compile(mlp, params, x, backend="tpu", mesh="2x2", shard={"x": "data,None,model"})
     assert "3 entries" in str(info.value) and "2 dimensions" in str(info.value)
 
 

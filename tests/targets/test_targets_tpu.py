@@ -16,7 +16,7 @@ import nbcompile
 from nbcompile.targets import _resolve as resolve_module
 from nbcompile.targets import compare, resolve_target
 
-from _targets_models import MLP_SHARDING, mlp, mlp_args  # isort: skip
+from .helpers import MLP_SHARDING, mlp, mlp_args
 
 needs_libtpu = pytest.mark.skipif(
     importlib.util.find_spec("libtpu") is None,
@@ -78,8 +78,14 @@ def test_compare_cpu_and_tpu_gives_kernel_counts_for_both(tpu_mlp):
     ("topology", "mesh", "crosses"), [("v5e:2x2", "4", False), ("v5e:4x4", "16", True)]
 )
 def test_tpu_mesh_collectives_cross_hosts_only_on_multi_host_topologies(topology, mesh, crosses):
-    c = nbcompile.compile(mlp, *mlp_args(), backend="tpu", topology=topology, mesh=mesh,
-                          shard={"params.w2": "data,None"})
+    c = nbcompile.compile(
+        mlp,
+        *mlp_args(),
+        backend="tpu",
+        topology=topology,
+        mesh=mesh,
+        shard={"params.w2": "data,None"},
+    )
     assert c.target.hosts == (1 if not crosses else 4)
     found = [k for k in c.collectives if k["op"] in ("all-reduce", "reduce-scatter")]
     assert found, c.hlo[-2000:]
@@ -89,8 +95,9 @@ def test_tpu_mesh_collectives_cross_hosts_only_on_multi_host_topologies(topology
 
 @needs_libtpu
 def test_tpu_mesh_compile_of_the_sharded_mlp():
-    c = nbcompile.compile(mlp, *mlp_args(), backend="tpu", topology="v5e:2x4", mesh="4x2",
-                          shard=MLP_SHARDING)
+    c = nbcompile.compile(
+        mlp, *mlp_args(), backend="tpu", topology="v5e:2x4", mesh="4x2", shard=MLP_SHARDING
+    )
     shapes = c.placement.per_device_shapes
     assert shapes["x"] == ((16, 64), (4, 64))
     assert shapes["params.w1"] == ((64, 128), (64, 64))
@@ -112,10 +119,16 @@ def test_libtpu_noise_is_kept_off_stderr():
     )
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     ours, control = (
-        subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=env,
-                       timeout=120, check=False)
+        subprocess.run(
+            [sys.executable, "-c", src],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
         for src in (code, raw)
-    )  # fmt: skip
+    )
     assert ours.returncode == 0 and ours.stdout.strip() == "ok", ours.stderr[-2000:]
     if "TPU" not in control.stderr:
         pytest.skip("this libtpu prints nothing on stderr: nothing to hide")

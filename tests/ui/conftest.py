@@ -20,7 +20,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from uihelpers import kernel_env
+
+from .helpers import kernel_env
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -90,13 +91,24 @@ def _serve(tmp_path_factory: pytest.TempPathFactory, app: str) -> Iterator[dict]
         f"--ServerApp.root_dir={root}",
     ]
     if app == "lab":
-        cmd = [sys.executable, "-m", "jupyterlab", *common, "--LabApp.news_url=None",
-               "--LabApp.extension_manager=readonly",
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               "--LabApp.expose_app_in_browser=True"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            *common,
+            "--LabApp.news_url=None",
+            "--LabApp.extension_manager=readonly",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.expose_app_in_browser=True",
+        ]
     else:  # Jupyter Notebook 7: JupyterLab's components, one document per page
-        cmd = [sys.executable, "-m", "notebook", *common,
-               "--JupyterNotebookApp.expose_app_in_browser=True"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "notebook",
+            *common,
+            "--JupyterNotebookApp.expose_app_in_browser=True",
+        ]
     log = (tmp / "server.log").open("w")
     proc = subprocess.Popen(
         cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -115,8 +127,12 @@ def _serve(tmp_path_factory: pytest.TempPathFactory, app: str) -> Iterator[dict]
                     ) from None
                 time.sleep(0.3)
         where = "lab/tree" if app == "lab" else "notebooks"
-        yield {"url": url, "root": root, "app": app,
-               "open": lambda name: f"{url}/{where}/{name}" + ("?reset" if app == "lab" else "")}
+        yield {
+            "url": url,
+            "root": root,
+            "app": app,
+            "open": lambda name: f"{url}/{where}/{name}" + ("?reset" if app == "lab" else ""),
+        }
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

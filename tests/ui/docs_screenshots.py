@@ -87,8 +87,9 @@ def main() -> None:
     IMG.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
         pages = _pages(Path(tmp))
-        browser = p.chromium.launch(executable_path=CHROMIUM,
-                                    args=["--headless", "--no-sandbox", "--disable-gpu"])  # fmt: skip
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
         page = browser.new_page(viewport={"width": 1280, "height": 1600}, device_scale_factor=1)
         page.goto(pages["model"].as_uri())
         page.locator("[data-first-paint-ms]").wait_for()

@@ -16,21 +16,29 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from uihelpers import ARTIFACTS, kernel_env, screenshot
+
+from .helpers import ARTIFACTS, kernel_env, screenshot
 
 pytestmark = [pytest.mark.ui, pytest.mark.profiler]  # profiler: before any TPU compile
 
-MODEL = '''import jax.numpy as jnp
+MODEL = """import jax.numpy as jnp
 import nbcompile
 def loss(params, x):
     h = jnp.tanh(x @ params["w1"] + params["b1"])
     return jnp.mean((h @ params["w2"]) ** 2)
 params = {"w1": jnp.ones((64, 128)) * 0.01, "b1": jnp.zeros(128), "w2": jnp.ones((128, 16))}
-x = jnp.ones((32, 64))'''
+x = jnp.ones((32, 64))"""
 COMPILE = "%%compile --grad --profile 3 --memory\nloss(params, x)"
-EDITED = MODEL.replace('    return jnp.mean', '    h = jnp.exp(h) * 0.5\n    return jnp.mean')
-CELLS = ["%load_ext nbcompile", MODEL, COMPILE, "c1 = nbcompile.last()", EDITED, "%%compile -q --grad\nloss(params, x)",
-         "nbcompile.last().diff(c1)"]
+EDITED = MODEL.replace("    return jnp.mean", "    h = jnp.exp(h) * 0.5\n    return jnp.mean")
+CELLS = [
+    "%load_ext nbcompile",
+    MODEL,
+    COMPILE,
+    "c1 = nbcompile.last()",
+    EDITED,
+    "%%compile -q --grad\nloss(params, x)",
+    "nbcompile.last().diff(c1)",
+]
 
 READY = """() => { const a = window.jupyterapp, w = a && a.shell && a.shell.currentWidget;
   const ctx = w && w.sessionContext, k = ctx && ctx.session && ctx.session.kernel;
@@ -58,8 +66,11 @@ def shot(element, name: str) -> None:
 
 def _notebook(path: Path) -> None:
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in CELLS])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}  # fmt: skip
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, path)
 
 
@@ -174,8 +185,9 @@ def saved(tmp_path_factory) -> Path:
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        NotebookClient(nb, kernel_name="python3", timeout=300,
-                       resources={"metadata": {"path": str(folder)}}).execute()  # fmt: skip
+        NotebookClient(
+            nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(folder)}}
+        ).execute()
     finally:
         for k, v in old.items():
             if v is None:
@@ -209,7 +221,9 @@ def test_saved_notebook_fallback_in_the_host(ui_page, host, saved):
     target = host["root"] / saved.name
     target.write_bytes(saved.read_bytes())
     page.goto(host["open"](saved.name))
-    output = page.locator(".jp-OutputArea-output", has=page.locator("summary", has_text="Stats")).first
+    output = page.locator(
+        ".jp-OutputArea-output", has=page.locator("summary", has_text="Stats")
+    ).first
     output.wait_for(timeout=60_000)
     assert page.locator(".jp-OutputArea-output .nbc-root").count() == 0  # no script ran
     summaries = [t.strip() for t in output.locator("summary > b").all_inner_texts()]
@@ -217,12 +231,20 @@ def test_saved_notebook_fallback_in_the_host(ui_page, host, saved):
     for summary in output.locator("summary:has(> b)").all():  # open every tab
         if summary.evaluate("(s) => !s.parentElement.open"):
             summary.click()
-    page.wait_for_function("(o) => [...o.querySelectorAll('img')].every((i) => i.complete)",
-                           arg=output.element_handle())  # fmt: skip
+    page.wait_for_function(
+        "(o) => [...o.querySelectorAll('img')].every((i) => i.complete)",
+        arg=output.element_handle(),
+    )
     pictures = output.evaluate(PICTURES)
     alts = {p["alt"] for p in pictures}
-    for alt in ("traced program of loss", "compiled program of loss", "gradient program of loss",
-                "op counts", "roofline", "memory timeline"):
+    for alt in (
+        "traced program of loss",
+        "compiled program of loss",
+        "gradient program of loss",
+        "op counts",
+        "roofline",
+        "memory timeline",
+    ):
         assert alt in alts, (alt, alts)
     for p in pictures:
         assert p["loaded"] and p["whole"] and p["outside"] == 0, p

@@ -6,8 +6,9 @@ import shutil
 
 import nbformat
 import pytest
-from test_ui_view import RUN_ALL, _open
-from uihelpers import REPO, kernel_env, screenshot
+
+from .helpers import REPO, kernel_env, screenshot
+from .test_ui_view import RUN_ALL, _open
 
 pytestmark = pytest.mark.ui
 
@@ -28,8 +29,9 @@ def test_quickstart_run_all_then_fusion_to_source(ui_page, lab_session):
     assert details.strip(), "clicking a fusion shows no details"
     view.get_by_test_id("nbc-tab-source").click()
     lit = view.locator('[data-testid^=nbc-line-][data-highlighted="true"]')
-    lines = {int(lit.nth(i).get_attribute("data-testid").rsplit("-", 1)[1])
-             for i in range(lit.count())}
+    lines = {
+        int(lit.nth(i).get_attribute("data-testid").rsplit("-", 1)[1]) for i in range(lit.count())
+    }
     # the quickstart's model occupies visible lines 2-6 of its %%compile cell
     assert lines and lines <= {2, 3, 4, 5, 6}, lines
     view.get_by_test_id("nbc-tab-graph").click()
@@ -49,8 +51,9 @@ def test_saved_executed_quickstart_shows_the_graph_without_running(
     for key, value in kernel_env().items():
         monkeypatch.setenv(key, value)
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, kernel_name="python3", timeout=180,
-                   resources={"metadata": {"path": str(lab["root"])}}).execute()
+    NotebookClient(
+        nb, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(lab["root"])}}
+    ).execute()
     nbformat.write(nb, path)
     page.goto(f"{lab['url']}/lab/tree/saved_quickstart.ipynb?reset")
     img = page.locator('.jp-OutputArea-output img[src^="data:image/svg+xml;base64,"]').first

@@ -8,7 +8,8 @@ from typing import Any
 
 import nbformat
 import pytest
-from uihelpers import report_fixtures, screenshot
+
+from .helpers import report_fixtures, screenshot
 
 pytestmark = pytest.mark.ui
 

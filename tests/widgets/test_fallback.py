@@ -18,8 +18,10 @@ from nbcompile.widgets import CompilationView
 pytestmark = pytest.mark.profiler  # its fixture profiles: before any TPU compile
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
-IMG = re.compile(r'<img src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)" alt="[^"]*" '
-                 r'data-testid="([^"]+)"')
+IMG = re.compile(
+    r'<img src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)" alt="[^"]*" '
+    r'data-testid="([^"]+)"'
+)
 
 
 def widget_tabs(report: dict[str, Any]) -> set[str]:
@@ -54,6 +56,7 @@ def rich() -> dict[str, Any]:
 
     jax.config.update("jax_numpy_rank_promotion", "allow")
     try:
+
         def loss(params, x):
             h = jnp.tanh(x @ params["w1"] + params["b1"])
             return jnp.mean((h @ params["w2"]) ** 2)
@@ -78,9 +81,11 @@ def rich() -> dict[str, Any]:
 
 
 def test_every_tab_of_the_widget_is_a_section(rich, small_report):
-    changes = {"text": "changed since the last run of `loss`:\n+ line 3",
-               "items": ["changed since the last run of `loss`:", "+ line 3"],
-               "diff": rich["diff"].view}
+    changes = {
+        "text": "changed since the last run of `loss`:\n+ line 3",
+        "items": ["changed since the last run of `loss`:", "+ line 3"],
+        "diff": rich["diff"].view,
+    }
     with_diff = {**rich["after"], "extras": {**rich["after"]["extras"], "changes": changes}}
     for report in (small_report, rich["report"], with_diff):
         html = render_html(report, interactive=False)
@@ -92,15 +97,25 @@ def test_every_tab_of_the_widget_is_a_section(rich, small_report):
 def test_pictures_draw_each_tab_with_their_sources(rich):
     report = rich["report"]
     pics = pictures(render_html(report, interactive=False))
-    for tid in ("nbc-graph-traced", "nbc-graph-compiled", "nbc-graph-gradient", "nbc-chart-funnel",
-                "nbc-chart-flops", "nbc-chart-bytes", "nbc-chart-roofline", "nbc-chart-memory",
-                "nbc-chart-peak-lines"):
+    for tid in (
+        "nbc-graph-traced",
+        "nbc-graph-compiled",
+        "nbc-graph-gradient",
+        "nbc-chart-funnel",
+        "nbc-chart-flops",
+        "nbc-chart-bytes",
+        "nbc-chart-roofline",
+        "nbc-chart-memory",
+        "nbc-chart-peak-lines",
+    ):
         assert tid in pics, tid
     for tid, svg in pics.items():
         if tid.startswith("nbc-chart"):  # every chart says where its figures come from
             assert re.search(r"source: .*(XLA|measured|estimate|spec|exact)", texts(svg)), tid
     # the compiled graph is coloured by measured time: its slowest kernel in the deepest red
-    fills = re.findall(r'fill="(#ff[0-9a-f]{4})"', ET.tostring(pics["nbc-graph-compiled"], "unicode"))
+    fills = re.findall(
+        r'fill="(#ff[0-9a-f]{4})"', ET.tostring(pics["nbc-graph-compiled"], "unicode")
+    )
     assert fills, "no kernel coloured by time"
     # the funnel's counts are the report's
     s = report["summary"]
@@ -111,11 +126,14 @@ def test_pictures_draw_each_tab_with_their_sources(rich):
 
 def test_source_tab_switches_heat_measures(rich):
     html = render_html(rich["report"], interactive=False)
-    table = html[html.index('data-testid="nbc-source-table"'):]
+    table = html[html.index('data-testid="nbc-source-table"') :]
     assert "flops share (estimate)" in table and "time (measured)" in table
     assert "bytes at peak (XLA)" in table
-    tanh = re.search(r'<tr data-line="(\d+)"><td>\d+</td><td>(\d+)%</td><td>([^<]+)</td>'
-                     r"<td>([^<]*)</td><td><code>\s*h = jnp.tanh", table)
+    tanh = re.search(
+        r'<tr data-line="(\d+)"><td>\d+</td><td>(\d+)%</td><td>([^<]+)</td>'
+        r"<td>([^<]*)</td><td><code>\s*h = jnp.tanh",
+        table,
+    )
     assert tanh, "the tanh line has no flops share / time"
     assert tanh.group(3).endswith(("µs", "ms", " s"))
 
@@ -141,11 +159,25 @@ def test_diff_view_data(rich):
 def test_diff_matches_kernels_by_line_text_not_position():
     def rep(lines: list[str], fusion_line: int, flops: float) -> dict[str, Any]:
         node = {"id": "c1", "op": "loop", "label": "fusion.7", "kind": "fusion", "fusion": "f1"}
-        fusion = {"id": "f1", "name": "fusion.7", "kind": "loop", "ops": ["tanh"],
-                  "lines": [fusion_line], "locations": [], "modules": [], "flops": flops,
-                  "bytes": 64.0}
-        return {"name": "f", "source": {"lines": lines}, "graphs": {"compiled": {
-            "nodes": [node], "edges": []}}, "fusions": [fusion], "summary": {}, "extras": {}}
+        fusion = {
+            "id": "f1",
+            "name": "fusion.7",
+            "kind": "loop",
+            "ops": ["tanh"],
+            "lines": [fusion_line],
+            "locations": [],
+            "modules": [],
+            "flops": flops,
+            "bytes": 64.0,
+        }
+        return {
+            "name": "f",
+            "source": {"lines": lines},
+            "graphs": {"compiled": {"nodes": [node], "edges": []}},
+            "fusions": [fusion],
+            "summary": {},
+            "extras": {},
+        }
 
     before = rep(["def f(x):", "    return jnp.tanh(x)"], 2, 10.0)
     after = rep(["def f(x):", "    y = 1", "    return jnp.tanh(x)"], 3, 10.0)
@@ -170,8 +202,9 @@ def test_compare_targets_shows_the_diff_view():
     x = jnp.ones((128, 128))
     cs = [nbcompile.compile(f, x), nbcompile.compile(f, x, backend="tpu", topology="v5e:2x2")]
     labels = [c.target.label.upper() for c in cs]
-    table = compare_rows([(label, c.hlo, c.cost, c.memory) for label, c in zip(labels, cs,
-                                                                               strict=True)])
+    table = compare_rows(
+        [(label, c.hlo, c.cost, c.memory) for label, c in zip(labels, cs, strict=True)]
+    )
     comparison = compare_compilations(table, *cs)
     (view,) = comparison.views
     assert (view["before"]["label"], view["after"]["label"]) == tuple(labels)

@@ -35,13 +35,19 @@ def _as_drawn(d: str) -> list[tuple[float, float]]:
             y += nums[0]
             out.append((x, y))
         else:
-            c1x, c1y, c2x, c2y, ex, ey = (nums if cmd == "C" else
-                                          [x + nums[0], y + nums[1], x + nums[2], y + nums[3],
-                                           x + nums[4], y + nums[5]])  # fmt: skip
+            c1x, c1y, c2x, c2y, ex, ey = (
+                nums
+                if cmd == "C"
+                else [x + nums[0], y + nums[1], x + nums[2], y + nums[3], x + nums[4], y + nums[5]]
+            )
             for i in range(1, 9):
                 t, u = i / 8, 1 - i / 8
-                out.append((u**3 * x + 3 * u * u * t * c1x + 3 * u * t * t * c2x + t**3 * ex,
-                            u**3 * y + 3 * u * u * t * c1y + 3 * u * t * t * c2y + t**3 * ey))
+                out.append(
+                    (
+                        u**3 * x + 3 * u * u * t * c1x + 3 * u * t * t * c2x + t**3 * ex,
+                        u**3 * y + 3 * u * u * t * c1y + 3 * u * t * t * c2y + t**3 * ey,
+                    )
+                )
             x, y = ex, ey
     return out
 
@@ -75,12 +81,14 @@ def check_scene(pg: Any, scene: Scene) -> None:
             if box.key != "root":
                 assert box.x <= a.x and a.x + a.w <= box.x + box.w + 1e-6, (box.key, a.key)
                 assert box.y <= a.y and a.y + a.h <= box.y + box.h + 1e-6, (box.key, a.key)
-            for b in kids[i + 1:]:
-                assert (a.x + a.w <= b.x or b.x + b.w <= a.x or a.y + a.h <= b.y
-                        or b.y + b.h <= a.y), ("overlap", a.key, b.key)
+            for b in kids[i + 1 :]:
+                assert (
+                    a.x + a.w <= b.x or b.x + b.w <= a.x or a.y + a.h <= b.y or b.y + b.h <= a.y
+                ), ("overlap", a.key, b.key)
     for e in scene.edges:
-        upper, lower = (scene.boxes[e.v], scene.boxes[e.u]) if e.up else \
-            (scene.boxes[e.u], scene.boxes[e.v])
+        upper, lower = (
+            (scene.boxes[e.v], scene.boxes[e.u]) if e.up else (scene.boxes[e.u], scene.boxes[e.v])
+        )
         (x0, y0), (x1, y1) = e.points[0], e.points[-1]
         assert upper.x <= x0 <= upper.x + upper.w and abs(y0 - (upper.y + upper.h)) < 1e-6
         assert lower.x <= x1 <= lower.x + lower.w and abs(y1 - lower.y) < 1e-6
@@ -90,8 +98,9 @@ def check_scene(pg: Any, scene: Scene) -> None:
             if key in allowed:
                 continue
             rect = (b.x, b.y, b.w, b.h)
-            assert not any(_hits(p, q, rect) for p, q in itertools.pairwise(curve)), \
+            assert not any(_hits(p, q, rect) for p, q in itertools.pairwise(curve)), (
                 f"edge {e.u} -> {e.v} runs through {key}"
+            )
 
 
 @pytest.mark.parametrize("which", ["traced", "compiled"])
@@ -128,8 +137,9 @@ def _drawn(svg: str) -> list[tuple[float, float, float, float]]:
         m = re.match(r"translate\(([-\d.]+),([-\d.]+)\)$", g.get("transform", ""))
         rect = g.find(SVG_NS + "rect")
         if m and rect is not None and g.find(SVG_NS + "text") is not None:
-            out.append((float(m[1]), float(m[2]), float(rect.get("width")),
-                        float(rect.get("height"))))
+            out.append(
+                (float(m[1]), float(m[2]), float(rect.get("width")), float(rect.get("height")))
+            )
     return out
 
 
@@ -145,10 +155,25 @@ def test_the_picture_draws_the_scene(big_report):
 
 def test_work_stays_bounded_on_a_flat_graph_five_times_bigger():
     n = 6000
-    nodes = [{"id": f"k{i}", "op": "fusion", "kind": "fusion", "shape": "f32[4]", "bytes": 16,
-              "group": None, "path": "", "line": None} for i in range(n)]
-    edges = [{"src": f"k{i}", "dst": f"k{j}", "bytes": 16, "shape": "f32[4]"}
-             for i in range(n) for j in (i + 1, i + 7, i + 50) if j < n]
+    nodes = [
+        {
+            "id": f"k{i}",
+            "op": "fusion",
+            "kind": "fusion",
+            "shape": "f32[4]",
+            "bytes": 16,
+            "group": None,
+            "path": "",
+            "line": None,
+        }
+        for i in range(n)
+    ]
+    edges = [
+        {"src": f"k{i}", "dst": f"k{j}", "bytes": 16, "shape": "f32[4]"}
+        for i in range(n)
+        for j in (i + 1, i + 7, i + 50)
+        if j < n
+    ]
     graph = {"nodes": nodes, "edges": edges, "groups": []}
     t0 = time.perf_counter()
     pg, scene = graph_scene(graph)

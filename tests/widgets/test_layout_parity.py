@@ -28,11 +28,20 @@ def _python(report: dict[str, Any], limit: int, budget: int) -> dict[str, Any]:
         pg = prepare_graph(graph, report)
         scene = build_scene(pg, initial_expansion(pg, limit, budget))
         out[which] = {
-            "boxes": [[b.key, b.x, b.y, b.w, b.h, b.lines if b.children is None else None,
-                       b.title or None] for b in scene.boxes.values()],
-            "edges": [[e.u, e.v, e.count, e.up, [list(p) for p in e.points]]
-                      for e in scene.edges],
-        }  # fmt: skip
+            "boxes": [
+                [
+                    b.key,
+                    b.x,
+                    b.y,
+                    b.w,
+                    b.h,
+                    b.lines if b.children is None else None,
+                    b.title or None,
+                ]
+                for b in scene.boxes.values()
+            ],
+            "edges": [[e.u, e.v, e.count, e.up, [list(p) for p in e.points]] for e in scene.edges],
+        }
     return out
 
 
@@ -61,9 +70,21 @@ def _same(a: Any, b: Any, path: str = "") -> str | None:
 def _check(report: dict[str, Any], tmp_path: Path, limit: int = 60, budget: int = 400) -> None:
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report))
-    js = json.loads(subprocess.run(
-        [NODE, str(REPO / "js" / "tools" / "scene-dump.mjs"), str(path), str(limit), str(budget)],
-        capture_output=True, text=True, check=True, timeout=120).stdout)  # fmt: skip
+    js = json.loads(
+        subprocess.run(
+            [
+                NODE,
+                str(REPO / "js" / "tools" / "scene-dump.mjs"),
+                str(path),
+                str(limit),
+                str(budget),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+    )
     py = _python(report, limit, budget)
     assert js.keys() == py.keys()
     assert sum(len(v["edges"]) for v in py.values()) > 0

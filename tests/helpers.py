@@ -1,10 +1,7 @@
-"""Behaviour that must not depend on the target, as checks over a real IPython shell.
-
-Used by tests/test_targets_behaviour.py in-process (CPU, deviceless TPU, StableHLO only) and
-in a child process with 8 virtual CPU devices (a mesh), so every target runs the same checks:
-``--grad``, errors with codes and visible lines, ``print`` at trace time, keyword arguments as
-program inputs, compiler options, and the cell cache.
-"""
+"""Shared test helpers: cells for the magic tests, and the target-independent checks
+(``run_all``: --grad, errors with lines, print capture, keyword arguments as inputs,
+compiler options, the cache) run on every target by tests/test_targets_behaviour.py
+(and on an 8-device mesh by behaviour_child.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 
-SETUP = """
+BEHAVIOUR_SETUP = """
 import jax, jax.numpy as jnp, numpy as np, nbcompile
 x = jnp.asarray(np.random.default_rng(1).normal(size=(8, 4)), jnp.float32)
 w = jnp.asarray(np.random.default_rng(0).normal(size=(4, 4)), jnp.float32)
@@ -121,12 +118,10 @@ def check_compiler_options(ip: Any, api: dict[str, Any], compiles: bool) -> None
     options = {"xla_nbcompile_no_such_option": True}
     if compiles:
         with pytest.raises(CompileError) as info:
-            nbcompile.compile(lambda w, x: x @ w, ns["w"], ns["x"], compiler_options=options,
-                              **api)
+            nbcompile.compile(lambda w, x: x @ w, ns["w"], ns["x"], compiler_options=options, **api)
         assert info.value.code == "NBC400"
     else:
-        c = nbcompile.compile(lambda w, x: x @ w, ns["w"], ns["x"], compiler_options=options,
-                              **api)
+        c = nbcompile.compile(lambda w, x: x @ w, ns["w"], ns["x"], compiler_options=options, **api)
         assert any("compiler options" in n for n in c.notes), c.notes
 
 
@@ -143,8 +138,9 @@ def check_cache(ip: Any, opts: str, counter: XlaCompiles) -> None:
     assert not last(ip).cache_hit, "a changed global gave a stale cache hit"
 
 
-def run_all(ip: Any, opts: str, api: dict[str, Any], *, runnable: bool, compiles: bool,
-            counter: XlaCompiles) -> list[str]:
+def run_all(
+    ip: Any, opts: str, api: dict[str, Any], *, runnable: bool, compiles: bool, counter: XlaCompiles
+) -> list[str]:
     """Every check on one target; returns the names of the checks that ran."""
     done = []
     for name, check in (
@@ -155,7 +151,58 @@ def run_all(ip: Any, opts: str, api: dict[str, Any], *, runnable: bool, compiles
         ("compiler_options", lambda: check_compiler_options(ip, api, compiles)),
         ("cache", lambda: check_cache(ip, opts, counter)),
     ):
-        ip.run_cell(SETUP)
+        ip.run_cell(BEHAVIOUR_SETUP)
         check()
         done.append(name)
     return done
+
+
+# --- the magic tests' example cell -------------------------------------------------
+
+from nbcompile.errors import NbcompileError  # noqa: E402
+
+SETUP = """
+import jax, jax.numpy as jnp, numpy as np
+params = {"w": jnp.asarray(np.random.default_rng(0).normal(size=(3, 4)), jnp.float32),
+          "b": jnp.zeros((1, 4), jnp.float32)}
+x = jnp.asarray(np.random.default_rng(1).normal(size=(2, 3)), jnp.float32)
+"""
+
+PREDICT = """%%compile{opts}
+def predict(params, x):
+    h = jnp.tanh(x @ params["w"] + params["b"])
+    return h * 2.0 + 1.0
+predict(params, x){end}
+"""
+
+COUNTER = XlaCompiles()
+
+
+def cell(text: str) -> str:
+    """Cell text without its `%%compile` line (run_cell_magic takes the body)."""
+    return text.split("\n", 1)[1]
+
+
+def setup(shell: Any) -> Any:
+    shell.reset(new_session=False)
+    res = shell.run_cell(SETUP)
+    assert res.success, res.error_in_exec
+    return shell
+
+
+def failing(ip: Any, text: str, code: str, line: int | None) -> NbcompileError:
+    """Run a failing cell; check the error, its line, and that the namespace is unchanged."""
+    before = dict(ip.user_ns)
+    res = run(ip, text)
+    err = res.error_in_exec
+    assert isinstance(err, NbcompileError), repr(err)
+    assert err.code == code, str(err)
+    assert err.line == line, str(err)
+    after = ip.user_ns
+    added = set(after) - set(before) - {"_", "__", "___"}
+    added = {n for n in added if not n.startswith("_")}
+    assert not added, f"names leaked from a failed cell: {added}"
+    changed = [n for n in before if not n.startswith("_") and after.get(n) is not before[n]]
+    assert not changed, f"names changed by a failed cell: {changed}"
+    assert run(ip, PREDICT.format(opts=" -q -f", end="")).success, "next %%compile must work"
+    return err

@@ -30,8 +30,12 @@ def matmul_basic(a_block, b_block):
 
 
 @jax.jit
-@partial(jax.shard_map, mesh=mesh.abstract_mesh, in_specs=(P("x", "y"), P("y", None)),
-         out_specs=P("x", None))
+@partial(
+    jax.shard_map,
+    mesh=mesh.abstract_mesh,
+    in_specs=(P("x", "y"), P("y", None)),
+    out_specs=P("x", None),
+)
 def matmul_abstract(a_block, b_block):
     return jax.lax.psum(jnp.dot(a_block, b_block), "y")
 
@@ -41,14 +45,20 @@ out = {}
 for name, kwargs in (("here", {}), ("mesh", {"mesh": "4x2:x,y"})):
     c = nbcompile.compile(matmul_basic, a, b, **kwargs)
     np.testing.assert_allclose(np.asarray(c.fn(a, b)), want)
-    out[name] = {"runnable": c.runnable, "shardings": c.placement.input_shardings,
-                 "collectives": [k["op"] for k in c.collectives]}
+    out[name] = {
+        "runnable": c.runnable,
+        "shardings": c.placement.input_shardings,
+        "collectives": [k["op"] for k in c.collectives],
+    }
 try:
     nbcompile.compile(matmul_basic, a, b, backend="tpu", topology="v5e:2x4")
     out["tpu_concrete"] = None
 except TargetError as err:
     out["tpu_concrete"] = [err.code, "abstract_mesh" in str(err)]
 c = nbcompile.compile(matmul_abstract, a, b, backend="tpu", topology="v5e:2x4")
-out["tpu_abstract"] = {"mesh": dict(c.target.mesh.shape), "shardings": c.placement.input_shardings,
-                       "collectives": [k["op"] for k in c.collectives]}
+out["tpu_abstract"] = {
+    "mesh": dict(c.target.mesh.shape),
+    "shardings": c.placement.input_shardings,
+    "collectives": [k["op"] for k in c.collectives],
+}
 print(json.dumps(out))

@@ -13,19 +13,31 @@ import os
 import sys
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from _targets_models import (
-    MLP_SHARDING,
-    branch,
-    collective_args,
-    collective_program,
-    loop,
-    loop_args,
-    mlp,
-    mlp_args,
-    train_step,
-)
+if __package__:  # imported by the tests
+    from .helpers import (
+        MLP_SHARDING,
+        branch,
+        collective_args,
+        collective_program,
+        loop,
+        loop_args,
+        mlp,
+        mlp_args,
+        train_step,
+    )
+else:  # run as a script in a child process
+    sys.path.insert(0, os.path.dirname(__file__))
+    from helpers import (
+        MLP_SHARDING,
+        branch,
+        collective_args,
+        collective_program,
+        loop,
+        loop_args,
+        mlp,
+        mlp_args,
+        train_step,
+    )
 
 W2_SHARDED = {"params.w2": "data,None"}
 #: (name, program, mesh or None, shard specs); ``collectives`` builds its program from the mesh

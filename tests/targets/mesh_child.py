@@ -13,7 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 
 import jax
-from _targets_models import MLP_SHARDING, mlp, mlp_args
+from helpers import MLP_SHARDING, mlp, mlp_args
 
 import nbcompile
 from nbcompile.errors import TargetError

@@ -11,7 +11,7 @@ import tempfile
 os.environ.setdefault("NBCOMPILE_CACHE_DIR", tempfile.mkdtemp(prefix="nbcompile-child-"))
 sys.path.insert(0, os.path.dirname(__file__))
 
-import _behaviour
+import helpers as _behaviour
 import jax
 from IPython.testing.globalipapp import start_ipython
 
@@ -22,7 +22,13 @@ ip = start_ipython()
 ip.run_line_magic("load_ext", "nbcompile")
 counter = _behaviour.XlaCompiles()
 opts = "--mesh 8 --shard x=data,None"
-done = _behaviour.run_all(ip, opts, {"mesh": "8", "shard": {"x": "data,None"}},
-                          runnable=True, compiles=True, counter=counter)
+done = _behaviour.run_all(
+    ip,
+    opts,
+    {"mesh": "8", "shard": {"x": "data,None"}},
+    runnable=True,
+    compiles=True,
+    counter=counter,
+)
 mesh = _behaviour.last(ip).target.mesh
 print(json.dumps({"devices": jax.device_count(), "done": done, "mesh": dict(mesh.shape)}))

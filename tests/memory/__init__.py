@@ -1,0 +1,1 @@
+"""Tests of nbcompile (a package, so helper modules and conftests never collide)."""
