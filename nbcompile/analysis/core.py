@@ -61,6 +61,7 @@ class Analysis:
     kernel_sites: dict[str, tuple[list[int], list[Location]]] = field(default_factory=dict)
     kernel_modules: dict[str, list[str]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    _json: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     fingerprint: str | None = None
     walk_order: list[str] = field(default_factory=list, repr=False)  # eqn node ids, walk order
 
@@ -113,6 +114,13 @@ class Analysis:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        """The analysis as report JSON, built once (an analysis does not change after it is
+        made, except by :func:`refresh_locations`, which drops this); treat it as read-only."""
+        if self._json is None:
+            self._json = self._build_json()
+        return self._json
+
+    def _build_json(self) -> dict[str, Any]:
         cost = dict(self.cost, **{"from": self.cost_source}) if self.cost else self.cost
         memory = self.memory
         if memory:

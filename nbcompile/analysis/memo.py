@@ -83,7 +83,8 @@ def analyse_cached(artifacts: Artifacts) -> Analysis:
                 _CACHE.popitem(last=False)
         return analysis
     _CACHE.move_to_end(key)
-    _relabel(cached, Locator(artifacts.source))
+    if _relabel(cached, Locator(artifacts.source)):
+        cached._json = None
     graph = copy.copy(cached.traced_graph)
     graph.eqn_nodes = {id(e): node for e, node in zip(eqns, cached.walk_order, strict=True)}
     hit = copy.copy(cached)
@@ -101,9 +102,9 @@ def _same_structure(cached: Analysis, eqns: list[Any]) -> bool:
     return all(node(n).op == e.primitive.name for e, n in zip(eqns, cached.walk_order, strict=True))
 
 
-def _relabel(analysis: Analysis, locator: Locator) -> None:
+def _relabel(analysis: Analysis, locator: Locator) -> bool:
     """Give every location the execution count its cell has now (in place: the analysis is the
-    same program's, and its cells are the same code)."""
+    same program's, and its cells are the same code); True if any location changed."""
     now: dict[str, tuple[int | None, str]] = {}
     changed: dict[Location, Location] = {}
 
@@ -120,7 +121,7 @@ def _relabel(analysis: Analysis, locator: Locator) -> None:
         for loc in locations:
             check(loc)
     if not changed:
-        return
+        return False
 
     def new(loc: Location) -> Location:
         return changed.get(loc, loc)
@@ -146,10 +147,12 @@ def _relabel(analysis: Analysis, locator: Locator) -> None:
                 label=probe.source_label,
                 key_prefix=probe.label[:-1],
             )
+    return True
 
 
 def refresh_locations(analysis: Analysis, source: SourceInfo) -> None:
     """Give the locations of an analysis the execution counts their cells have now (call it
     when a cached program is shown again: re-running an unchanged cell renumbers it). Cheap:
     one look-up per distinct location."""
-    _relabel(analysis, Locator(source))
+    if _relabel(analysis, Locator(source)):
+        analysis._json = None  # its JSON named the old cell numbers

@@ -54,7 +54,9 @@ def build_report(
         "summary": {},
         "extras": {k: _jsonable(v) for k, v in (extras or {}).items()},
     }
+    # the analysis JSON is shared (built once per program): containers changed here are copies
     report.update({k: v for k, v in analysis.items() if k != "notes"})
+    report["graphs"] = dict(report.get("graphs") or {})
     report["notes"] = notes
     if grad is not None:
         report["gradient"] = grad.get("gradient")

@@ -67,9 +67,24 @@ def graph_scene(
     limit: int = LIMIT,
     budget: int = BUDGET,
 ) -> tuple[Any, Scene]:
-    """The prepared graph and the widget's first scene of it."""
-    pg = prepare_graph(graph, report or {"graphs": {}})
-    return pg, build_scene(pg, initial_expansion(pg, limit, budget))
+    """The prepared graph and the widget's first scene of it (memoised by the identity of what
+    it reads: a re-run of an unchanged cell shares the program's graphs and fusions)."""
+    report = report or {"graphs": {}}
+    fusions = report.get("fusions")
+    compiled = graph is (report.get("graphs") or {}).get("compiled")
+    key = (id(graph), id(fusions), compiled, limit, budget)
+    hit = _SCENES.get(key)
+    if hit is not None and hit[0] is graph and hit[1] is fusions:
+        return hit[2]
+    pg = prepare_graph(graph, report)
+    result = (pg, build_scene(pg, initial_expansion(pg, limit, budget)))
+    _SCENES[key] = (graph, fusions, result)  # keeps both alive: their ids are not reused
+    while len(_SCENES) > 16:
+        del _SCENES[next(iter(_SCENES))]
+    return result
+
+
+_SCENES: dict[tuple[Any, ...], tuple[Any, Any, tuple[Any, Scene]]] = {}
 
 
 def graph_svg(

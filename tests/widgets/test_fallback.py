@@ -15,8 +15,6 @@ from nbcompile.report.diffview import diff_report
 from nbcompile.report.html import render_html
 from nbcompile.widgets import CompilationView
 
-pytestmark = pytest.mark.profiler  # its fixture profiles: before any TPU compile
-
 SVG_NS = "{http://www.w3.org/2000/svg}"
 IMG = re.compile(
     r'<img src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)" alt="[^"]*" '
@@ -80,6 +78,7 @@ def rich() -> dict[str, Any]:
     return {"report": report, "diff": diff, "after": c2.report()}
 
 
+@pytest.mark.profiler  # the `rich` fixture profiles: before any TPU compile
 def test_every_tab_of_the_widget_is_a_section(rich, small_report):
     changes = {
         "text": "changed since the last run of `loss`:\n+ line 3",
@@ -94,6 +93,7 @@ def test_every_tab_of_the_widget_is_a_section(rich, small_report):
     assert "gradient" in widget_tabs(rich["report"]) and "diff" in widget_tabs(with_diff)
 
 
+@pytest.mark.profiler  # the `rich` fixture profiles: before any TPU compile
 def test_pictures_draw_each_tab_with_their_sources(rich):
     report = rich["report"]
     pics = pictures(render_html(report, interactive=False))
@@ -124,6 +124,7 @@ def test_pictures_draw_each_tab_with_their_sources(rich):
         assert f" {s[key]} " in f" {funnel} ", key
 
 
+@pytest.mark.profiler  # the `rich` fixture profiles: before any TPU compile
 def test_source_tab_switches_heat_measures(rich):
     html = render_html(rich["report"], interactive=False)
     table = html[html.index('data-testid="nbc-source-table"') :]
@@ -138,6 +139,7 @@ def test_source_tab_switches_heat_measures(rich):
     assert tanh.group(3).endswith(("µs", "ms", " s"))
 
 
+@pytest.mark.profiler  # the `rich` fixture profiles: before any TPU compile
 def test_diff_view_data(rich):
     d = rich["diff"].view
     statuses = {k["status"] for k in d["kernels"]}
