@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from benchmarks._extra_models import build
-from benchmarks._stats import Row, Target, paired
+from benchmarks._stats import Row, Target, cold, paired
 
 __all__ = ["memory_overhead"]
 
@@ -25,6 +25,7 @@ def memory_overhead(model: str, pairs: int, target: float | None) -> Row:
 
     def compile_once(with_memory: bool) -> float:
         fn, args = build(model)
+        cold()  # a first compile: no analysis of an identical earlier repetition to reuse
         gc.collect()
         t0 = time.perf_counter()
         c = nbcompile.compile(fn, *args)

@@ -197,3 +197,13 @@ class Row:
             failed=data.get("failed", False),
             extra=data.get("extra", {}),
         )
+
+
+def cold() -> None:
+    """Forget what nbcompile remembers across compiles of the same program (the analysis cache,
+    the renderers' memos), so a repetition measures a first compile, as a user's is."""
+    from nbcompile.analysis import clear_analysis_cache
+    from nbcompile.report import forget_memos
+
+    clear_analysis_cache()
+    forget_memos()

@@ -14,7 +14,7 @@ from ..units import format_bytes, format_count
 
 SCHEMA = "nbcompile.report/1"
 
-__all__ = ["SCHEMA", "build_report", "text_lines", "text_summary"]
+__all__ = ["SCHEMA", "build_report", "forget_memos", "text_lines", "text_summary"]
 
 
 def build_report(
@@ -153,3 +153,13 @@ def _source(report: dict[str, Any], key: str) -> str:
 def text_summary(report: dict[str, Any]) -> str:
     """A few lines of plain text: what was compiled, how long it took, what came out."""
     return "\n".join(text_lines(report))
+
+
+def forget_memos() -> None:
+    """Drop the renderers' identity memos (packed reports, encoded graphs, laid-out scenes):
+    for measurements of a first display (benchmarks), never needed for correctness."""
+    from . import html, svg
+
+    html._PACKED.clear()
+    html._ENCODED.clear()
+    svg._SCENES.clear()
