@@ -5,10 +5,42 @@ compiler options, the cache) run on every target by tests/test_targets_behaviour
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+EIGHT_CPU_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+
+
+def run_child(
+    argv: list[str], *, env: dict[str, str] | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python *argv`` (a script and its arguments, or ``-c CODE``) on the CPU with the
+    repository importable; the test fails with the child's output if it exits non-zero."""
+    full = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT), **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def child_json(argv: list[str], **kw: Any) -> Any:
+    """:func:`run_child`, then the JSON object on the last line of its standard output."""
+    return json.loads(run_child(argv, **kw).stdout.strip().splitlines()[-1])
+
 
 BEHAVIOUR_SETUP = """
 import jax, jax.numpy as jnp, numpy as np, nbcompile

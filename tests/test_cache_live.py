@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+
+from .helpers import run_child
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
 pytestmark = pytest.mark.usefixtures("relaxed_dtypes")
 
-ROOT = Path(__file__).resolve().parent.parent
 
 # Each scenario: (setup cell, compile call, reference expression, [(change cell, hit?)]).
 SCENARIOS = {
@@ -247,16 +245,7 @@ def test_freeze_rerun_after_new_weights_writes_the_new_weights(ip, tmp_path):
         "                               err_msg=case['path'])\n"
         "print('ok', len(json.loads(sys.argv[1])))\n"
     )
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", child, json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_child(["-c", child, json.dumps(cases)])
     assert proc.stdout.strip() == f"ok {len(SCENARIOS)}"
 
 

@@ -7,9 +7,7 @@ The checks live in tests/_behaviour.py; the mesh runs them in a child process be
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -54,22 +52,12 @@ def test_same_behaviour_on_every_target(ip, name, monkeypatch):
 
 @pytest.mark.slow
 def test_same_behaviour_on_an_8_device_cpu_mesh():
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path]),
-    }
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "behaviour_child.py")],
-        capture_output=True,
-        text=True,
-        env=env,
+    path = os.pathsep.join([str(HERE), *sys.path])
+    result = _behaviour.child_json(
+        [str(HERE / "behaviour_child.py")],
+        env={**_behaviour.EIGHT_CPU_DEVICES, "PYTHONPATH": path},
         timeout=600,
-        check=False,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["devices"] == 8
     assert result["done"] == ["grad", "error", "print", "kwargs", "compiler_options", "cache"]
     assert result["mesh"] == {"data": 8}

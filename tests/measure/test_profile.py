@@ -4,9 +4,6 @@ relations between measured numbers, never absolute times)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -17,6 +14,8 @@ import nbcompile
 from benchmarks.models import attention_block, mlp
 from nbcompile.errors import NbcompileError
 from nbcompile.measure.profile import profile
+
+from ..helpers import child_json
 
 
 @pytest.fixture(scope="module")
@@ -185,17 +184,7 @@ def test_deviceless_tpu_profile_is_an_estimate_and_the_process_survives_profilin
     start crash the process (so this cannot run in the test process)."""
     pytest.importorskip("libtpu")
     child = Path(__file__).with_name("_profile_tpu_child.py")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(child.parents[2])}
-    proc = subprocess.run(
-        [sys.executable, str(child)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = child_json([str(child)])
     assert out["before"] == "measured"
     assert out["source"] == "estimate" and out["coverage"] is None
     assert out["device"] == "TPU v5e" and out["peak_sources"] == ["spec", "spec"]

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,10 +13,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..helpers import child_json
+
 # Keras picks its backend when first imported, by a cell of a case.
 os.environ["KERAS_BACKEND"] = "jax"
 
-ROOT = Path(__file__).resolve().parents[2]
 #: forward and gradient results must match the library's own jit / grad this closely
 TOL = 1e-5
 #: a deviceless TPU compile every case must pass
@@ -148,15 +147,4 @@ def load_in_fresh_process(cases: list[dict[str, Any]], folder: Path) -> dict[str
     """Run ``_fresh_load.py`` on the saved cases: name -> "ok" or what went wrong."""
     spec = folder / "cases.json"
     spec.write_text(json.dumps(cases))
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    child = Path(__file__).with_name("_fresh_load.py")
-    proc = subprocess.run(
-        [sys.executable, str(child), str(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return child_json([str(Path(__file__).with_name("_fresh_load.py")), str(spec)])

@@ -13,10 +13,6 @@ definition of a kernel (``analysis.compiled.FREE_OPS``): ``entry_kernels`` no lo
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +24,7 @@ from nbcompile.measure._hlo import entry_kernels, instructions
 from nbcompile.targets import _resolve as resolve_module
 from nbcompile.targets import collectives, compare, hlo_summary
 
+from ..helpers import EIGHT_CPU_DEVICES, child_json
 from .hlo_cases import compile_cases
 
 HERE = Path(__file__).parent
@@ -94,22 +91,7 @@ def test_cpu_modules_read_as_before():
 
 
 def test_eight_device_cpu_modules_read_as_before():
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-        "PYTHONPATH": str(HERE.parent.parent),
-    }
-    out = subprocess.run(
-        [sys.executable, str(HERE / "hlo_cases.py"), "cpu8"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    _check("cpu8", json.loads(out.stdout.strip().splitlines()[-1]))
+    _check("cpu8", child_json([str(HERE / "hlo_cases.py"), "cpu8"], env=EIGHT_CPU_DEVICES))
 
 
 @needs_libtpu

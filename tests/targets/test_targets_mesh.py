@@ -2,37 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from ..helpers import EIGHT_CPU_DEVICES, child_json
+
 HERE = Path(__file__).parent
-ROOT = HERE.parent.parent
 
 
 @pytest.fixture(scope="module")
 def mesh_result() -> dict:
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "mesh_child.py"), "4x2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return child_json([str(HERE / "mesh_child.py"), "4x2"], env=EIGHT_CPU_DEVICES, timeout=120)
 
 
 def test_mesh_uses_eight_devices(mesh_result):
@@ -81,21 +63,7 @@ def test_shard_map_guide_example_keeps_its_shardings():
     compiled with their own shardings (--mesh and the default), and a deviceless TPU compile
     either works (abstract mesh) or says the function is bound to this machine's devices."""
     child = Path(__file__).with_name("shardmap_child.py")
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-        "JAX_PLATFORMS": "cpu",
-    }
-    proc = subprocess.run(
-        [sys.executable, str(child)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = child_json([str(child)], env=EIGHT_CPU_DEVICES)
     for name in ("here", "mesh"):
         assert out[name]["runnable"]
         assert out[name]["collectives"], out[name]
