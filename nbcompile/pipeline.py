@@ -97,6 +97,7 @@ class Program:
                     fn=self.fn,
                     grad_argnums=self.grad_argnums if self.is_value_and_grad else None,
                     progress=progress,
+                    pre_optimisation=stages.early_hlo.text if stages.early_hlo else None,
                 )
             )
             self.analysis_seconds = time.perf_counter() - t0

@@ -32,3 +32,7 @@ class Artifacts:
     name: str = "f"
     fn: Any | None = None
     progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+    #: the pre-optimisation HLO text if it was converted while XLA compiled (None: not)
+    pre_optimisation: Callable[[], str | None] | None = field(
+        default=None, compare=False, repr=False
+    )

@@ -165,8 +165,14 @@ def _graph_json(graph: Graph | None, bytes_from: str) -> dict[str, Any] | None:
     return out
 
 
-def _pre_optimisation_text(lowered: Any, notes: list[str]) -> str | None:
-    """Pre-optimisation HLO (with metadata); JAX returns None where a backend cannot give it."""
+def _pre_optimisation_text(
+    lowered: Any, notes: list[str], early: Callable[[], str | None] | None = None
+) -> str | None:
+    """Pre-optimisation HLO (with metadata); JAX returns None where a backend cannot give it.
+    ``early`` gives the same text where it was converted while XLA compiled."""
+    text = early() if early is not None else None
+    if text is not None:
+        return text
     module = lowered.compiler_ir("hlo")
     if module is None:
         notes.append(
@@ -322,7 +328,9 @@ def _analyse(artifacts: Artifacts) -> Analysis:
         infer_missing_sites(post, info)
     clock.lap("inferred_sources")
     pre_text = (
-        _pre_optimisation_text(artifacts.lowered, notes) if artifacts.lowered is not None else None
+        _pre_optimisation_text(artifacts.lowered, notes, artifacts.pre_optimisation)
+        if artifacts.lowered is not None
+        else None
     )
     # the pre-optimisation module is parsed only when folding has candidates to check
     pre = (

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 __all__ = [
+    "DTYPE_BITS",
     "Computation",
     "HloModule",
     "HloParseError",
@@ -64,7 +65,7 @@ _SIMPLE_OPERANDS = re.compile(r"[^()\"\[\]{}]*\)")
 _SIMPLE_ATTR = re.compile(r"(?:^|,)\s*([\w.\-]+)=([^,]*?)\s*(?=,|$)")
 _TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
-_DTYPE_BITS = {
+DTYPE_BITS = {
     "pred": 8,
     "s2": 2,
     "u2": 2,
@@ -90,8 +91,8 @@ _DTYPE_BITS = {
 
 
 def _dtype_bits(dtype: str) -> int:
-    if dtype in _DTYPE_BITS:
-        return _DTYPE_BITS[dtype]
+    if dtype in DTYPE_BITS:
+        return DTYPE_BITS[dtype]
     return 8 if dtype.startswith("f8") or dtype.startswith("f4") else 32
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from .hlo import DTYPE_BITS
+
 __all__ = [
     "ALIAS_PAIR",
     "POINTER_BYTES",
@@ -26,29 +28,6 @@ _TILE = re.compile(r"\(([^()]*)\)")
 _SPACE = re.compile(r"S\((\d+)\)")
 _COMMENT = re.compile(r"/\*.*?\*/")
 ALIAS_PAIR = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}")
-_BITS = {
-    "pred": 8,
-    "s2": 2,
-    "u2": 2,
-    "s4": 4,
-    "u4": 4,
-    "s8": 8,
-    "u8": 8,
-    "s16": 16,
-    "u16": 16,
-    "s32": 32,
-    "u32": 32,
-    "s64": 64,
-    "u64": 64,
-    "f16": 16,
-    "bf16": 16,
-    "f32": 32,
-    "f64": 64,
-    "c64": 64,
-    "c128": 128,
-    "token": 0,
-    "tf32": 32,
-}
 
 
 def _dims(text: str) -> list[int]:
@@ -74,7 +53,7 @@ def array_bytes(shape: str, padded: bool = True) -> int:
     if m is None:
         return 0
     dtype, dims_text, layout = m.groups()
-    bits = _BITS.get(dtype, 8 if dtype.startswith(("f8", "f4")) else 32)
+    bits = DTYPE_BITS.get(dtype, 8 if dtype.startswith(("f8", "f4")) else 32)
     dims = _dims(dims_text)
     if padded and layout and ":" in layout:
         order_text, _, rest = layout.partition(":")

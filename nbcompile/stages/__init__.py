@@ -26,7 +26,7 @@ from typing import Any
 
 import jax
 
-from .._compat import captured_stderr, persistent_cache_disabled
+from .._compat import EarlyHlo, captured_stderr, persistent_cache_disabled
 from ..capture.source import SourceInfo
 from ..targets import Placement, Target, output_shardings
 from .errors import translate
@@ -76,6 +76,7 @@ class Stages:
     xla_compiles: int = 0
     xla_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    early_hlo: EarlyHlo | None = field(default=None, repr=False)  # converted beside XLA
     _text: tuple[Any, str | None] | None = field(default=None, repr=False)
 
     @property
@@ -204,13 +205,18 @@ def run_stages(
     outputs: dict[str, str] = {}
     notes: list[str] = []
     before = (_COMPILES.count, _COMPILES.seconds)
+    early = None
     if not target.lower_only:
         say(f"compiling{where}")
         cache = persistent_cache_disabled() if target.deviceless else contextlib.nullcontext()
         started = time.perf_counter()
         try:
             with _timed(timings, "compile"), _native_noise(target), cache:
-                compiled = lowered.compile()
+                early = EarlyHlo(lowered)
+                try:
+                    compiled = lowered.compile()
+                finally:
+                    early.compile_done()
         except KeyboardInterrupt as exc:
             raise _interrupted_compile(target, time.perf_counter() - started) from exc
         except jax.errors.JaxRuntimeError as exc:
@@ -245,6 +251,7 @@ def run_stages(
         xla_compiles=_COMPILES.count - before[0],
         xla_seconds=_COMPILES.seconds - before[1],
         notes=notes,
+        early_hlo=early,
     )
 
 

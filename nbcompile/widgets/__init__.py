@@ -142,14 +142,21 @@ def show(report: dict[str, Any], state: DisplayState | None, previous: Shown | N
     }
     state.renderer_sent = state.renderer_sent or renderer is not None
     view = CompilationView(report)
-    # anywidget's own bundle: CompilationView's adds a static picture this one already has
+    bundle.update(_widget_mimes(view))
+    return Shown(key=key, bundle=bundle, view=view)
+
+
+def _widget_mimes(view: Any) -> dict[str, Any]:
+    """The widget's own MIME entries (anywidget's bundle: CompilationView's adds a static
+    picture the caller's bundle already has)."""
     widget_bundle = anywidget.AnyWidget._repr_mimebundle_(view)
     if isinstance(widget_bundle, tuple):
         widget_bundle = widget_bundle[0]
-    for mime, value in (widget_bundle or {}).items():
-        if mime.startswith("application/vnd.jupyter.widget"):
-            bundle[mime] = value
-    return Shown(key=key, bundle=bundle, view=view)
+    return {
+        mime: value
+        for mime, value in (widget_bundle or {}).items()
+        if mime.startswith("application/vnd.jupyter.widget")
+    }
 
 
 def static_page(report: dict[str, Any], *, title: str | None = None) -> str:
@@ -164,11 +171,5 @@ def show_diff(diff: dict[str, Any], text: str) -> dict[str, Any]:
         "text/plain": text,
         "text/html": render_html(diff, renderer=renderer_script()),
     }
-    view = CompilationView(diff, tab="diff")
-    widget_bundle = anywidget.AnyWidget._repr_mimebundle_(view)
-    if isinstance(widget_bundle, tuple):
-        widget_bundle = widget_bundle[0]
-    for mime, value in (widget_bundle or {}).items():
-        if mime.startswith("application/vnd.jupyter.widget"):
-            bundle[mime] = value
+    bundle.update(_widget_mimes(CompilationView(diff, tab="diff")))
     return bundle

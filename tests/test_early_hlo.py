@@ -1,0 +1,88 @@
+"""The pre-optimisation HLO converted beside XLA's compile (``nbcompile._compat.EarlyHlo``):
+the same text the analysis would convert itself, used by the analysis, and nothing done (or an
+error raised where the analysis asks) when it cannot be."""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import pytest
+
+import nbcompile
+from benchmarks.models import transformer_train_step
+from nbcompile import _compat
+from nbcompile._compat import EarlyHlo
+from nbcompile.analysis.core import count_instructions
+
+
+def _slow_enough_program():
+    """A train step whose XLA compile takes well over EarlyHlo.STILL (~0.2 s here)."""
+    return transformer_train_step(n_layers=2, d=128, seq=32, heads=4)
+
+
+def backend_compile_and_load(seconds: float) -> None:
+    """Stands in for JAX's function of this name: sits in C (``time.sleep``) like XLA."""
+    time.sleep(seconds)
+
+
+def test_text_converted_during_the_compile_is_jaxs_own():
+    fn, args = _slow_enough_program()
+    c = nbcompile.compile(fn, *args)
+    early = c.stages.early_hlo
+    assert early is not None
+    text = early.text()
+    assert text is not None and early.cpu_seconds > 0
+    assert text == c.lowered.compiler_ir("hlo").as_hlo_module().to_string()
+    assert early.text() is None  # handed out once: the text is not kept alive
+
+
+def test_analysis_uses_the_early_text(monkeypatch):
+    fn, args = _slow_enough_program()
+    c = nbcompile.compile(fn, *args)
+    want = count_instructions(c.lowered.compiler_ir("hlo").as_hlo_module().to_string())
+    # the analysis must not convert again: make JAX's own conversion fail if it is asked
+    lowered = c.lowered
+    monkeypatch.setattr(type(lowered), "compiler_ir", _refuse_hlo(type(lowered).compiler_ir))
+    assert c.analysis.counts["hlo_ops_before"] == want
+    assert c.analysis.timings["analyse.pre_optimisation"] < 5.0
+
+
+def _refuse_hlo(original):
+    def compiler_ir(self, dialect=None):
+        if dialect == "hlo":
+            raise AssertionError("converted again although the early text was there")
+        return original(self, dialect)
+
+    return compiler_ir
+
+
+def test_nothing_is_converted_when_the_compile_never_reaches_xla():
+    lowered = jax.jit(lambda x: x * 2).lower(1.0)
+    early = EarlyHlo(lowered)
+    early.compile_done()  # e.g. an executable from JAX's cache: no XLA compile to sit beside
+    assert early.text() is None and early.cpu_seconds == 0.0
+
+
+def test_a_conversion_error_is_raised_where_the_analysis_asks(monkeypatch):
+    from jax._src.lib import _jax
+
+    def broken(*_, **__):
+        raise ValueError("conversion failed")
+
+    monkeypatch.setattr(_jax.mlir, "mlir_module_to_xla_computation", broken)
+    early = EarlyHlo(jax.jit(lambda x: x + 1).lower(1.0))
+    backend_compile_and_load(0.3)
+    early.compile_done()
+    with pytest.raises(ValueError, match="conversion failed"):
+        early.text()
+
+
+def test_the_thread_waits_while_the_compiling_thread_runs_python():
+    early = EarlyHlo(jax.jit(lambda x: x + 1).lower(1.0))
+    deadline = time.perf_counter() + 0.3
+    while time.perf_counter() < deadline:  # busy in Python, not in a compile
+        pass
+    early.compile_done()
+    assert early.text() is None
+    assert _compat.EarlyHlo.STILL < 0.3
