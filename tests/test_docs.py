@@ -33,3 +33,22 @@ def test_import_is_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_latest_benchmark_table_is_the_stored_run():
+    """docs/benchmarks.md's "Latest run" table is benchmarks/results.json's, printed by the
+    harness itself (so prose and table come from one run), with that run's date and machine."""
+    import json
+
+    from benchmarks._stats import Row
+    from benchmarks._table import format_table
+
+    data = json.loads((DOCS.parent / "benchmarks" / "results.json").read_text())
+    table = format_table([Row.from_json(r) for r in data["rows"]])
+    section = (DOCS / "benchmarks.md").read_text().split("\n## Latest run\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    shown = section.split("```", 2)[1].strip("\n")
+    assert [line.rstrip() for line in shown.splitlines()] == [
+        line.rstrip() for line in table.splitlines()
+    ]
+    assert data["date"][:10] in section and data["machine"]["cpu"].split()[0] in section

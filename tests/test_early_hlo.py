@@ -12,13 +12,20 @@ import pytest
 import nbcompile
 from benchmarks.models import transformer_train_step
 from nbcompile import _compat
-from nbcompile._compat import EarlyHlo
+from nbcompile._compat import EarlyHlo, persistent_cache_disabled
 from nbcompile.analysis.core import count_instructions
 
 
 def _slow_enough_program():
-    """A train step whose XLA compile takes well over EarlyHlo.STILL (~0.2 s here)."""
-    return transformer_train_step(n_layers=2, d=128, seq=32, heads=4)
+    """A train step whose XLA compile takes well over EarlyHlo.STILL (~0.2 s here), in shapes
+    no other test compiles (an executable from JAX's persistent cache is not compiled)."""
+    return transformer_train_step(n_layers=2, d=136, seq=24, heads=4)
+
+
+@pytest.fixture(autouse=True)
+def _real_compiles():
+    with persistent_cache_disabled():
+        yield
 
 
 def backend_compile_and_load(seconds: float) -> None:
