@@ -1,4 +1,4 @@
-// anywidget front end: the view over the `report` / `tab` / `selected` traits.
+// anywidget front end: the view over the `packed` (report) / `tab` / `selected` traits.
 
 import { render as renderView } from "./render.js";
 
@@ -6,7 +6,7 @@ function render({ model, el }) {
   let view = null;
   const mount = () => {
     view?.destroy();
-    view = renderView(el, model.get("report"), {
+    view = renderView(el, model.get("packed"), {
       tab: model.get("tab"),
       selected: model.get("selected"),
       onTab: (tab) => { model.set("tab", tab); model.save_changes(); },
@@ -19,11 +19,11 @@ function render({ model, el }) {
   const onTab = () => view.setTab(model.get("tab"));
   model.on("change:selected", onSelected);
   model.on("change:tab", onTab);
-  model.on("change:report", mount);
+  model.on("change:packed", mount);
   return () => {
     model.off("change:selected", onSelected);
     model.off("change:tab", onTab);
-    model.off("change:report", mount);
+    model.off("change:packed", mount);
     view?.destroy();
   };
 }

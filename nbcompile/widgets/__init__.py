@@ -44,18 +44,13 @@ TABS = ("graph", "compiled", "source", "gradient", "stats", "diff")
 _STATIC = Path(__file__).resolve().parent / "static"
 
 
-def _report_to_json(value: dict[str, Any] | None, _widget: Any) -> dict[str, str] | None:
-    return None if value is None else pack_report(value)
-
-
-def _report_from_json(value: dict[str, Any] | None, _widget: Any) -> dict[str, Any] | None:
-    return None if value is None else unpack_report(value)
-
-
-def _esm() -> Path | str:
+def _esm() -> str:
+    """The front-end module's *text*. (Given a path, anywidget watches the file and connects
+    every widget instance to the watcher's signal, which then keeps each displayed view -- and
+    its report -- alive for good, even after it is closed.)"""
     path = _STATIC / "widget.js"
     if path.exists():
-        return path
+        return path.read_text(encoding="utf-8")
     return (
         "export default { render({ el }) { el.textContent = 'nbcompile: the view front end is not "
         "built (run `npm ci && node js/build.mjs`, or reinstall nbcompile).'; } };"
@@ -64,15 +59,29 @@ def _esm() -> Path | str:
 
 class CompilationView(anywidget.AnyWidget):
     """Interactive view (Graph, Compiled, Source, Gradient, Stats, Diff tabs) of one Report dict,
-    or the diff view of a diff report (schema ``nbcompile.diff/1``)."""
+    or the diff view of a diff report (schema ``nbcompile.diff/1``).
+
+    The view keeps only the *packed* report (``packed``: gzip'd column JSON in base64, what
+    the front end reads; tens of KB), not the report's Python objects: ipywidgets keeps every
+    displayed widget alive for as long as the kernel runs, so each output would otherwise hold
+    its whole report. ``view.report`` unpacks it (and setting it packs the new report)."""
 
     _esm = _esm()
-    report = traitlets.Dict().tag(sync=True, to_json=_report_to_json, from_json=_report_from_json)
+    packed = traitlets.Dict().tag(sync=True)
     tab = traitlets.Unicode("graph").tag(sync=True)
     selected = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, report: dict[str, Any], **kwargs: Any) -> None:
-        super().__init__(report=report, **kwargs)
+        super().__init__(packed=pack_report(report), **kwargs)
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The report this view draws (unpacked from ``packed``)."""
+        return unpack_report(self.packed)
+
+    @report.setter
+    def report(self, value: dict[str, Any]) -> None:
+        self.packed = pack_report(value)
 
     @traitlets.validate("tab")
     def _check_tab(self, proposal: dict[str, Any]) -> str:
@@ -86,8 +95,9 @@ class CompilationView(anywidget.AnyWidget):
         bundle = super()._repr_mimebundle_(**kwargs)
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
         data = dict(data or {})
-        data["text/plain"] = f"CompilationView({self.report.get('name')!r}, tab={self.tab!r})"
-        data["text/html"] = render_html(self.report, renderer=renderer_script())
+        report = self.report
+        data["text/plain"] = f"CompilationView({report.get('name')!r}, tab={self.tab!r})"
+        data["text/html"] = render_html(report, renderer=renderer_script())
         return (data, meta) if isinstance(bundle, tuple) else data
 
 

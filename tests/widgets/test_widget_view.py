@@ -38,13 +38,32 @@ def test_report_trait_round_trips_json(small_report):
     view = CompilationView(copy.deepcopy(small_report))
     assert view.report == small_report
     state = json.loads(json.dumps(view.get_state()))  # what the front end / saved notebook get
-    assert state["report"]["format"] == "nbcols1.gz.b64"
-    assert unpack_report(state["report"]) == small_report
+    assert "report" not in state and state["packed"]["format"] == "nbcols1.gz.b64"
+    assert unpack_report(state["packed"]) == small_report
     assert state["tab"] == "graph" and state["selected"] == ""
     view.set_state(
-        {"report": state["report"], "selected": "line:3", "tab": "source"}
+        {"packed": state["packed"], "selected": "line:3", "tab": "source"}
     )  # front-end updates
     assert view.report == small_report and view.selected == "line:3" and view.tab == "source"
+
+
+def test_a_live_view_keeps_only_the_packed_report(small_report):
+    """ipywidgets keeps every displayed widget alive: a view must not pin the report's
+    Python objects (each output would hold its whole report for the kernel's lifetime)."""
+    report = copy.deepcopy(small_report)
+    view = CompilationView(report)
+    seen, todo = set(), list(view._trait_values.values())
+    while todo:  # everything the view's traits hold, through containers
+        obj = todo.pop()
+        if id(obj) not in seen and isinstance(obj, dict | list | tuple | str):
+            seen.add(id(obj))
+            todo.extend(
+                obj.values() if isinstance(obj, dict) else () if isinstance(obj, str) else obj
+            )
+    assert id(report) not in seen and id(report["graphs"]) not in seen
+    assert set(view.packed) >= {"format", "data"} and isinstance(view.packed["data"], str)
+    view.report = {**small_report, "name": "renamed"}  # setting a report packs it
+    assert view.report["name"] == "renamed"
 
 
 def test_tab_is_validated(small_report):
@@ -174,3 +193,17 @@ def test_real_report_from_nbcompile(report_fixtures, relaxed_dtypes):
     assert unpack_report(json.loads(json.dumps(pack_report(report)))) == report
     assert len(_svgs(render_html(report, renderer=renderer_script()))) >= 3
     assert CompilationView(report).report == report
+
+
+def test_a_closed_view_is_freed(small_report):
+    """Nothing but ipywidgets' registry of open widgets holds a view (anywidget connects every
+    instance to a file watcher's signal when the front-end module is given as a path)."""
+    import gc
+    import weakref
+
+    view = CompilationView(copy.deepcopy(small_report))
+    gone = weakref.ref(view)
+    view.close()
+    del view
+    gc.collect()
+    assert gone() is None
