@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-__all__ = ["Timing", "time_call"]
+__all__ = ["Timing", "time_call", "time_calls_in_turns"]
 
 _SAMPLE_SECONDS = 0.002
 _MAX_SAMPLES = 51
@@ -97,3 +97,56 @@ def time_call(call: Callable[[], object], budget: float) -> Timing:
         number=number,
         first=first,
     )
+
+
+def time_calls_in_turns(calls: list[Callable[[], object]], budget: float) -> list[Timing]:
+    """Time several callables against each other within about ``budget`` seconds in all.
+
+    Samples are taken in turns (one sample of each callable per round, the order of the round
+    alternating), so a slow phase of a shared machine slows every side for a sample instead of
+    one side for all of its samples, and a ratio of medians stays honest. Each callable gets
+    its own warm-up, its own ``number`` of calls per sample, and at least 3 samples unless one
+    call is longer than the whole budget.
+    """
+    start = time.perf_counter()
+    firsts, estimates = [], []
+    for call in calls:
+        t0 = time.perf_counter()
+        call()
+        firsts.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        call()
+        estimates.append(max(time.perf_counter() - t0, 1e-9))
+    numbers = [max(1, min(1000, int(_SAMPLE_SECONDS / e))) for e in estimates]
+    samples: list[list[float]] = [[] for _ in calls]
+    round_seconds = sum(e * n for e, n in zip(estimates, numbers, strict=True))
+    deadline = start + budget
+    rounds = 0
+    if round_seconds < budget:  # else a round is over budget: the estimates are the samples
+        while rounds < _MAX_SAMPLES:
+            if rounds >= _MIN_SAMPLES and time.perf_counter() + round_seconds > deadline:
+                break
+            order = range(len(calls)) if rounds % 2 == 0 else reversed(range(len(calls)))
+            for i in order:
+                t0 = time.perf_counter()
+                for _ in range(numbers[i]):
+                    calls[i]()
+                samples[i].append((time.perf_counter() - t0) / numbers[i])
+            rounds += 1
+    out = []
+    for first, estimate, number, taken in zip(firsts, estimates, numbers, samples, strict=True):
+        per_call = taken or [estimate]
+        q25, q75 = _quartiles(per_call)
+        out.append(
+            Timing(
+                median=statistics.median(per_call),
+                q25=q25,
+                q75=q75,
+                min=min(per_call),
+                max=max(per_call),
+                samples=len(per_call),
+                number=number if taken else 1,
+                first=first,
+            )
+        )
+    return out

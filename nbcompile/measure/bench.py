@@ -1,6 +1,7 @@
 """``bench``: an ordinary eager call vs the compiled program, with compile time and break-even.
 
-Three ways to run the same function are timed (medians over repeated, blocked calls, ``_timing``):
+Three ways to run the same function are timed (medians over repeated, blocked calls, taken in
+turns so that a busy moment of the machine slows every side alike: ``_timing``):
 
 * **eager** — the ordinary call ``fn(*args)`` without ``jit``, what a user runs: each primitive
   is dispatched as its own small executable, and library functions that are themselves jitted
@@ -38,7 +39,7 @@ import jax.numpy as jnp
 from ..debug.interpreter import Interpreter
 from ._eager import OpByOp, eager_dispatches
 from ._hlo import entry_kernels
-from ._timing import Timing, _fmt, time_call
+from ._timing import Timing, _fmt, time_call, time_calls_in_turns
 
 __all__ = ["SMALL_SPEEDUP", "BenchResult", "bench"]
 
@@ -224,8 +225,8 @@ def bench(
     text if already known (else it is read from ``compiled``). ``op_by_op=False`` skips timing
     the ``jax.disable_jit()`` run. ``max_seconds`` is a soft cap on the whole measurement: the
     compile, the op-count replay and each side's warm-up always run, and each side takes at
-    least 3 samples unless one call is longer than its share. Arguments must be reusable across
-    calls (no donated buffers).
+    least 3 samples (in turns with the others) unless one round is longer than the budget.
+    Arguments must be reusable across calls (no donated buffers).
     """
     say = progress or (lambda _msg: None)
     start = time.perf_counter()
@@ -271,17 +272,13 @@ def bench(
     def run_compiled() -> None:
         jax.block_until_ready(compiled(*args, **kwargs))
 
-    def left(share: float, floor: float) -> float:
-        return max(share * (max_seconds - (time.perf_counter() - start)), floor)
-
-    say("bench: timing eager (ordinary call)")
-    eager = time_call(run_eager, left(0.4 if op_by_op else 0.5, 0.05))
-    slow = None
-    if op_by_op:
-        say("bench: timing op by op (jax.disable_jit)")
-        slow = time_call(run_op_by_op, left(0.35, 0.03))
-    say("bench: timing compiled")
-    fast = time_call(run_compiled, left(0.95, 0.05))
+    # eager, op by op and compiled in turns: a busy moment slows each side for a sample
+    say("bench: timing eager, op by op and compiled calls in turns")
+    budget = max(0.95 * (max_seconds - (time.perf_counter() - start)), 0.1)
+    sides = [run_eager, run_op_by_op, run_compiled] if op_by_op else [run_eager, run_compiled]
+    timings = time_calls_in_turns(sides, budget)
+    eager, fast = timings[0], timings[-1]
+    slow = timings[1] if op_by_op else None
     dispatch = _one_dispatch()
     say("bench: done")
     return BenchResult(
