@@ -86,6 +86,10 @@ def time_call(call: Callable[[], object], budget: float) -> Timing:
             per_call.append((time.perf_counter() - t0) / number)
     if len(per_call) > 1:
         per_call = per_call[1:]  # the estimate call ran alone, right after the warm-up
+    return _summary(per_call, number, first)
+
+
+def _summary(per_call: list[float], number: int, first: float) -> Timing:
     q25, q75 = _quartiles(per_call)
     return Timing(
         median=statistics.median(per_call),
@@ -133,20 +137,7 @@ def time_calls_in_turns(calls: list[Callable[[], object]], budget: float) -> lis
                     calls[i]()
                 samples[i].append((time.perf_counter() - t0) / numbers[i])
             rounds += 1
-    out = []
-    for first, estimate, number, taken in zip(firsts, estimates, numbers, samples, strict=True):
-        per_call = taken or [estimate]
-        q25, q75 = _quartiles(per_call)
-        out.append(
-            Timing(
-                median=statistics.median(per_call),
-                q25=q25,
-                q75=q75,
-                min=min(per_call),
-                max=max(per_call),
-                samples=len(per_call),
-                number=number if taken else 1,
-                first=first,
-            )
-        )
-    return out
+    return [
+        _summary(taken or [estimate], number if taken else 1, first)
+        for first, estimate, number, taken in zip(firsts, estimates, numbers, samples, strict=True)
+    ]
