@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import nbformat
 import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+
+from .memory.test_memory_magic import CELL as MEMORY_CELL
+from .memory.test_memory_magic import FORWARD
+from .memory.test_memory_magic import SETUP as MEMORY_MODEL
 
 pytestmark = pytest.mark.kernel
 
@@ -111,3 +117,23 @@ def test_executable_from_the_persistent_cache_keeps_cell_lines(tmp_path, monkeyp
     assert any((tmp_path / "cache").iterdir()), "nothing was written to the persistent cache"
     lines = [text_of(nb.cells[2]).split("LINES", 1)[1].strip() for nb in runs]
     assert lines[0] == lines[1] and lines[0] != "[]", lines
+
+
+MEMORY_SETUP = "%load_ext nbcompile\n" + MEMORY_MODEL  # the shell test's model and cell
+
+MEMORY_CHECK = """import nbcompile
+m = nbcompile.last().memory_map
+residuals = [b for b in m.at_peak if b.kind == "residual"]
+print("RESIDUAL_LINES", sorted({line for b in residuals for line in b.source_lines}))
+print("RESIDUAL_SHARE", round(sum(b.bytes for b in residuals) / m.peak_bytes, 3))"""
+
+
+def test_memory_residuals_sit_on_the_forward_lines_in_a_real_kernel():
+    """``--grad --memory`` of an MLP in an ipykernel: the residuals the backward pass keeps are
+    live at the peak, on the visible lines of the forward ``tanh`` ops that made them."""
+    nb = execute(notebook(MEMORY_SETUP, MEMORY_CELL, MEMORY_CHECK))
+    out = text_of(nb.cells[2])
+    lines = json.loads(out.split("RESIDUAL_LINES", 1)[1].splitlines()[0])
+    share = float(out.split("RESIDUAL_SHARE", 1)[1].split()[0])
+    assert len(lines) >= 2 and set(lines) <= FORWARD, out
+    assert share >= 0.4, out
