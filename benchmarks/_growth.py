@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks._stats import Row, Target
+from benchmarks._stats import Row, ratio_at_most
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,7 +87,7 @@ def growth(cells: int, pairs: int) -> Row:
         "bytes",
         "%%compile cells",
         "jax.jit cells",
-        target=Target("ratio", "<=", 1.2, "≤ 1.2"),
+        target=ratio_at_most(1.2),
         note=f"{pairs} pairs of fresh processes; growth over cells {cells // 2}–{cells}, "
         "after gc.collect(); displayed like a user's cells",
     )

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 
 from benchmarks._extra_models import build
-from benchmarks._stats import Row, Target, cold, paired
+from benchmarks._stats import Row, Target, cold, paired, ratio_at_most
 
 __all__ = ["XlaCompileCounter", "call_overhead", "compile_total", "eager_speedup"]
 
@@ -110,7 +110,7 @@ def compile_total(model: str, pairs: int, target: float | None) -> Row:
         "s",
         "nbcompile.compile+analysis+report",
         "jit.lower().compile()",
-        target=None if target is None else Target("ratio", "<=", target, f"≤ {target:g}"),
+        target=ratio_at_most(target),
         note=f"{pairs} pairs, fresh model per repetition",
     )
     subj, anch = paired(lambda: measure("subject", ours), lambda: measure("anchor", bare), pairs)

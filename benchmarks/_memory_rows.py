@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from benchmarks._extra_models import build
-from benchmarks._stats import Row, Target, cold, paired
+from benchmarks._stats import Row, cold, paired, ratio_at_most
 
 __all__ = ["memory_overhead"]
 
@@ -44,7 +44,7 @@ def memory_overhead(model: str, pairs: int, target: float | None) -> Row:
         "s",
         "compile+analysis+memory_map+report",
         "compile+analysis+report",
-        target=None if target is None else Target("ratio", "<=", target, f"≤ {target:g}"),
+        target=ratio_at_most(target),
         note=f"{pairs} pairs, fresh model per repetition",
     )
     subj, anch = paired(lambda: compile_once(True), lambda: compile_once(False), pairs)

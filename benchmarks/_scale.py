@@ -25,7 +25,7 @@ import jax
 
 from benchmarks._extra_models import build
 from benchmarks._inprocess import XlaCompileCounter
-from benchmarks._stats import Row, Target, cold
+from benchmarks._stats import Row, cold, ratio_at_most
 
 __all__ = ["scale_rows"]
 
@@ -57,10 +57,6 @@ def _ours(model: str, keep: dict[str, Any]) -> tuple[float, float, float, float]
     total, total_cpu = time.perf_counter() - t0, time.process_time() - c0
     keep["last"] = c
     return usable, usable_cpu, total, total_cpu
-
-
-def _target(value: float | None) -> Target | None:
-    return None if value is None else Target("ratio", "<=", value, f"≤ {value:g}")
 
 
 def scale_rows(
@@ -108,7 +104,7 @@ def scale_rows(
             anchor,
             note=note,
             extra=dict(extra),
-            target=_target(total_target),
+            target=ratio_at_most(total_target),
         ),
         Row(
             "usable function",
@@ -117,7 +113,7 @@ def scale_rows(
             "nbcompile.compile returns",
             anchor,
             note=note,
-            target=_target(usable_target),
+            target=ratio_at_most(usable_target),
         ),
         Row(
             "compile+analysis CPU",
@@ -126,7 +122,7 @@ def scale_rows(
             "nbcompile.compile+analysis+report",
             anchor,
             note=cpu_note,
-            target=_target(total_target),
+            target=ratio_at_most(total_target),
         ),
         Row(
             "usable function CPU",
@@ -135,7 +131,7 @@ def scale_rows(
             "nbcompile.compile returns",
             anchor,
             note=usable_cpu_note,
-            target=_target(usable_target),
+            target=ratio_at_most(usable_target),
         ),
     ]
     rows[0].set_pairs(series["total"], series["bare"])

@@ -106,6 +106,11 @@ class Target:
         return got <= self.value if self.op == "<=" else got >= self.value
 
 
+def ratio_at_most(value: float | None) -> Target | None:
+    """The usual target: the row's ratio at most ``value`` (None: an informative row)."""
+    return None if value is None else Target("ratio", "<=", value, f"≤ {value:g}")
+
+
 @dataclass
 class Row:
     """One line of the table: subject vs anchor, their pairwise ratio, and the target."""

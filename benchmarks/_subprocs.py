@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._extra_models import build
-from benchmarks._stats import Row, Target
+from benchmarks._stats import Row, Target, ratio_at_most
 
 __all__ = ["PEER_DIR", "frozen_first_call", "jaxviz_sizes", "magic_rerun", "run_worker"]
 
@@ -75,7 +75,7 @@ def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
         "s",
         "load(path)(x), fresh process",
         "jit(f) 1st call, fresh process",
-        target=Target("ratio", "<=", 1.2, "≤ 1.2"),
+        target=ratio_at_most(1.2),
         note=f"{pairs} pairs of fresh processes, timed inside each",
     )
     fn, args = build(model)
