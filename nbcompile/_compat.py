@@ -226,6 +226,7 @@ class EarlyHlo:
 
     def _run(self) -> None:
         if not self._in_compile():
+            self._bytecode = b""  # not needed: the analysis converts itself, if it is asked
             return
         from jax._src.lib import _jax
 

@@ -69,6 +69,7 @@ def test_nothing_is_converted_when_the_compile_never_reaches_xla():
     early = EarlyHlo(lowered)
     early.compile_done()  # e.g. an executable from JAX's cache: no XLA compile to sit beside
     assert early.text() is None and early.cpu_seconds == 0.0
+    assert early._bytecode == b""  # a cached Program does not keep the module's bytes
 
 
 def test_a_conversion_error_is_raised_where_the_analysis_asks(monkeypatch):
