@@ -26,7 +26,7 @@ def describe(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> d
     _load.match_weights(manifest, tensors)
     _load.check_version_window(manifest["writer"])
     checked = _load.Checked(manifest, tensors, data_start, sections, platform="")
-    _, facts = _load.check_program(checked)
+    _, facts, _ = _load.check_program(checked)
     return {
         "path": os.fspath(path),
         "format_version": sections.format_version,

@@ -129,6 +129,24 @@ def single_threaded_context() -> Iterator[Any]:
         yield context
 
 
+_ORPHANED_POOLS: list[Any] = []
+
+
+def fresh_mlir_thread_pool() -> None:
+    """In a forked child: give JAX's MLIR contexts a new thread pool (JAX 0.10
+    ``mlir.global_thread_pool``, read by ``make_ir_context`` at each call).
+
+    The inherited pool's threads do not exist in the child, so lowering with it waits forever
+    once the parent has used it. The old pool is kept referenced: destroying it would join
+    threads that are not there. Only for a process that ends with ``os._exit``.
+    """
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+
+    _ORPHANED_POOLS.append(mlir.global_thread_pool)
+    mlir.global_thread_pool = ir.ThreadPool()
+
+
 def parse_artifact(serialized: bytes) -> Any:
     """The ``ir.Module`` of a StableHLO portable artifact (inside an active context)."""
     from jax._src.lib import _jax
@@ -227,16 +245,23 @@ def unique(items: Iterable[str]) -> list[str]:
     return sorted(set(items))
 
 
-def check_refines(exported: jax.export.Exported, specs: Sequence[Any]) -> None:
+def check_refines(
+    exported: jax.export.Exported,
+    specs: Sequence[Any],
+    *,
+    platform: str | None = None,
+    compile_fallback: bool = True,
+) -> bool:
     """Raise if a shape-polymorphic ``exported`` cannot be specialised to concrete ``specs``.
 
     Lowering alone does not resolve symbolic shapes: JAX refines them (and evaluates the shape
     assertions) only when compiling (``mlir.refine_polymorphic_shapes``, JAX 0.10). Running the
     refinement here catches a program that traced with a symbolic batch but really needs the
     example's size (e.g. ``x.reshape(256 * 8)``) without compiling it. Without that internal,
-    the program is compiled for the local backend instead.
+    the program is compiled for the local backend instead (``compile_fallback``; a forked child
+    cannot compile, so there it returns False: nothing was refined). True: refined.
     """
-    platform = exported.platforms[0]
+    platform = platform or exported.platforms[0]
     traced = jax.jit(exported.call).trace(*specs)
     lowered = traced.lower(lowering_platforms=(platform,))
     try:
@@ -244,9 +269,11 @@ def check_refines(exported: jax.export.Exported, specs: Sequence[Any]) -> None:
 
         refine = mlir.refine_polymorphic_shapes
     except (ImportError, AttributeError):
-        lowered.compile()
-        return
+        if compile_fallback:
+            lowered.compile()
+        return False
     refine(lowered.compiler_ir("stablehlo"))
+    return True
 
 
 _LAPACK_SKIP = threading.local()

@@ -161,8 +161,14 @@ def check_file(
     return Checked(manifest, tensors, data_start, sections, chosen)
 
 
-def check_program(checked: Checked) -> tuple[jax.export.Exported, _program.ProgramFacts]:
-    """Probe the program in a child, check its facts and custom calls, then deserialise it."""
+def check_program(
+    checked: Checked,
+) -> tuple[jax.export.Exported, _program.ProgramFacts, bool]:
+    """Probe the program in a child, check its facts and custom calls, then deserialise it.
+
+    Returns the program, its facts, and whether ``freeze`` wrote it on this machine (else it
+    is from elsewhere: its first call at each input shape is lowered in a child first).
+    """
     manifest = checked.manifest
     program = checked.sections.program
     if len(program) < 8:
@@ -178,6 +184,7 @@ def check_program(checked: Checked) -> tuple[jax.export.Exported, _program.Progr
         _checked.remember(digest, result)
     else:
         facts = _program.check(record, manifest)
+    written_here = record is not None and record.get("written_here") is True
     _program.cross_check(facts, manifest)
     # The child read this exact program without crashing and approved every field, so
     # reading it here (deterministic) is safe.
@@ -206,7 +213,7 @@ def check_program(checked: Checked) -> tuple[jax.export.Exported, _program.Progr
         {"shape": _batch.dims(a.shape), "dtype": np.dtype(a.dtype).name} for a in out_avals
     ] != outputs:
         raise FreezeError("program outputs differ from the manifest's signature", code="NBC500")
-    return exported, facts
+    return exported, facts, written_here
 
 
 def load(
@@ -238,7 +245,7 @@ def load_bytes(
     budget = _budget.resolve(max_bytes)
     checked = check_file(data, platform, defer_weights=True)
     try:
-        exported, facts = check_program(checked)
+        exported, facts, written_here = check_program(checked)
     finally:
         checked.sections.weights_checked()  # a digest mismatch outranks any later refusal
-    return FrozenModel(checked, exported, facts, path, budget)
+    return FrozenModel(checked, exported, facts, path, budget, written_here=written_here)

@@ -2,6 +2,9 @@
 
 Each new input shape is compiled ahead of time (``jax.jit(...).lower(...).compile()``) so
 that XLA's memory analysis can be checked against the budget *before* the program first runs.
+A program from elsewhere (not written by ``freeze`` on this machine) is first lowered and
+shape-refined at each new input shape in a forked child (``_program.first_call``): JAX's
+lowering passes and shape refinement are native code a hostile program can crash.
 Every failure of the call, in JAX or XLA, reaches the caller as a FreezeError with a code.
 Frozen models are inference programs: differentiating one raises FreezeError NBC507 (the file
 carries no gradient program, and none is ever read from it).
@@ -17,7 +20,16 @@ import jax
 import numpy as np
 
 from nbcompile.errors import FreezeError
-from nbcompile.frozen import _batch, _budget, _jaxcompat, _manifest, _safetensors
+from nbcompile.frozen import (
+    _batch,
+    _budget,
+    _checked,
+    _jaxcompat,
+    _manifest,
+    _program,
+    _safetensors,
+    _sandbox,
+)
 
 if TYPE_CHECKING:
     from nbcompile.frozen._load import Checked
@@ -35,9 +47,9 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:300]}"
 
 
-def _failed(err: BaseException) -> FreezeError:
+def _failed(err: BaseException | str) -> FreezeError:
     return FreezeError(
-        f"the program failed to compile or run: {_first_line(err)}",
+        f"the program failed to compile or run: {err if isinstance(err, str) else _first_line(err)}",
         code="NBC500",
         hint="the file's program is not one this JAX/XLA can run; re-freeze it",
     )
@@ -62,6 +74,10 @@ def _no_derivatives(fn: Any) -> Any:
     return call
 
 
+def _shapes_key(leaves: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple((tuple(int(d) for d in x.shape), np.dtype(x.dtype).name) for x in leaves)
+
+
 class FrozenModel:
     """A loaded `.nbc` model: call it on the non-weight inputs (same structure as when frozen)."""
 
@@ -72,6 +88,8 @@ class FrozenModel:
         facts: ProgramFacts,
         path: str,
         max_bytes: int | None,
+        *,
+        written_here: bool = False,
     ) -> None:
         manifest = checked.manifest
         self.signature: dict[str, Any] = {
@@ -120,6 +138,11 @@ class FrozenModel:
         ]
         self._fn = _no_derivatives(exported.call)
         self._compiled: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        #: program from elsewhere: input shapes whose lowering and refinement a child got
+        #: through (None: ``freeze`` wrote this program here, nothing to check)
+        self._lowered_in_child: set[tuple[Any, ...]] | None = None if written_here else set()
+        self._program_sha256 = checked.sections.program_sha256
+        self._child_timeout = _sandbox.PARSE_TIMEOUT_S + len(checked.sections.program) / 10e6
 
     @property
     def input_names(self) -> list[str]:
@@ -194,15 +217,44 @@ class FrozenModel:
     def _where(self, size: int) -> str:
         return f"at batch size b={size}" if self._symbolic else ""
 
+    def _lower_in_child_first(self, leaves: list[Any], key: tuple[Any, ...]) -> None:
+        """For a program from elsewhere, lower and refine it at these shapes in a child first.
+
+        A crash or hang there refuses the file (NBC500) instead of killing this process; a
+        lowering error is refused as the call's failure. Shapes that got through are recorded
+        (this process, and the checked-programs folder for later ones).
+        """
+        seen = self._lowered_in_child
+        if seen is None or key in seen:
+            return
+        shapes = [[list(shape), dtype] for shape, dtype in key]
+        if not _checked.recall_shapes(self._program_sha256, shapes):
+            specs = [jax.ShapeDtypeStruct(w.shape, w.dtype) for w in self._weights]
+            specs += [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
+            result = _sandbox.run_isolated(
+                lambda: _program.first_call(self.exported, specs, self.platform),
+                self._child_timeout,
+                what=f"JAX's lowering and shape refinement at inputs {self._shape_text(key)}",
+            )
+            if "error" in result:
+                raise _failed(str(result["error"]))
+            _checked.remember_shapes(self._program_sha256, shapes)
+        seen.add(key)
+
+    @staticmethod
+    def _shape_text(key: tuple[Any, ...]) -> str:
+        return ", ".join(f"{dtype}{list(shape)}" for shape, dtype in key)
+
     def _compiled_for(self, leaves: list[Any], size: int) -> Any:
         """The program compiled for these input shapes, its memory checked (cached)."""
-        key = tuple((tuple(x.shape), np.dtype(x.dtype).name) for x in leaves)
+        key = _shapes_key(leaves)
         compiled = self._compiled.get(key)
         if compiled is not None:
             self._compiled.move_to_end(key)
             return compiled
         where = self._where(size)
         _budget.check_outputs(self._output_bytes(size), self.max_bytes, where)
+        self._lower_in_child_first(leaves, key)
         # concrete arrays cannot be differentiated: lower the bare call (no custom_jvp checks)
         compiled = jax.jit(self.exported.call).lower(*self._weights, *leaves).compile()
         needed = _budget.compiled_bytes(compiled)
@@ -225,6 +277,7 @@ class FrozenModel:
                     _budget.check_outputs(
                         self._output_bytes(size), self.max_bytes, self._where(size)
                     )
+                    self._lower_in_child_first(leaves, _shapes_key(leaves))
                     outs = self._fn(*self._weights, *leaves)
                 else:
                     outs = self._compiled_for(leaves, size)(*self._weights, *leaves)

@@ -71,6 +71,25 @@ def probe(program: bytes | bytearray | memoryview) -> dict[str, Any]:
     return facts
 
 
+def first_call(exported: Any, specs: list[Any], platform: str) -> dict[str, Any]:
+    """Lower ``exported`` at concrete ``specs`` and refine its shapes, as its first call will.
+
+    Runs in the forked child (``_sandbox``) for a program from elsewhere, before the caller
+    lowers and compiles it: JAX's lowering passes and shape refinement are native code, and
+    the fuzz found a program they crash on. Everything up to XLA's compile is covered (a
+    forked child cannot run XLA's compile: its thread pools do not survive the fork).
+    """
+    from nbcompile.frozen import _jaxcompat
+
+    try:
+        refined = _jaxcompat.check_refines(
+            exported, specs, platform=platform, compile_fallback=False
+        )
+    except Exception as err:  # a lowering or refinement error: reported, the parent refuses
+        return {"error": _short(err)}
+    return {"refined": refined}
+
+
 def _refusal(code: str, message: str) -> dict[str, Any]:
     return {"refuse": {"code": code, "message": f"program section {message}"}}
 

@@ -1,16 +1,20 @@
-"""Parse an untrusted program section in a forked child first, with a time limit.
+"""Run JAX's native code on an untrusted program in a forked child first, with a time limit.
 
-JAX's StableHLO/MLIR bytecode reader is native code written for trusted input: the loader
+JAX's StableHLO/MLIR readers and passes are native code written for trusted input: the loader
 fuzz found byte-flipped programs (with valid digests) on which
-``deserialize_portable_artifact`` loops forever. A native loop or crash cannot be interrupted
-from Python, so the first parse of a file's program happens in a ``fork`` of this process:
-if the child crashes or overruns ``PARSE_TIMEOUT_S`` it is killed and the file refused
-(NBC500); only a program the child parsed is parsed again here (parsing is deterministic).
-Where ``fork`` is unavailable (Windows) the parse runs in-process.
+``deserialize_portable_artifact`` loops forever, and one that passes every parse check but
+crashes JAX's shape refinement (``refine_polymorphic_shapes``) at its first call. A native
+loop or crash cannot be interrupted from Python, so the first parse of a file's program, and
+the first lowering and shape refinement of a program from elsewhere at each input shape,
+happen in a ``fork`` of this process: if the child crashes or overruns its time limit it is
+killed and the file refused (NBC500); only what the child got through is done again here
+(parsing, lowering and refinement are deterministic). Where ``fork`` is unavailable (Windows)
+the work runs in-process.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import json
 import os
@@ -47,11 +51,15 @@ def _read_all(fd: int, deadline: float) -> bytes | None:
 
 
 def run_isolated(
-    parse: Callable[[], dict[str, Any]], timeout: float | None = None
+    parse: Callable[[], dict[str, Any]],
+    timeout: float | None = None,
+    *,
+    what: str = "the StableHLO reader",
 ) -> dict[str, Any]:
     """Run ``parse`` (returning a JSON-able dict) in a forked child; refuse on crash/timeout.
 
-    ``timeout`` defaults to the module's ``PARSE_TIMEOUT_S`` at call time.
+    ``timeout`` defaults to the module's ``PARSE_TIMEOUT_S`` at call time; ``what`` names the
+    native code the child runs, for the refusal's message.
     """
     timeout = PARSE_TIMEOUT_S if timeout is None else timeout
     if not hasattr(os, "fork") or os.environ.get("NBCOMPILE_FREEZE_NO_FORK") == "1":
@@ -67,10 +75,16 @@ def run_isolated(
         # copy its pages (copy-on-write): tens of milliseconds for nothing in a process that
         # exits in a moment.
         gc.disable()
+        # a crash here is an answer (the file is refused), not something to dump on stderr
+        faulthandler.disable()
         status = 0
         try:
             os.close(read_fd)
             try:
+                from nbcompile.frozen import _jaxcompat
+
+                # the inherited MLIR thread pool has no threads here (see the function)
+                _jaxcompat.fresh_mlir_thread_pool()
                 payload = parse()
             except Exception as err:  # report any reader error to the parent
                 payload = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
@@ -91,7 +105,7 @@ def run_isolated(
     if data is None:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-        raise _refuse(f"could not be parsed within {timeout:.0f} s (the reader did not finish)")
+        raise _refuse(f"did not get through {what} within {timeout:.0f} s")
     try:
         result = json.loads(data) if data else None
     except ValueError:
@@ -103,5 +117,5 @@ def run_isolated(
         return result
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
-        raise _refuse(f"crashed the StableHLO reader (signal {os.WTERMSIG(status)})")
-    raise _refuse("reader returned no result")
+        raise _refuse(f"crashed {what} (signal {os.WTERMSIG(status)})")
+    raise _refuse(f"got no answer from {what}")

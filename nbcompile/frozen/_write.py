@@ -253,7 +253,7 @@ def freeze(
         path, _manifest.encode(manifest), lambda: _safetensors.chunks(stored), program_bytes
     )
     # freeze ran every program check on exactly these bytes: loading them need not probe again
-    _checked.remember(hashlib.sha256(program_bytes).digest(), built.record)
+    _checked.remember(hashlib.sha256(program_bytes).digest(), built.record, written_here=True)
     return FreezeResult(
         path=str(path),
         file_bytes=file_bytes,

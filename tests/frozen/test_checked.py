@@ -87,3 +87,61 @@ def test_no_gradient_program_runs_under_the_callers_grad(tmp_path: Path) -> None
     with pytest.raises(FreezeError):
         jax.grad(loss)(X)  # eager: the callback sees only the caller's own input
     assert all(np.array_equal(np.asarray(v), X) for v in seen)
+
+
+def test_a_program_from_elsewhere_is_lowered_in_a_child_before_each_new_shape(
+    tmp_path: Path, monkeypatch, forks
+) -> None:
+    """JAX's lowering and shape refinement run in a child first (the fuzz found a program that
+    crashes the refinement); each shape once, recorded for later processes."""
+    import jax
+
+    path = tmp_path / "m.nbc"
+    freeze(lambda p, x: x @ p * 2, W, X, path=path, measure_compiled=False)
+    monkeypatch.setenv("NBCOMPILE_CHECKED_DIR", str(tmp_path / "elsewhere"))
+    model = load(path)
+    assert forks == [1]  # the probe
+    np.testing.assert_array_equal(np.asarray(model(X)), X @ W * 2)
+    assert forks == [1, 1]  # lowered and refined at b=2 in a child first
+    model(X)
+    assert len(forks) == 2
+    X5 = np.ones((5, 3), np.float32)
+    np.testing.assert_array_equal(np.asarray(model(X5)), X5 @ W * 2)
+    assert len(forks) == 3  # a new batch size is a new refinement
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda x: model(x) + 1)(X5)), X5 @ W * 2 + 1)
+    assert len(forks) == 3  # the same shapes inside the caller's jit: already checked
+    X7 = np.ones((7, 3), np.float32)
+    jax.jit(model)(X7)
+    assert len(forks) == 4  # inside the caller's jit, at a new shape: checked too
+    shapes = list((tmp_path / "elsewhere").rglob("*.shapes"))
+    assert len(shapes) == 3
+    again = load(path)  # a later load (or process) reuses the probe and shape records
+    again(X5)
+    assert len(forks) == 4
+
+
+def test_a_crash_in_the_first_call_child_refuses_the_file(
+    tmp_path: Path, monkeypatch, forks
+) -> None:
+    import signal
+
+    from nbcompile.errors import FreezeError
+    from nbcompile.frozen import _program
+
+    path = tmp_path / "m.nbc"
+    freeze(lambda p, x: x @ p * 3, W, X, path=path, measure_compiled=False)
+    monkeypatch.setenv("NBCOMPILE_CHECKED_DIR", str(tmp_path / "elsewhere"))
+    model = load(path)
+    monkeypatch.setattr(_program, "first_call", lambda *a: os.kill(os.getpid(), signal.SIGSEGV))
+    with pytest.raises(FreezeError) as info:
+        model(X)
+    assert info.value.code == "NBC500"
+    assert "crashed JAX's lowering and shape refinement at inputs float32[2, 3]" in str(info.value)
+    assert "signal 11" in str(info.value)
+    monkeypatch.setattr(
+        _program, "first_call", lambda *a: {"error": "ValueError: Error refining shapes."}
+    )
+    with pytest.raises(FreezeError) as info:
+        model(X)
+    assert info.value.code == "NBC500" and "Error refining shapes" in str(info.value)
+    assert not list((tmp_path / "elsewhere").rglob("*.shapes"))  # nothing recorded as checked
