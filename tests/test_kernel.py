@@ -137,3 +137,43 @@ def test_memory_residuals_sit_on_the_forward_lines_in_a_real_kernel():
     share = float(out.split("RESIDUAL_SHARE", 1)[1].split()[0])
     assert len(lines) >= 2 and set(lines) <= FORWARD, out
     assert share >= 0.4, out
+
+
+FOREIGN = """import os, tempfile
+import numpy as np
+import nbcompile
+from nbcompile.errors import FreezeError
+os.environ["NBCOMPILE_CHECKED_DIR"] = tempfile.mkdtemp()  # freeze records its program here
+nbcompile.freeze(lambda p, x: x @ p["w"] + p["b"], params, x, path="m.nbc")
+os.environ["NBCOMPILE_CHECKED_DIR"] = tempfile.mkdtemp()  # now the file comes from elsewhere
+m = nbcompile.load("m.nbc")
+got = np.asarray(m(x))
+assert np.allclose(got, np.asarray(x @ params["w"] + params["b"]), atol=1e-6)
+print("SHAPES", len([f for f in os.listdir(os.path.join(os.environ["NBCOMPILE_CHECKED_DIR"],
+      os.listdir(os.environ["NBCOMPILE_CHECKED_DIR"])[0])) if f.endswith(".shapes")]))"""
+
+HOSTILE = """bad = nbcompile.load({path!r})
+leaves = [np.zeros([2 if d == "b" else d for d in leaf["shape"]], leaf["dtype"])
+          for leaf in bad.signature["inputs"]["leaves"]]
+try:
+    bad.call_leaves(leaves)
+except FreezeError as err:
+    print("REFUSED", err.code, err)"""
+
+
+def test_a_file_from_elsewhere_is_checked_in_a_child_inside_a_real_kernel(tmp_path):
+    """The first-call child (a fork of the kernel, with ipykernel's threads running) lowers a
+    good file from elsewhere and refuses the fuzz-found file that crashes JAX's shape
+    refinement; the kernel survives with its namespace."""
+    from pathlib import Path
+
+    hostile = Path(__file__).parent / "data" / "fuzz_seed1_55099.nbc"
+    nb = notebook(SETUP, FOREIGN, HOSTILE.format(path=str(hostile)), "print('ALIVE', x.shape)")
+    client = NotebookClient(
+        nb, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()
+    assert "SHAPES 1" in text_of(nb.cells[1]), text_of(nb.cells[1])
+    refused = text_of(nb.cells[2])
+    assert "REFUSED NBC500" in refused and "shape refinement" in refused, refused
+    assert "ALIVE (4, 3)" in text_of(nb.cells[3])

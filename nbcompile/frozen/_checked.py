@@ -24,6 +24,7 @@ A folder that cannot be written is silently not used (the records only save time
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -50,22 +51,26 @@ def _folder() -> Path | None:
     return base / _scope()
 
 
-def _scope() -> str:
+@functools.cache
+def _versions() -> tuple[str, str, str]:
+    """nbcompile, jax and jaxlib versions (reading the installed metadata costs ~0.5 ms)."""
     from importlib import metadata
 
     import jax
     import jaxlib
 
-    from nbcompile.frozen import _program
-
     try:
         own = metadata.version("nbcompile")
     except metadata.PackageNotFoundError:
         own = "unknown"
+    return own, jax.__version__, jaxlib.__version__
+
+
+def _scope() -> str:
+    from nbcompile.frozen import _program
+
     parts = (
-        own,
-        jax.__version__,
-        jaxlib.__version__,
+        *_versions(),
         RULES,
         _program.MAX_OPS,
         _program.MAX_CHAIN,

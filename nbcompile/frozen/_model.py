@@ -117,6 +117,9 @@ class FrozenModel:
             format_version=checked.sections.format_version,
             file_bytes=checked.sections.file_bytes,
             platform=checked.platform,
+            # True: freeze wrote this program on this machine; False: a program from elsewhere
+            # (probed in a child at load, lowered in a child before each new input shape)
+            written_here=written_here,
         )
         #: the memory budget in bytes (None: unknown on this system, nothing is checked)
         self.max_bytes = max_bytes

@@ -174,6 +174,48 @@ assert const.weights == {} and const.metadata["constants_mode"]
 assert np.array_equal(np.asarray(const(x_new)), here)
 
 # %% md
+# ## A file from elsewhere is a program you have not seen
+# Loading a `.nbc` file runs its program, and a file from someone else may be hostile. The
+# loader trusts nothing the file says about itself: it reads the program first in a forked
+# child process (a crash there refuses the file instead of killing this kernel), checks every
+# native kernel the program calls against JAX's own lowering, and, before the first call at
+# each new input shape, lowers and shape-refines the program in a child again. A file this
+# machine froze skips the children: `freeze` recorded its program as checked when it wrote it.
+# Below, the same file loaded as this machine's own, then as if it came from another machine
+# (an empty folder of checked programs), each loaded and called on a new batch size.
+
+# %% code
+import tempfile
+import time
+
+def load_and_call(p, batch):
+    t0 = time.perf_counter()
+    m = nbcompile.load(p)
+    y = np.asarray(m(np.ones((batch, 8), np.float32)))
+    return m, y, time.perf_counter() - t0
+
+mine, y_mine, t_mine = load_and_call(path, 3)
+saved_dir = os.environ.get("NBCOMPILE_CHECKED_DIR")
+os.environ["NBCOMPILE_CHECKED_DIR"] = tempfile.mkdtemp()  # a machine that never saw this file
+try:
+    foreign, y_foreign, t_foreign = load_and_call(path, 3)
+    again, _, t_again = load_and_call(path, 3)  # its checks were recorded: no child this time
+finally:
+    if saved_dir is None:
+        del os.environ["NBCOMPILE_CHECKED_DIR"]
+    else:
+        os.environ["NBCOMPILE_CHECKED_DIR"] = saved_dir
+print(f"frozen here:     written_here={mine.metadata['written_here']}, load + first call "
+      f"{t_mine * 1e3:.0f} ms (measured)")
+print(f"from elsewhere:  written_here={foreign.metadata['written_here']}, load + first call "
+      f"{t_foreign * 1e3:.0f} ms (measured; probe and first-call lowering in children), "
+      f"loaded again {t_again * 1e3:.0f} ms (measured; checks recorded)")
+
+# %% code
+assert mine.metadata["written_here"] and not foreign.metadata["written_here"]
+assert np.array_equal(y_mine, y_foreign)  # the checks change when it runs, not what it computes
+
+# %% md
 # ## What you saw
 # - One file held the architecture and the trained weights; a fresh process served
 #   predictions from it without the source, bit-identical to the notebook.
@@ -182,3 +224,5 @@ assert np.array_equal(np.asarray(const(x_new)), here)
 #   training-mode model changed its output and its running averages on every call.
 # - Weights can be arguments (a weight section, swappable) or baked-in constants (no weight
 #   section, foldable).
+# - A file from elsewhere is checked in child processes before its program first runs here
+#   (docs/format.md, "Threat model"); a file this machine froze is not checked again.
