@@ -259,7 +259,8 @@ class FrozenModel:
         _budget.check_outputs(self._output_bytes(size), self.max_bytes, where)
         self._lower_in_child_first(leaves, key)
         # concrete arrays cannot be differentiated: lower the bare call (no custom_jvp checks)
-        compiled = jax.jit(self.exported.call).lower(*self._weights, *leaves).compile()
+        lowered = jax.jit(self.exported.call).lower(*self._weights, *leaves)
+        compiled = _jaxcompat.compile_lowered(lowered)
         needed = _budget.compiled_bytes(compiled)
         _budget.check_compiled(needed, self.max_bytes, where)
         self.memory[key] = needed

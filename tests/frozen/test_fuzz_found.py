@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..helpers import run_child
+
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "data"
 CHILD = (
@@ -62,17 +64,11 @@ def test_the_refusal_names_the_step_and_the_shapes(tmp_path: Path) -> None:
         "except FreezeError as err:\n"
         "    print(err)\n"
     )
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "NBCOMPILE_CHECKED_DIR": str(tmp_path)}
-    env["PYTHONPATH"] = str(HERE.parents[1])
-    proc = subprocess.run(
-        [sys.executable, "-X", "faulthandler", "-c", script, str(DATA / "fuzz_seed1_55099.nbc")],
-        capture_output=True,
-        text=True,
-        env=env,
+    proc = run_child(
+        ["-X", "faulthandler", "-c", script, str(DATA / "fuzz_seed1_55099.nbc")],
+        env={"NBCOMPILE_CHECKED_DIR": str(tmp_path)},
         timeout=120,
-        check=False,
     )
-    assert proc.returncode == 0, proc.stderr[-500:]
     message = proc.stdout.strip()
     assert message.startswith("[NBC500]"), message
     assert "crashed JAX's lowering and shape refinement at inputs" in message, message
