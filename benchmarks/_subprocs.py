@@ -64,7 +64,8 @@ def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
     The row is a file this machine has checked before (frozen here: ``freeze`` records its
     program as checked, so ``load`` skips the forked probe; docs/format.md "Checked
     programs"). The same file loaded as if it came from elsewhere (records off: probed in a
-    child, custom calls checked) is timed in the same interleaved rounds and reported in the
+    child, custom calls checked, lowered and shape-refined in a child before the first call) is
+    timed in the same interleaved rounds and reported in the
     note and ``extra["foreign_file"]``.
     """
     import nbcompile
@@ -128,7 +129,8 @@ def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
             f"; medians: load {med['load_seconds']:.0f} ms + first call "
             f"{med['call_seconds']:.0f} ms (importing nbcompile.frozen, "
             f"{med['import_seconds']:.0f} ms, not counted); a file from elsewhere (probed in "
-            f"a child on its first load): {statistics.median(foreign) * 1e3:.0f} ms, ratio "
+            f"a child on its first load, lowered in a child before its first call): "
+            f"{statistics.median(foreign) * 1e3:.0f} ms, ratio "
             f"{statistics.median(ratios):.2f}"
         )
     return row
