@@ -94,3 +94,32 @@ def test_shape_refinement_reuses_the_lowering_context(tmp_path, monkeypatch):
     assert parsed_into is lowering_context
     assert getattr(_jaxcompat._REUSE_CONTEXT, "context", None) is None
     assert mlir.make_ir_context() is not lowering_context  # everyone else: a new context
+
+
+SERVE = """
+import sys, jax, numpy as np
+jax.config.update("jax_compilation_cache_dir", sys.argv[2])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+from jax._src import compiler
+compiles = []
+real = compiler.backend_compile_and_load
+compiler.backend_compile_and_load = lambda *a, **k: compiles.append(1) or real(*a, **k)
+from nbcompile.frozen import load
+y = load(sys.argv[1])(np.ones((4, 3), np.float32))
+print(len(compiles), float(np.asarray(y).sum()))
+"""
+
+
+def test_serving_processes_can_use_jaxs_persistent_cache(tmp_path):
+    """docs/guide.md's serving tip: with JAX's persistent compilation cache on, a later process
+    loads a frozen model's executable instead of compiling it, and computes the same."""
+    from ..helpers import run_child
+
+    path = tmp_path / "m.nbc"
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    nbcompile.freeze(lambda p, x: jnp.tanh(x @ p), w, np.ones((2, 3), np.float32), path=path)
+    cache = str(tmp_path / "jax-cache")
+    first = run_child(["-c", SERVE, str(path), cache]).stdout.split()
+    second = run_child(["-c", SERVE, str(path), cache]).stdout.split()
+    assert first[0] == "1" and second[0] == "0", (first, second)
+    assert first[1] == second[1]
