@@ -48,8 +48,9 @@ def _first_line(err: BaseException) -> str:
 
 
 def _failed(err: BaseException | str) -> FreezeError:
+    detail = err if isinstance(err, str) else _first_line(err)
     return FreezeError(
-        f"the program failed to compile or run: {err if isinstance(err, str) else _first_line(err)}",
+        f"the program failed to compile or run: {detail}",
         code="NBC500",
         hint="the file's program is not one this JAX/XLA can run; re-freeze it",
     )
