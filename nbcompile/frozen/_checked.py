@@ -98,6 +98,7 @@ def remember(program_sha256: bytes, result: dict[str, Any], *, written_here: boo
     """
     if len(program_sha256) != 32:
         return
+    # a probe's answer comes from a child that read untrusted bytes: never let it say "trusted"
     record = {key: value for key, value in result.items() if key != "written_here"}
     if written_here:
         record["written_here"] = True

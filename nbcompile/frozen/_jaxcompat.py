@@ -351,7 +351,7 @@ def compile_lowered(lowered: Any) -> Any:
     try:
         _install_context_reuse()
         context = lowered.compiler_ir("stablehlo").context
-    except (ImportError, AttributeError):
+    except (ImportError, AttributeError, NotImplementedError):
         return lowered.compile()
     _REUSE_CONTEXT.context = context
     try:

@@ -176,9 +176,9 @@ def check_program(
     digest = checked.sections.program_sha256
     record = _checked.recall(digest)  # these exact bytes passed every program check before
     if record is None:
-        # Large (constants-mode) programs take longer to read: one extra second per 10 MB.
-        timeout = _sandbox.PARSE_TIMEOUT_S + len(program) / 10e6
-        result = _sandbox.run_isolated(lambda: _program.probe(program), timeout)
+        result = _sandbox.run_isolated(
+            lambda: _program.probe(program), _sandbox.timeout_for(len(program))
+        )
         facts = _program.check(result, manifest)
         _customcalls.check_calls(facts.custom_calls, _jaxcompat.allowed_custom_calls())
         _checked.remember(digest, result)

@@ -146,7 +146,7 @@ class FrozenModel:
         #: through (None: ``freeze`` wrote this program here, nothing to check)
         self._lowered_in_child: set[tuple[Any, ...]] | None = None if written_here else set()
         self._program_sha256 = checked.sections.program_sha256
-        self._child_timeout = _sandbox.PARSE_TIMEOUT_S + len(checked.sections.program) / 10e6
+        self._program_bytes = len(checked.sections.program)
 
     @property
     def input_names(self) -> list[str]:
@@ -237,7 +237,7 @@ class FrozenModel:
             specs += [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
             result = _sandbox.run_isolated(
                 lambda: _program.first_call(self.exported, specs, self.platform),
-                self._child_timeout,
+                _sandbox.timeout_for(self._program_bytes),
                 what=f"JAX's lowering and shape refinement at inputs {self._shape_text(key)}",
             )
             if "error" in result:

@@ -31,6 +31,13 @@ from nbcompile.errors import FreezeError
 PARSE_TIMEOUT_S = 20.0
 
 
+def timeout_for(program_bytes: int) -> float:
+    """The child's time limit for a program of ``program_bytes``: ``PARSE_TIMEOUT_S`` (read at
+    call time) plus one second per 10 MB (large constants-mode programs take longer to read
+    and lower)."""
+    return PARSE_TIMEOUT_S + program_bytes / 10e6
+
+
 def _refuse(message: str) -> FreezeError:
     return FreezeError(f"program section {message}", code="NBC500")
 

@@ -1,6 +1,8 @@
 """Child process of the real-model freeze test: in a fresh interpreter (nothing of the notebook
-session), load each ``.nbc`` file with ``nbcompile.load``, call it on the saved inputs and
-compare with the live outputs saved by the parent. Prints one JSON line: name -> "ok" or the
+session) that has never seen the files (an empty folder of checked programs, as on another
+machine: each program is probed and first lowered in forked children), load each ``.nbc`` file
+with ``nbcompile.load``, call it on the saved inputs and compare with the live outputs saved by
+the parent. Prints one JSON line: name -> "ok" or the
 error. Usage: ``python _fresh_load.py cases.json``."""
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ def check(case: dict[str, Any]) -> str:
     n_in = sum(1 for key in data.files if key.startswith("in"))
     inputs = decode(case["inputs"], [data[f"in{i}"] for i in range(n_in)])
     try:
-        got = jax.tree.leaves(nbcompile.load(case["path"])(*inputs))
+        model = nbcompile.load(case["path"])
+        got = jax.tree.leaves(model(*inputs))
     except NbcompileError as err:
         return f"{type(err).__name__}: {err}"
+    if model.metadata["written_here"]:
+        return "loaded as a file written here: the checks for a file from elsewhere did not run"
     want = [data[f"out{i}"] for i in range(case["n_out"])]
     if len(got) != len(want):
         return f"{len(got)} outputs, the live model gives {len(want)}"

@@ -147,4 +147,7 @@ def load_in_fresh_process(cases: list[dict[str, Any]], folder: Path) -> dict[str
     """Run ``_fresh_load.py`` on the saved cases: name -> "ok" or what went wrong."""
     spec = folder / "cases.json"
     spec.write_text(json.dumps(cases))
-    return child_json([str(Path(__file__).with_name("_fresh_load.py")), str(spec)])
+    return child_json(
+        [str(Path(__file__).with_name("_fresh_load.py")), str(spec)],
+        env={"NBCOMPILE_CHECKED_DIR": str(folder / "checked-elsewhere")},
+    )
