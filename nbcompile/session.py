@@ -20,10 +20,19 @@ from typing import Any
 import jax
 
 from .cache import CompilationCache, make_key
-from .capture.cell import Captured, capture, defined_in, evaluate_call, restore, run_body, snapshot
+from .capture.cell import (
+    Captured,
+    capture,
+    defined_in,
+    evaluate_call,
+    restore,
+    run_body,
+    snapshot,
+    store_line,
+)
 from .capture.models import adapt
 from .compilation import Compilation, _as_argnums
-from .errors import TraceError
+from .errors import NbcompileError, TraceError
 from .history import History
 from .pipeline import CompileRequest, build_program
 from .widgets import DisplayState
@@ -122,10 +131,11 @@ class CellResult:
     warnings: list[str]
 
 
-def _leaked_tracers(namespace: dict[str, Any]) -> list[str]:
+def _tracers_in(namespace: dict[str, Any]) -> dict[str, set[int]]:
+    """The tracers each global holds (itself, or among a list/tuple/dict's first 1,000 values)."""
     tracer = jax.core.Tracer
     skip = {"In", "Out", "_oh", "_ih", "_dh", "_", "__", "___"}
-    found = []
+    found: dict[str, set[int]] = {}
     for name, value in namespace.items():
         if name in skip or name.startswith("_i"):
             continue
@@ -134,9 +144,16 @@ def _leaked_tracers(namespace: dict[str, Any]) -> list[str]:
             values = list(value)[:1000]
         elif isinstance(value, dict):
             values = list(value.values())[:1000]
-        if any(isinstance(v, tracer) for v in values):
-            found.append(name)
+        ids = {id(v) for v in values if isinstance(v, tracer)}
+        if ids:
+            found[name] = ids
     return found
+
+
+def _leaked_tracers(namespace: dict[str, Any], before: dict[str, set[int]]) -> list[str]:
+    """Globals holding a tracer this trace stored: one left by an earlier failed cell (the
+    user's list still holds it) is not this cell's mistake and must not fail every later cell."""
+    return [name for name, ids in _tracers_in(namespace).items() if ids - before.get(name, set())]
 
 
 class _Clock:
@@ -225,6 +242,7 @@ class Session:
         clock.lap("cache_lookup")
         warnings: list[str] = []
         if program is None:
+            tracers_before = _tracers_in(namespace)
             program = build_program(
                 adapted,
                 options.request(),
@@ -233,13 +251,13 @@ class Session:
                 progress=progress,
             )
             comp = Compilation(program, adapted, display=self.display)
-            self._check_trace_side_effects(comp, captured, namespace, warnings)
+            self._check_trace_side_effects(comp, captured, namespace, tracers_before, warnings)
             self.cache.put(key, program)
         else:
             program.refresh_locations()
             comp = Compilation(program, adapted, cache_hit=True, display=self.display)
         clock.lap("compile")
-        self._measure(comp, options, progress)
+        warnings += self._measure(comp, options, progress)
         if options.debug and comp.debug is not None and comp.debug.stopped:
             warnings.append(str(comp.debug.error()))
         clock.lap("measure")
@@ -276,14 +294,18 @@ class Session:
 
     @staticmethod
     def _check_trace_side_effects(
-        comp: Compilation, captured: Captured, namespace: dict[str, Any], warnings: list[str]
+        comp: Compilation,
+        captured: Captured,
+        namespace: dict[str, Any],
+        tracers_before: dict[str, set[int]],
+        warnings: list[str],
     ) -> None:
-        leaked = _leaked_tracers(namespace)
+        leaked = _leaked_tracers(namespace, tracers_before)
         if leaked:
             raise TraceError(
                 f"a traced value was stored in the global `{leaked[0]}` while tracing",
                 code="NBC204",
-                line=captured.call_line,
+                line=store_line(captured.source, leaked[0]) or captured.call_line,
                 hint="return it from the function instead of assigning a global",
             )
         printed = comp.stages.printed_at_trace
@@ -295,23 +317,44 @@ class Session:
             )
 
     @staticmethod
-    def _measure(comp: Compilation, options: CellOptions, progress: Progress | None) -> None:
+    def _measure(comp: Compilation, options: CellOptions, progress: Progress | None) -> list[str]:
         """Measurements are not part of the cache key: a cache hit still runs those asked for,
-        on the live arguments."""
-        if options.bench:
-            comp.run_bench(progress)
-        if options.ablate:
-            comp.run_ablation(progress)
-        if options.debug:
-            comp.run_debug(progress)
-        if options.profile:
+        on the live arguments. Each part is independent: one that fails leaves the others'
+        results on ``comp`` and is named in the returned warnings (``comp.failures`` keeps its
+        error); only when every part asked for failed does the cell fail, with the first error.
+        """
+
+        def profile() -> None:
             if progress:
                 progress(f"profiling ({options.profile} calls)")
             comp.run_profile(calls=options.profile)
-        if options.memory:
+
+        def memory() -> None:
             if progress:
                 progress("mapping memory")
             comp.memory_map  # noqa: B018 - computed now, shown in the view
+
+        parts = [
+            ("--bench", options.bench, lambda: comp.run_bench(progress)),
+            ("--ablate", options.ablate, lambda: comp.run_ablation(progress)),
+            ("--debug", options.debug, lambda: comp.run_debug(progress)),
+            ("--profile", bool(options.profile), profile),
+            ("--memory", options.memory, memory),
+        ]
+        asked = [(flag, run) for flag, wanted, run in parts if wanted]
+        failed: list[NbcompileError] = []
+        for flag, run in asked:
+            try:
+                run()
+            except NbcompileError as err:
+                failed.append(err)
+                comp.record_failure(flag, err)
+        if failed and len(failed) == len(asked):
+            raise failed[0]
+        return [
+            f"{flag} failed, the other results are kept: {err}"
+            for flag, err in comp.failures.items()
+        ]
 
     @staticmethod
     def _bind(

@@ -9,12 +9,19 @@ and jaxpr tracebacks give it) it answers two things at once:
 * the *visible line* of the compiling cell (``Fusion.source_lines``, the ``%%compile`` cell's
   numbering), from the innermost frame in that cell at any depth.
 
+A stack is read only up to nbcompile's tracing frames: what lies beyond them called nbcompile (the
+notebook's ``get_ipython().run_cell_magic(...)`` line, a script), not the program. The ops of
+a library model called directly (``lin(x)``, a Keras functional model: no user frame at all)
+are located at the model's own code, the innermost library frame (``equinox/nn/
+_linear.py:99``), and in the compiling cell at the example call's line.
+
 Every answer is cached (per file, per HLO stack-frame id), so resolving all ops of a program is
 linear in its size.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..capture.source import CellFiles, Location, SourceInfo, short_path
@@ -26,7 +33,19 @@ __all__ = ["Locator"]
 
 Stack = tuple[tuple[str, int], ...]
 _NONE: tuple[Location | None, int | None] = (None, None)
-_JAX, _LIBRARY, _USER, _COMPILING = range(4)  # kinds of code in a traceback
+_JAX, _LIBRARY, _USER, _COMPILING, _OURS = range(5)  # kinds of code in a traceback
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # nbcompile
+# nbcompile's modules that start a trace: their frames and all beyond called the program (its
+# adapters and call recorders, inside the program, are library frames like any other)
+_CALLERS = tuple(
+    _PACKAGE + name for name in ("stages" + os.sep, "pipeline.py", "session.py", "magic.py")
+)
+
+
+def _is_ours(file: str) -> bool:
+    """Whether ``file`` is where nbcompile started the trace: the frames that called the
+    program."""
+    return file.startswith(_CALLERS)
 
 
 class Locator:
@@ -81,16 +100,30 @@ class Locator:
         """(nearest user location, compiling-cell line) of a stack, innermost frame first."""
         if not stack:
             return _NONE
-        location = None
-        visible = None
+        location = visible = library = None
         for file, line in stack:
+            if _is_ours(file):
+                if location is None and library is not None and self.source.library_call:
+                    return self._library_model(library)
+                break
             if location is None and self.is_user(file):
-                location = self.location(file, line, stack[0] if stack[0][0] != file else None)
+                location = self.location(file, line, library)
+            elif location is None and library is None and not file.startswith(_PACKAGE):
+                library = (file, line)
             if visible is None:
                 visible = self.visible_line(file, line)
             if location is not None and (visible is not None or self.filename is None):
                 break
         return location, visible
+
+    def _library_model(self, frame: tuple[str, int]) -> tuple[Location, int | None]:
+        """A whole stack, up to nbcompile's frames, without user frames, of a library model
+        called directly (``SourceInfo.library_call``): located at the model's own code, and
+        at the example call's line of the compiling cell. (A stack cut short, as JAX records
+        those inside ``vmap`` or a ``cond`` branch, keeps no location: it is inferred from
+        its neighbours.)"""
+        call = self.source.library_call
+        return self.location(*frame), call if call and 1 <= call <= self.count else None
 
     def of_instruction(
         self, module: HloModule, instr: Instruction
@@ -120,10 +153,18 @@ class Locator:
             kind = kinds.get(id(code))
             if kind is None:
                 kind = kinds[id(code)] = self._kind(code.co_filename)
+            if kind == _OURS:
+                if location is None and library is not None and self.source.library_call:
+                    return self._library_model(library)
+                break
             if kind == _JAX:
                 continue
             if kind == _LIBRARY:
-                if library is None and location is None:
+                if (
+                    library is None
+                    and location is None
+                    and not code.co_filename.startswith(_PACKAGE)
+                ):
                     library = (code.co_filename, _jax.addr2line(code, lastis[i]))
                 continue
             line = _jax.addr2line(code, lastis[i])
@@ -136,6 +177,8 @@ class Locator:
         return location, visible
 
     def _kind(self, file: str) -> int:
+        if _is_ours(file):
+            return _OURS
         if not self.is_user(file):
             return _LIBRARY if _jax.outside_jax(file) else _JAX
         if self.filename is not None and (file == self.filename or self.is_cell_file(file)):

@@ -31,7 +31,7 @@ from typing import Any
 
 import jax
 
-__all__ = ["format_path", "module_paths", "module_scopes", "scope_path"]
+__all__ = ["format_path", "module_paths", "module_scopes", "scope_path", "user_scopes"]
 
 
 def format_path(parts: Iterable[Any]) -> tuple[str, ...]:
@@ -158,6 +158,32 @@ def _sub_jaxprs(eqn: Any) -> Iterator[Any]:
                 yield inner
 
 
+# Scopes JAX itself names in op names and name stacks (not the user's modules): control flow
+# (``while/body``, ``while/cond``, ``cond/branch_1_fun``, ``closed_call``, ``checkpoint``) and
+# the subscripts ``jnp.einsum`` scopes its contraction under (``bthd,bshd->bhts``).
+_JAX_SCOPES = frozenset({"while", "closed_call", "core_call", "checkpoint", "remat"})
+_BRANCH = re.compile(r"^branch_\d+_fun$")
+
+
+def _made_by_jax(parts: list[str], i: int) -> bool:
+    part = parts[i]
+    before = parts[i - 1] if i else ""
+    after = parts[i + 1] if i + 1 < len(parts) else ""
+    return (
+        part in _JAX_SCOPES
+        or "->" in part
+        or _BRANCH.match(part) is not None
+        or (before == "while" and part in ("body", "cond"))
+        or (part == "cond" and _BRANCH.match(after) is not None)
+    )
+
+
+def user_scopes(parts: list[str]) -> list[str]:
+    """``parts`` of a module path without the scopes JAX made: ``attn/bthd,bshd->bhts`` ->
+    ``attn``, ``while/body/closed_call/mlp`` -> ``mlp``, ``cond/branch_1_fun`` -> nothing."""
+    return [part for i, part in enumerate(parts) if not _made_by_jax(parts, i)]
+
+
 def scope_path(name_stack: Any) -> str:
     """The module path of a name stack without its transforms: ``vmap(q_proj)`` -> ``q_proj``.
 
@@ -168,11 +194,12 @@ def scope_path(name_stack: Any) -> str:
     """
     elements = getattr(name_stack, "stack", None)
     if isinstance(elements, tuple) and all(hasattr(e, "name") for e in elements):
-        return "/".join(e.name for e in elements if type(e).__name__ == "Scope" and e.name)
+        names = [e.name for e in elements if type(e).__name__ == "Scope" and e.name]
+        return "/".join(user_scopes(names))
     text, previous = str(name_stack), None
     while previous != text:
         previous, text = text, _TRANSFORM.sub(r"\1", text)
-    return "/".join(part for part in text.split("/") if part)
+    return "/".join(user_scopes([part for part in text.split("/") if part]))
 
 
 _TRANSFORM = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\(([^()]*)\)")

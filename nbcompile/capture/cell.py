@@ -8,25 +8,29 @@ magic passes in the namespace and the file name its compiler registered with ``l
 from __future__ import annotations
 
 import ast
+import inspect
 import linecache
 import traceback
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import CaptureError
-from .source import SourceInfo
+from .source import CellFiles, Location, SourceInfo
+from .userfiles import is_user_file
 
 __all__ = [
     "Captured",
     "capture",
     "cell_line_of",
+    "deepest_user_frame",
     "defined_in",
     "evaluate_call",
     "restore",
     "run_body",
     "snapshot",
+    "store_line",
 ]
 
 
@@ -58,6 +62,56 @@ def cell_line_of(exc: BaseException, source: SourceInfo) -> int | None:
     if line is None and isinstance(exc, SyntaxError):
         line = source.visible_line(exc.filename, exc.lineno)
     return line
+
+
+def deepest_user_frame(exc: BaseException, source: SourceInfo) -> tuple[Location, str] | None:
+    """(location, code text) of the deepest traceback frame of ``exc`` in the user's code: a
+    cell of this kernel (the compiling one or an earlier one, ``In [3] line 6`` in its visible
+    numbering) or a user file. None when every frame is library code."""
+    cells = CellFiles(source.cells)
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not frame.lineno or not is_user_file(frame.filename):
+            continue
+        if source.visible_line(frame.filename, frame.lineno) is not None:
+            cell = cells.count(frame.filename) if source.cells is not None else None
+            where = Location(cell, frame.filename, frame.lineno)
+            return where, source.line_text(frame.lineno)
+        count, name = cells.resolve(frame.filename)
+        text = linecache.getline(name, frame.lineno) or (frame.line or "")
+        return Location(count, name, frame.lineno), text.strip()
+    return None
+
+
+_MUTATORS = frozenset({"append", "extend", "insert", "update", "add", "setdefault"})
+
+
+def _stores_into(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` stores a value into the global ``name`` (``name = v``, ``name[k] = v``,
+    ``name.attr = v``, ``name.append(v)``)."""
+    if isinstance(node, ast.Name):
+        return node.id == name and isinstance(node.ctx, ast.Store)
+    if isinstance(node, ast.Subscript | ast.Attribute) and isinstance(node.ctx, ast.Store):
+        return isinstance(node.value, ast.Name) and node.value.id == name
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        target = node.func.value
+        return node.func.attr in _MUTATORS and isinstance(target, ast.Name) and target.id == name
+    return False
+
+
+def store_line(source: SourceInfo, name: str) -> int | None:
+    """The visible cell line where a function of the cell stores a value into the global
+    ``name`` (where a traced value leaks out), or None when no function of the cell does."""
+    text = "\n" + "\n".join(source.lines[1:])
+    try:
+        module = ast.parse(text)
+    except SyntaxError:
+        return None
+    for fn in ast.walk(module):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            for node in ast.walk(fn):
+                if _stores_into(node, name):
+                    return node.lineno
+    return None
 
 
 def _syntax_error(exc: SyntaxError, source: SourceInfo) -> CaptureError:
@@ -164,6 +218,7 @@ def capture(
 
     if call is not None and last_expr is not None:
         body = body[:-1]  # the example call is compiled, not run eagerly
+    call_line = last.lineno if call is not None and last else None
     return Captured(
         source=source,
         body=body,
@@ -171,7 +226,7 @@ def capture(
         call=call,
         args_expr=args_expr,
         quiet=quiet,
-        call_line=last.lineno if call is not None and last else None,
+        call_line=call_line,
         defined=defined,
     )
 
@@ -257,7 +312,27 @@ def evaluate_call(
             line=line,
             hint="define the arguments before the call (or give them with --args)",
         ) from exc
+    if _library_code(target):
+        captured.source = replace(captured.source, library_call=line)
     return target, tuple(args), kwargs
+
+
+def _library_code(target: Any) -> bool:
+    """Whether ``target`` runs library code only: a library model instance called directly
+    (``eqx.nn.Linear``, ``nnx.Linear``, a Keras functional model), not the user's function."""
+    fn = inspect.unwrap(target) if isinstance(target, types.FunctionType) else target
+    code = getattr(fn, "__code__", None)
+    for name in () if code is not None else ("call", "__call__"):
+        method = getattr(type(fn), name, None)
+        try:
+            code = getattr(inspect.unwrap(method), "__code__", None) if method else None
+        except ValueError:
+            code = None
+        if code is not None:
+            break
+    if not isinstance(code, types.CodeType) or code.co_filename.startswith("<"):
+        return False  # no code, or code compiled from a string: not known to be a library's
+    return not is_user_file(code.co_filename)
 
 
 def _unquote(text: str) -> str:

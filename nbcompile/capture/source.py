@@ -159,12 +159,16 @@ class SourceInfo:
     not defined in a cell); ``text`` the visible cell text, ``%%compile`` line included, so
     ``lines[i - 1]`` is visible line ``i``. ``cells`` (optional) maps the kernel's cell file
     names to execution counts, so that code from *other* cells is shown as ``In [n] line k``.
+    ``library_call`` is the visible line of the example call when the target is a library
+    model called directly (``lin(x)``, a Keras functional model): the program has no user
+    frame, so its ops are located at that line.
     """
 
     filename: str | None = None
     text: str = ""
     other_files: tuple[str, ...] = field(default_factory=tuple)
     cells: Mapping[str, int] | None = field(default=None, compare=False, repr=False)
+    library_call: int | None = field(default=None, compare=False)
 
     @property
     def lines(self) -> list[str]:
@@ -185,6 +189,17 @@ class SourceInfo:
         if 1 <= line <= max(len(self.lines), 1):
             return line
         return None
+
+    def label_of(self, file: str | None, line: int | None) -> str | None:
+        """How a user sees ``file:line``: ``line 4`` in this cell, ``In [3] line 2`` in another
+        cell of the kernel, ``model.py:12`` in a file (None without a file and line)."""
+        if file is None or line is None:
+            return None
+        visible = self.visible_line(file, line)
+        if visible is not None:
+            return f"line {visible}"
+        count, name = CellFiles(self.cells).resolve(file)
+        return Location(count, name, line).label
 
     def line_text(self, line: int) -> str:
         lines = self.lines

@@ -71,7 +71,7 @@ def differ(compiled: Any, eager: Any) -> bool:
 class Divergence:
     """Compiled vs op-by-op. ``outputs_differ``: indices of program outputs that differ (None
     when the op-by-op run stopped before its outputs). ``first``: the first divergent equation
-    (``id``, ``primitive``, ``line``, ``file``, ``file_line``, ``code``, ``eager`` and
+    (``id``, ``primitive``, ``line``, ``file``, ``file_line``, ``where``, ``code``, ``eager`` and
     ``compiled`` value summaries), None when none was found. ``hlo_ops``: the optimised
     program's ops from that equation (``name``, ``opcode``, ``fusion``, ``text``);
     ``compiled_outputs`` summarises the compiled program's outputs."""
@@ -121,7 +121,9 @@ class Divergence:
             )
         if self.first:
             f = self.first
-            where = f"line {f['line']}" if f["line"] else f"{f['file']}:{f['file_line']}"
+            where = f.get("where") or (
+                f"line {f['line']}" if f["line"] else f"{f['file']}:{f['file_line']}"
+            )
             lines.append(
                 f"First divergent value: `{f['primitive']}` ({f['id']}) at {where}"
                 + (f": {f['code'].strip()}" if f.get("code") else "")

@@ -8,6 +8,9 @@ under ``jax.disable_jit()``. Containers are opened: ``scan`` and ``while`` loop 
 interpreter does not know (``shard_map``: its body runs per device, with collectives) is bound
 whole and reported in :attr:`Interpreter.opaque`.
 
+:attr:`Interpreter.open` holds the equations being run, outermost first (the hook of a nested
+equation finds the ``cond``/``scan``/``checkpoint`` that holds it there).
+
 A hook sees every equation after it ran (containers too, after their body):
 ``hook(node_id, eqn, invals, outvals, iteration, leaf)``. ``iteration`` is a tuple with one loop
 index per enclosing ``scan``/``while``. Values are dropped as soon as their last user ran, so
@@ -50,6 +53,7 @@ class Interpreter:
     def __init__(self, hook: Hook | None = None) -> None:
         self.hook = hook
         self.opaque: dict[str, str] = {}  # node id -> primitive bound whole (not descended)
+        self.open: list[Any] = []  # the container equations being run, outermost first
 
     def run(self, closed_jaxpr: Any, args: Sequence[Any]) -> list[Any]:
         """Evaluate ``closed_jaxpr`` on flat ``args``; returns the flat outputs."""
@@ -72,7 +76,11 @@ class Interpreter:
         for i, eqn in enumerate(inner.eqns):
             node_id = f"{prefix}e{i}"
             invals = [read(v) for v in eqn.invars]
-            outvals, leaf = self._eval_eqn(eqn, invals, node_id, iteration)
+            self.open.append(eqn)
+            try:
+                outvals, leaf = self._eval_eqn(eqn, invals, node_id, iteration)
+            finally:
+                self.open.pop()
             for var, value in zip(eqn.outvars, outvals, strict=True):
                 if not isinstance(var, jcore.DropVar):
                     env[var] = value

@@ -11,7 +11,7 @@ import re
 
 import jax
 
-from ..capture.cell import cell_line_of
+from ..capture.cell import cell_line_of, deepest_user_frame
 from ..capture.source import SourceInfo
 from ..errors import CompileError, LowerError, NbcompileError, TraceError
 
@@ -70,6 +70,80 @@ def _output_error(match: re.Match[str], line: int | None) -> NbcompileError:
     )
 
 
+def _where(exc: BaseException, source: SourceInfo, line: int | None) -> str:
+    """`` `code` `` of the compiling cell's ``line``, with the deepest frame in the user's code
+    when that lies elsewhere: a method of a model defined in an earlier cell (`` in In [3] line
+    6 `code` ``) or in a user file."""
+    here = f" `{source.line_text(line).strip()}`" if line else ""
+    deepest = deepest_user_frame(exc, source)
+    if deepest is None:
+        return here
+    location, text = deepest
+    if line is not None and source.visible_line(location.file, location.line) == line:
+        return here
+    code = f" `{text}`" if text else ""
+    return f"{here} in {location.label}{code}"
+
+
+# JAX's messages for a traced value used where only a concrete one will do. A generic
+# ConcretizationTypeError names the tracer ("traced array with shape float32[]"), so
+# shape-dependence is read from the rest of the message: a size/shape argument, jnp.arange.
+_SHAPE_OF_TRACERS = "Shapes must be 1D sequences of concrete values"
+_TRACER_SHAPE = re.compile(r"traced array with shape \S+")
+_SHAPE_WORDS = re.compile(r"\b(?:size|shape|arange|linspace)\b", re.IGNORECASE)
+
+
+def _decides_shape(exc: BaseException) -> bool:
+    """Whether a concrete-value error is about a shape (NBC202), not a conversion (NBC205)."""
+    if not isinstance(exc, jax.errors.ConcretizationTypeError) or isinstance(
+        exc, jax.errors.TracerArrayConversionError | jax.errors.TracerIntegerConversionError
+    ):
+        return False
+    head = str(exc).split("The error occurred while tracing", 1)[0]
+    return bool(_SHAPE_WORDS.search(_TRACER_SHAPE.sub("", head)))
+
+
+def _shape_arguments(
+    exc: BaseException, line: int | None, arg_names: list[str] | None
+) -> list[str]:
+    """Arguments of the traced function that are traced scalars used on the failing line:
+    the values that decide a shape, which ``--static`` makes Python numbers again."""
+    if not arg_names or line is None:
+        return []
+    tb = exc.__traceback__
+    frame_locals: dict = {}
+    while tb is not None:
+        if tb.tb_lineno == line and arg_names[0] in tb.tb_frame.f_locals:
+            frame_locals = tb.tb_frame.f_locals
+        tb = tb.tb_next
+    found = []
+    for name in arg_names:
+        value = frame_locals.get(name)
+        if isinstance(value, jax.core.Tracer) and getattr(value, "ndim", None) == 0:
+            found.append(name)
+    return found
+
+
+def _shape_error(
+    exc: BaseException,
+    source: SourceInfo,
+    line: int | None,
+    code_line: str,
+    arg_names: list[str] | None,
+) -> NbcompileError:
+    text = source.line_text(line) if line else ""
+    used = [n for n in _shape_arguments(exc, line, arg_names) if re.search(rf"\b{n}\b", text)]
+    static = " ".join(f"--static {n}" for n in used) or "--static NAME"
+    return TraceError(
+        f"a shape depends on a traced value{code_line}",
+        code="NBC202",
+        line=line,
+        hint=f"shapes must be known when compiling: mark the size argument static with "
+        f"`%%compile {static}` (each new value recompiles), or use jnp.where(mask, x, 0) / "
+        "jnp.nonzero(mask, size=N) with a fixed size",
+    )
+
+
 def translate(
     exc: BaseException,
     stage: str,
@@ -82,7 +156,7 @@ def translate(
     if isinstance(exc, NbcompileError):
         return exc
     line = cell_line_of(exc, source)
-    code_line = f" `{source.line_text(line).strip()}`" if line else ""
+    code_line = _where(exc, source, line)
     errors = jax.errors
     if isinstance(exc, errors.TracerBoolConversionError):
         return TraceError(
@@ -106,10 +180,11 @@ def translate(
         | errors.TracerIntegerConversionError
         | errors.ConcretizationTypeError,
     ):
-        shape_dependent = "shape" in str(exc).lower() and "concrete" in str(exc).lower()
+        if _decides_shape(exc):
+            return _shape_error(exc, source, line, code_line, arg_names)
         return TraceError(
             f"a traced value was used where a concrete value is needed{code_line}",
-            code="NBC202" if shape_dependent else "NBC205",
+            code="NBC205",
             line=line,
             hint="keep the computation in jax.numpy (not numpy/int()/float()); for values that "
             "decide shapes or Python control flow, mark the argument static with --static NAME",
@@ -122,6 +197,8 @@ def translate(
             hint="return values instead of storing them in globals or lists outside the function",
         )
     text = str(exc)
+    if isinstance(exc, TypeError) and text.startswith(_SHAPE_OF_TRACERS):
+        return _shape_error(exc, source, line, code_line, arg_names)
     output = _OUTPUT.search(text) if isinstance(exc, TypeError) else None
     if output is not None:
         return _output_error(output, line)
@@ -161,7 +238,7 @@ def translate(
             hint="see the chained XLA error above",
         )
     return TraceError(
-        f"tracing failed: {type(exc).__name__}: {_first_line(exc)}",
+        f"tracing failed{code_line}: {type(exc).__name__}: {_first_line(exc)}",
         line=line,
         hint="fix that line; the original error is shown above",
     )
