@@ -7,7 +7,10 @@ Public API::
     model = nbcompile.load("model.nbc")
 
 In IPython/Jupyter: ``%load_ext nbcompile`` then ``%%compile`` on a cell. Importing this package
-imports neither IPython nor the widgets; heavy modules load on first use.
+imports neither IPython nor the widgets; heavy modules load on first use. Where an accelerator
+plugin is installed without its device (the ``[tpu]`` extra on a machine with no TPU), importing
+it tells JAX to start on the CPU, as ``%load_ext`` does, so that a script or a fresh process
+using the Python API does not print libtpu's start-up errors (see ``_quiet_jax_start``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,31 @@ if TYPE_CHECKING:
     from .errors import NbcompileError
     from .frozen import freeze, load, verify
     from .session import last, last_error
+
+
+def _quiet_jax_start() -> None:
+    """Tell JAX to start on the CPU where an accelerator plugin is installed without its
+    device (nbcompile._compat.quiet_platforms; starts no backend). JAX is imported only where
+    such a plugin is installed and JAX_PLATFORMS is not set."""
+    import os
+    import sys
+
+    if os.environ.get("JAX_PLATFORMS") or sys.platform != "linux":
+        return
+    import importlib.util
+
+    plugins = ("libtpu", "jax_cuda12_plugin", "jax_cuda13_plugin")
+    try:
+        if not any(importlib.util.find_spec(m) is not None for m in plugins):
+            return
+        from ._compat import quiet_platforms
+
+        quiet_platforms()
+    except Exception:  # never fail an import over keeping the console quiet
+        return
+
+
+_quiet_jax_start()
 
 
 def __getattr__(name: str) -> Any:

@@ -11,13 +11,23 @@ import jax
 import numpy as np
 
 from nbcompile.errors import FreezeError
-from nbcompile.frozen import _customcalls, _jaxcompat, _locations, _program, _safetensors
+from nbcompile.frozen import (
+    _customcalls,
+    _jaxcompat,
+    _locations,
+    _manifest,
+    _program,
+    _safetensors,
+)
 
 #: Closed-over arrays larger than this are hoisted into the weight section (weights mode).
 HOIST_BYTES = 1024
 
 
 def as_numpy(leaf: Any, where: str) -> np.ndarray:
+    """``leaf`` as a NumPy array; a typed PRNG key as its key data (uint32)."""
+    if _manifest.key_impl(leaf) is not None:
+        leaf = jax.random.key_data(leaf)
     try:
         arr = np.asarray(jax.device_get(leaf)) if isinstance(leaf, jax.Array) else None
         if arr is None:
@@ -61,7 +71,14 @@ def build(
         raise FreezeError(f"tracing the model failed: {err}", code="NBC506") from err
     consts = list(closed.consts)
     hoisted = (
-        [] if constants else [i for i, c in enumerate(consts) if np.asarray(c).nbytes > HOIST_BYTES]
+        []
+        if constants
+        else [
+            i
+            for i, c in enumerate(consts)
+            # a closed-over typed PRNG key stays in the program (it has no NumPy form)
+            if _manifest.key_impl(c) is None and np.asarray(c).nbytes > HOIST_BYTES
+        ]
     )
     taken = {nm for nm, _ in tensors}
     hoisted_tensors = []

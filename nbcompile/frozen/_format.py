@@ -37,6 +37,10 @@ from nbcompile.errors import FreezeError
 #     hold the string "b", a symbolic batch dimension (leading dimension of inputs; anywhere in
 #     outputs; never in weights). Files without it are read as before; readers of version 1
 #     from this date accept both.
+#   Version 1, 2026-12-02 (addition, version unchanged): weight and input array specs may carry
+#     "prng_impl" (a typed PRNG key stored as its uint32 key data; the implementation from a
+#     closed list, rebuilt with jax.random.wrap_key_data). Files without it are read as before;
+#     readers before this date refuse files with it (NBC500 naming the field).
 FORMAT_VERSION = 1
 MIN_FORMAT_VERSION = 1
 

@@ -8,6 +8,11 @@ A pytree structure is stored as plain JSON, never as a pickled treedef::
 Dict keys are strings or integers, kept in JAX's order (sorted). Inputs and outputs of a frozen
 model must be arrays in such containers; weights may be any pytree (only their key-path names
 are stored).
+
+A typed PRNG key (``jax.random.key``) among the weights or inputs is stored as its key data
+(``jax.random.key_data``: uint32, the key's shape plus the implementation's trailing dims) with
+``"prng_impl"`` naming the implementation from the closed list :data:`PRNG_IMPLS`; the program
+rebuilds the key with ``jax.random.wrap_key_data`` (never an import by name).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ BATCH_DIM = "b"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 MAX_TREE_DEPTH = 64
 MAX_LEAVES = 100_000
+#: PRNG implementations a frozen key may name -> the trailing dims of their key data
+PRNG_IMPLS: dict[str, tuple[int, ...]] = {"threefry2x32": (2,), "rbg": (4,), "unsafe_rbg": (4,)}
 _VERSION = re.compile(r"^(\d{1,4})\.(\d{1,4})\.(\d{1,6})(?:[.+a-z0-9-]{0,40})$")
 
 
@@ -148,9 +155,13 @@ def _check_array_spec(spec: Any, field: str, named: bool = False, batch: str = "
     """Validate an array spec; return whether it uses the batch dimension ``"b"``.
 
     ``batch`` says where ``"b"`` may appear: ``"none"`` (weights), ``"leading"`` (inputs) or
-    ``"any"`` (outputs).
+    ``"any"`` (outputs). Weights and inputs may carry ``"prng_impl"`` (a typed PRNG key's
+    data), outputs not.
     """
     keys = {"name", "shape", "dtype"} if named else {"shape", "dtype"}
+    if isinstance(spec, dict) and batch != "any" and "prng_impl" in spec:
+        _check_key_spec(spec, field)
+        keys = keys | {"prng_impl"}
     if not isinstance(spec, dict) or set(spec) != keys:
         raise _bad(field, f"must be an object with exactly {sorted(keys)}")
     if named and (not isinstance(spec["name"], str) or not 0 < len(spec["name"]) <= 1000):
@@ -172,6 +183,91 @@ def _check_array_spec(spec: Any, field: str, named: bool = False, batch: str = "
     if not isinstance(spec["dtype"], str) or spec["dtype"] not in CODES:
         raise _bad(field, f"unknown dtype {spec['dtype']!r}")
     return uses_b
+
+
+def _check_key_spec(spec: dict[str, Any], field: str) -> None:
+    """A typed PRNG key's data: a listed implementation, uint32, its trailing dims."""
+    impl = spec["prng_impl"]
+    if not isinstance(impl, str) or impl not in PRNG_IMPLS:
+        raise _bad(f"{field}.prng_impl", f"must be one of {sorted(PRNG_IMPLS)}")
+    shape, tail = spec.get("shape"), PRNG_IMPLS[impl]
+    if (
+        spec.get("dtype") != "uint32"
+        or not isinstance(shape, list)
+        or len(shape) < len(tail)
+        or tuple(shape[len(shape) - len(tail) :]) != tail
+    ):
+        raise _bad(field, f"{impl} key data must be uint32 with trailing dims {list(tail)}")
+
+
+def key_impl(leaf: Any) -> str | None:
+    """The implementation name of a typed PRNG key (None for any other leaf); FreezeError
+    NBC506 for a key of an implementation not in :data:`PRNG_IMPLS`."""
+    import jax
+
+    dtype = getattr(leaf, "dtype", None)
+    try:
+        if dtype is None or not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            return None
+    except TypeError:
+        return None
+    name = str(jax.random.key_impl(leaf))
+    if name not in PRNG_IMPLS:
+        raise FreezeError(
+            f"a PRNG key of implementation {name!r} cannot be frozen",
+            code="NBC506",
+            hint=f"use one of {', '.join(sorted(PRNG_IMPLS))} (jax.random.key(seed, impl=...))",
+        )
+    return name
+
+
+def key_shapes(arrays: Sequence[np.ndarray], impls: Sequence[str | None]) -> list[np.ndarray]:
+    """``arrays`` with each key's data replaced by a stand-in of the key's own shape (its data
+    without the trailing dims), for the batch-dimension checks."""
+    return [
+        a if impl is None else np.broadcast_to(np.zeros((), a.dtype), a.shape[: -len(tail)])
+        for a, impl in zip(arrays, impls, strict=True)
+        for tail in [PRNG_IMPLS.get(impl or "", ())]
+    ]
+
+
+def wrap_keys(flat: Sequence[Any], impls: Sequence[str | None]) -> list[Any]:
+    """Key data rebuilt as typed keys where ``impls`` names an implementation (in a program)."""
+    import jax
+
+    return [
+        x if impl is None else jax.random.wrap_key_data(x, impl=impl)
+        for x, impl in zip(flat, impls, strict=True)
+    ]
+
+
+def key_data_for(leaf: Any, want: dict[str, Any], i: int) -> Any:
+    """An input leaf as the program takes it: a typed PRNG key of the implementation the model
+    was frozen with becomes its key data (its raw uint32 data is taken as it is);
+    FreezeError NBC507 for a key where the model takes another implementation or an array."""
+    import jax
+
+    impl = key_impl(leaf)
+    if impl is None:
+        return leaf
+    if want.get("prng_impl") != impl:
+        takes = f"a {want['prng_impl']} key" if "prng_impl" in want else "an array"
+        raise FreezeError(
+            f"input leaf {i} is a {impl} PRNG key, the model takes {takes}", code="NBC507"
+        )
+    return jax.random.key_data(leaf)
+
+
+def refuse_keys(leaves: Sequence[Any], where: str) -> None:
+    """FreezeError NBC506 for a typed PRNG key among a model's outputs."""
+    for i, leaf in enumerate(leaves):
+        if key_impl(leaf) is not None:
+            raise FreezeError(
+                f"{where} leaf {i} is a typed PRNG key; frozen outputs must be arrays",
+                code="NBC506",
+                hint="return jax.random.key_data(key) and rebuild it with "
+                "jax.random.wrap_key_data(data) after the call",
+            )
 
 
 def _check_signature(sig: Any, field: str, batch: str) -> bool:
@@ -272,12 +368,18 @@ def encode(manifest: dict[str, Any]) -> bytes:
     return json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=True).encode("ascii")
 
 
-def array_spec(shape: Sequence[int], dtype: Any, batched: bool = False) -> dict[str, Any]:
-    """Manifest spec of an array; ``batched`` writes the leading dimension as ``"b"``."""
+def array_spec(
+    shape: Sequence[int], dtype: Any, batched: bool = False, prng_impl: str | None = None
+) -> dict[str, Any]:
+    """Manifest spec of an array; ``batched`` writes the leading dimension as ``"b"``;
+    ``prng_impl`` marks a typed PRNG key's data."""
     dims: list[int | str] = [int(d) for d in shape]
     if batched:
         dims[0] = BATCH_DIM
-    return {"shape": dims, "dtype": np.dtype(dtype).name}
+    spec: dict[str, Any] = {"shape": dims, "dtype": np.dtype(dtype).name}
+    if prng_impl is not None:
+        spec["prng_impl"] = prng_impl
+    return spec
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:

@@ -39,6 +39,7 @@ from ..analysis.memory_xla import (
 )
 from ..errors import CompileError, TargetError
 from ..targets._capacity import device_capacity
+from ._functions import attach_functions
 
 __all__ = [
     "XlaMemoryFiles",
@@ -60,10 +61,21 @@ class XlaMemoryFiles:
     error: str | None = None  # XLA's message when it refused the program (e.g. HBM OOM)
 
 
-def _devices(target: Any) -> int:
+def _devices(target: Any, compiled: Any = None) -> int:
+    """How many devices the program runs on (its figures are per device): the target's mesh,
+    else the devices the compiled program's inputs are placed on (``jax.ShapeDtypeStruct``
+    arguments carrying a ``NamedSharding``, arrays the user sharded)."""
     mesh = getattr(target, "mesh", None)
     size = getattr(mesh, "size", None)
-    return int(size) if size else 1
+    if size:
+        return int(size)
+    try:
+        import jax
+
+        shardings = jax.tree_util.tree_leaves(compiled.input_shardings) if compiled else []
+        return max([len(s.device_set) for s in shardings], default=1)
+    except Exception:  # JAX: best effort, a backend may not say
+        return 1
 
 
 def _program(c: Any) -> tuple[Any, str]:
@@ -161,7 +173,7 @@ def compile_for_memory(
                 platform=platform,
                 xla_memory=normalise_memory(compiled.memory_analysis()) or {},
                 capacity=cap,
-                devices=_devices(target),
+                devices=_devices(target, compiled),
                 program=program,
             )
             return m, compiled
@@ -183,7 +195,7 @@ def _from_files(
         platform=platform,
         xla_memory=normalise_memory(raw) or {},
         capacity=cap,
-        devices=_devices(target),
+        devices=_devices(target, compiled),
         program=program,
     )
     if m.allocated_bytes is None:
@@ -258,7 +270,7 @@ def memory_map(
         platform=platform,
         xla_memory=normalise_memory(raw) or {},
         capacity=cap,
-        devices=_devices(target),
+        devices=_devices(target, prog.compiled),
         program=kind,
     )
     if raw is None:
@@ -266,4 +278,4 @@ def memory_map(
             "XLA gave no memory_analysis() for this backend: the fit is judged on "
             "the peak of live buffers (an estimate of what it allocates)"
         )
-    return m
+    return attach_functions(m, prog)

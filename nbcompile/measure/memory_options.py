@@ -9,7 +9,13 @@ Each option is the same function compiled again for the same target and argument
   forward recomputed in its own backward step), where the model has such layers;
 * donated arguments (``donate_argnums``): the inputs an output can reuse;
 * the largest batch that fits: two compiles at batch ``B`` and ``2B`` give XLA's allocation as
-  ``a + b * batch``; one more compile at the predicted size confirms it.
+  ``a + b * batch``; one more compile at the predicted size confirms it (``largest_batch``: that
+  batch with its compile's peak and verdict). The batch is dimension ``batch_axis`` of the data
+  arguments; arguments given as ``jax.ShapeDtypeStruct`` keep their ``sharding`` at every size
+  (a batch sharded over mesh axes stays a multiple of their size), and under ``--mesh`` /
+  ``--topology`` every figure, the capacity included, is per device. When the confirming
+  compile does not fit (the allocation grows faster at large sizes), up to ``REFINE`` more
+  compiles extrapolate again from the sizes that did and did not fit.
 
 Every figure is XLA's (allocation, flops from ``cost_analysis()``); a variant that cannot be
 compiled is listed with XLA's reason.
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,9 +38,12 @@ from ..units import format_bytes, format_count
 from ._remat import layer_remat, remat_layers
 from .memory import compile_for_memory
 
-__all__ = ["BatchSearch", "MemoryOption", "MemoryOptions", "memory_options"]
+__all__ = ["BatchSearch", "LargestBatch", "MemoryOption", "MemoryOptions", "memory_options"]
 
 POLICIES = ("nothing_saveable", "dots_saveable")
+#: at most this many more compiles when the confirming compile does not fit (each one
+#: extrapolates again through the largest size that fits and the size that did not)
+REFINE = 6
 
 
 @dataclass
@@ -77,23 +87,63 @@ class MemoryOption:
 class BatchSearch:
     """The largest batch that fits: compiled at ``tried`` sizes, XLA's allocation at each."""
 
-    argument: str  # the arguments whose leading dimension is the batch
+    argument: str  # the arguments whose dimension ``axis`` is the batch
     tried: list[tuple[int, int]]  # (batch, required bytes)
     per_example_bytes: float | None
     predicted: int | None
     confirmed: bool | None  # the compile at ``predicted`` fits
     largest: int | None  # the largest batch compiled that fits
+    axis: int = 0
+    step: int = 1  # the batch is a multiple of this (the mesh axes it is sharded over)
+    #: each compiled size's measured variant (peak, required bytes, verdict), by batch
+    measured: dict[int, MemoryOption] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "argument": self.argument,
+            "axis": self.axis,
+            "step": self.step,
             "tried": [list(t) for t in self.tried],
+            "peaks": [[b, o.peak_bytes] for b, o in self.measured.items()],
             "per_example_bytes": self.per_example_bytes,
             "predicted": self.predicted,
             "confirmed": self.confirmed,
             "largest": self.largest,
             "source": "XLA",
         }
+
+
+@dataclass(frozen=True)
+class LargestBatch:
+    """The largest batch that fits, as compiled: its size, and that compile's peak, XLA
+    allocation and verdict (per device under a mesh or a TPU topology; ``devices`` says how
+    many)."""
+
+    size: int
+    argument: str
+    axis: int
+    peak_bytes: int | None
+    required_bytes: int | None
+    fits: bool | None
+    headroom_bytes: int | None
+    capacity_bytes: int | None
+    devices: int
+    confirmed: bool | None  # the compile at the extrapolated size fits
+
+    def __int__(self) -> int:
+        return self.size
+
+    def text(self) -> str:
+        per = f" per device ({self.devices} devices)" if self.devices > 1 else ""
+        verdict = {True: "fits", False: "does NOT fit", None: "fit unknown"}[self.fits]
+        return (
+            f"largest batch {self.size} of {self.argument} (axis {self.axis}): peak "
+            f"{format_bytes(self.peak_bytes)}, XLA allocates {format_bytes(self.required_bytes)}"
+            f"{per} of {format_bytes(self.capacity_bytes)}: {verdict}"
+        )
+
+    def __repr__(self) -> str:
+        return self.text()
 
 
 @dataclass
@@ -105,6 +155,28 @@ class MemoryOptions:
     capacity_label: str | None
     batch: BatchSearch | None = None
     notes: list[str] = field(default_factory=list)
+    devices: int = 1  # figures are per device when > 1 (a mesh or a TPU topology)
+
+    @property
+    def largest_batch(self) -> LargestBatch | None:
+        """The largest batch that fits, with its compile's peak and verdict (None when not
+        searched or when no compiled size fits)."""
+        b = self.batch
+        if b is None or b.largest is None or b.largest not in b.measured:
+            return None
+        o = b.measured[b.largest]
+        return LargestBatch(
+            size=b.largest,
+            argument=b.argument,
+            axis=b.axis,
+            peak_bytes=o.peak_bytes,
+            required_bytes=o.required_bytes,
+            fits=o.fits,
+            headroom_bytes=o.headroom_bytes,
+            capacity_bytes=self.capacity_bytes,
+            devices=self.devices,
+            confirmed=b.confirmed,
+        )
 
     def best(self) -> MemoryOption | None:
         """The option that fits with the fewest extra flops (None if none fits)."""
@@ -120,6 +192,7 @@ class MemoryOptions:
             "capacity_bytes": {"value": self.capacity_bytes, "source": self.capacity_source},
             "capacity_label": self.capacity_label,
             "batch": self.batch.to_json() if self.batch else None,
+            "devices": self.devices,
             "notes": list(self.notes),
         }
 
@@ -129,7 +202,8 @@ class MemoryOptions:
             if self.capacity_bytes
             else "unknown capacity"
         )
-        rows = [f"memory options (XLA's allocation per call; {cap}):"]
+        per = f" per device ({self.devices} devices)" if self.devices > 1 else ""
+        rows = [f"memory options (XLA's allocation per call{per}; {cap}):"]
         for o in [self.baseline, *self.options]:
             if o.error:
                 rows.append(f"  {o.name:<28} could not compile: {o.error}")
@@ -149,6 +223,8 @@ class MemoryOptions:
                 f"  largest {self.batch.argument} batch that fits: {self.batch.largest} "
                 f"(compiled at {', '.join(str(b) for b, _ in self.batch.tried)})"
             )
+            if self.largest_batch is not None:
+                rows.append(f"    {self.largest_batch.text()}")
         rows.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(rows)
 
@@ -163,6 +239,8 @@ class _Variants:
         c: Any,
         capacity: tuple[int | None, str | None, str | None] | None,
         batch_size: int | None,
+        batch_axis: int = 0,
+        batch_args: Sequence[str] | None = None,
     ) -> None:
         self.c = c
         self.target = c.target
@@ -176,15 +254,16 @@ class _Variants:
         self.names = list(getattr(c.adapted, "arg_names", ()) or [])
         self.capacity = capacity or device_capacity(self.target, self.target.platform)
         self.args = tuple(c.args)
-        self.batch = _batch_arguments(self)
+        self.axis = batch_axis
+        self.batch = _batch_arguments(self, batch_args)
         if batch_size is not None:
             if self.batch is None:
                 raise TargetError(
                     "batch_size: no argument with a batch dimension was found",
                     code="NBC601",
-                    hint="the non-parameter arguments must share their leading dimension",
+                    hint=f"the non-parameter arguments must share their dimension {batch_axis}",
                 )
-            self.args = _with_batch(self.args, self.batch[0], batch_size)
+            self.args = _with_batch(self.args, self.batch[0], batch_size, batch_axis)
             self.batch = (self.batch[0], batch_size)
 
     def placed(self, args: tuple[Any, ...]) -> Any:
@@ -266,32 +345,92 @@ class _Variants:
         return tuple(chosen)
 
 
-def _with_batch(args: tuple[Any, ...], which: list[int], batch: int) -> tuple[Any, ...]:
+def _with_batch(
+    args: tuple[Any, ...], which: list[int], batch: int, axis: int = 0
+) -> tuple[Any, ...]:
+    """``args`` with dimension ``axis`` of the arguments ``which`` set to ``batch``, as
+    ``jax.ShapeDtypeStruct``s that keep a ``NamedSharding`` the argument carries."""
     import jax
+    from jax.sharding import NamedSharding
 
     def resize(x: Any) -> Any:
-        return jax.ShapeDtypeStruct((batch, *x.shape[1:]), x.dtype)
+        sharding = getattr(x, "sharding", None)
+        shape = (*x.shape[:axis], batch, *x.shape[axis + 1 :])
+        return jax.ShapeDtypeStruct(
+            shape,
+            x.dtype,
+            sharding=sharding if isinstance(sharding, NamedSharding) else None,
+            weak_type=bool(getattr(x, "weak_type", False)),
+        )
 
     return tuple(jax.tree_util.tree_map(resize, a) if i in which else a for i, a in enumerate(args))
 
 
-def _batch_arguments(v: _Variants) -> tuple[list[int], int] | None:
-    """The non-parameter arguments sharing one leading dimension: the batch."""
+def _sharded_over(x: Any, axis: int) -> int:
+    """How many devices dimension ``axis`` of ``x`` is split over (its ``NamedSharding``)."""
+    import math
+
+    from jax.sharding import NamedSharding
+
+    sharding = getattr(x, "sharding", None)
+    if not isinstance(sharding, NamedSharding) or axis >= len(sharding.spec):
+        return 1
+    entry = sharding.spec[axis]
+    if entry is None:
+        return 1
+    names = (entry,) if isinstance(entry, str) else tuple(entry)
+    return math.prod(sharding.mesh.shape[n] for n in names)
+
+
+def _batch_arguments(
+    v: _Variants, chosen: Sequence[str] | None = None
+) -> tuple[list[int], int] | None:
+    """The arguments whose dimension ``v.axis`` is the batch: those named in ``chosen``, else
+    the non-parameter arguments sharing one size there (most arguments first; then those
+    sharded along it, as a data-parallel batch is; then the later ones, as data follows
+    parameters in ``loss(params, x)``)."""
     import jax
 
+    axis = v.axis
     skip = set(v.argnums or ()) | set(getattr(v.c.adapted, "params_argnums", ()) or ())
+    if chosen is not None:
+        unknown = [n for n in chosen if n not in v.names]
+        if unknown:
+            raise TargetError(
+                f"batch_args: {unknown[0]!r} is not an argument",
+                code="NBC601",
+                hint=f"arguments are: {', '.join(v.names)}",
+            )
+        skip = {i for i, n in enumerate(v.names) if n not in chosen}
     sizes: dict[int, list[int]] = {}
+    sharded: dict[int, int] = {}
     for i, a in enumerate(v.args):
         leaves = jax.tree_util.tree_leaves(a)
-        if i in skip or not leaves or not all(getattr(x, "ndim", 0) >= 1 for x in leaves):
+        if i in skip or not leaves or not all(getattr(x, "ndim", 0) > axis for x in leaves):
             continue
-        firsts = {x.shape[0] for x in leaves}
+        firsts = {x.shape[axis] for x in leaves}
         if len(firsts) == 1:
-            sizes.setdefault(firsts.pop(), []).append(i)
+            size = firsts.pop()
+            sizes.setdefault(size, []).append(i)
+            if any(_sharded_over(x, axis) > 1 for x in leaves):
+                sharded[size] = sharded.get(size, 0) + 1
     if not sizes:
         return None
-    batch, which = max(sizes.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    batch, which = max(
+        sizes.items(), key=lambda kv: (len(kv[1]), sharded.get(kv[0], 0), max(kv[1]), kv[0])
+    )
     return which, batch
+
+
+def _batch_step(v: _Variants, which: list[int]) -> int:
+    """The batch must stay a multiple of the devices its arguments are split over."""
+    import jax
+
+    step = 1
+    for i in which:
+        for x in jax.tree_util.tree_leaves(v.args[i]):
+            step = math.lcm(step, _sharded_over(x, v.axis))
+    return step
 
 
 def _largest_batch(v: _Variants, notes: list[str]) -> BatchSearch | None:
@@ -305,26 +444,61 @@ def _largest_batch(v: _Variants, notes: list[str]) -> BatchSearch | None:
         return None
     which, b1 = found
     label = ", ".join(v.names[i] if i < len(v.names) else f"args[{i}]" for i in which)
-    tried: list[tuple[int, int]] = []
+    step = _batch_step(v, which)
+    search = BatchSearch(label, [], None, None, None, None, axis=v.axis, step=step)
+    tried, measured = search.tried, search.measured
+
+    def compile_at(b: int) -> MemoryOption:
+        option, _ = v.measure(f"batch {b}", "", v.fn, _with_batch(v.args, which, b, v.axis))
+        if option.required_bytes is not None:
+            tried.append((b, option.required_bytes))
+            measured[b] = option
+        return option
+
     for b in (b1, 2 * b1):
-        option, _ = v.measure(f"batch {b}", "", v.fn, _with_batch(v.args, which, b))
+        option = compile_at(b)
         if option.required_bytes is None:
             notes.append(f"batch {b} could not be compiled: {option.error}")
-            return BatchSearch(label, tried, None, None, None, None)
-        tried.append((b, option.required_bytes))
+            return search
     (x1, y1), (x2, y2) = tried
-    slope = (y2 - y1) / (x2 - x1)
+    search.per_example_bytes = slope = (y2 - y1) / (x2 - x1)
     if slope <= 0:
         notes.append("the allocation does not grow with the batch: no largest batch")
-        return BatchSearch(label, tried, slope, None, None, None)
-    predicted = math.floor(x1 + (capacity - y1) / slope)
+        return search
+    # per device under a mesh: the allocation and the capacity are both one device's
+    predicted = math.floor(x1 + (capacity - y1) / slope) // step * step
+    search.predicted = predicted
     if predicted < 1:
-        return BatchSearch(label, tried, slope, predicted, None, None)
-    option, _ = v.measure(f"batch {predicted}", "", v.fn, _with_batch(v.args, which, predicted))
-    if option.required_bytes is not None:
-        tried.append((predicted, option.required_bytes))
+        return search
+    option = measured.get(predicted) or compile_at(predicted)
+    search.confirmed = option.fits
+    for k in range(REFINE):
+        if option.fits is not False:
+            break
+        # the allocation grew faster than at small sizes (buffers that padding or fusion hid):
+        # extrapolate again through the largest size that fits and the one that did not, at
+        # least 2**k steps below the failed size (padded layouts allocate in whole tiles)
+        xa, ya = max(((b, y) for b, y in tried if y <= capacity), default=tried[0])
+        xb, yb = predicted, option.required_bytes or 0
+        if xb <= xa or yb <= ya:
+            break
+        guess = math.floor(xa + (capacity - ya) * (xb - xa) / (yb - ya)) // step * step
+        predicted = min(guess, xb - step * 2**k)
+        if predicted <= xa or predicted in measured:
+            break
+        option = compile_at(predicted)
     fits = [b for b, need in tried if need <= capacity]
-    return BatchSearch(label, tried, slope, predicted, option.fits, max(fits, default=None))
+    search.largest = max(fits, default=None)
+    return search
+
+
+def _devices(c: Any) -> int:
+    """How many devices the figures are per (the compiled map's count)."""
+    m = getattr(c, "memory_map_if_computed", None)
+    if m is None:
+        mesh = getattr(getattr(c, "target", None), "mesh", None)
+        return int(getattr(mesh, "size", 1) or 1)
+    return int(getattr(m, "devices", 1) or 1)
 
 
 def _baseline(c: Any, v: _Variants) -> MemoryOption:
@@ -345,22 +519,32 @@ def memory_options(
     layers: bool = True,
     donate: bool = True,
     search_batch: bool = True,
+    batch_axis: int = 0,
+    batch_args: Sequence[str] | None = None,
 ) -> MemoryOptions:
     """Compile the variants of compilation ``c`` (see the module docstring) and measure each.
 
     ``batch_size`` measures every variant at that batch (the arguments sharing the batch
     dimension are resized as ``jax.ShapeDtypeStruct``: nothing is allocated); ``capacity``
-    plans for a memory budget in bytes instead of the target's device memory.
+    plans for a memory budget in bytes (per device) instead of the target's device memory.
+    The batch is dimension ``batch_axis`` of the arguments named in ``batch_args`` (default:
+    the non-parameter arguments sharing one size there); ``.largest_batch`` is the largest
+    that fits, with its compile's peak and verdict.
     """
     import jax
 
+    if not isinstance(batch_axis, int) or batch_axis < 0:
+        raise TargetError(
+            f"batch_axis must be a dimension number >= 0, got {batch_axis!r}", code="NBC601"
+        )
     cap = (capacity, "spec", "the given budget") if capacity is not None else None
-    v = _Variants(c, cap, batch_size)
+    v = _Variants(c, cap, batch_size, batch_axis, batch_args)
     notes: list[str] = []
     if batch_size is None and cap is None:
-        base = _baseline(c, v)
+        base, devices = _baseline(c, v), _devices(c)
     else:
-        base = v.measure("as compiled", "", v.fn)[0]
+        base, base_map = v.measure("as compiled", "", v.fn)
+        devices = base_map.devices if base_map is not None else _devices(c)
     options: list[MemoryOption] = []
     if v.argnums:
         for policy in policies:
@@ -400,7 +584,7 @@ def memory_options(
     for o in options:
         if o.flops is not None and base.flops is not None:
             o.extra_flops = o.flops - base.flops
-    result = MemoryOptions(base, options, *v.capacity, notes=notes)
+    result = MemoryOptions(base, options, *v.capacity, notes=notes, devices=devices)
     if search_batch:
         result.batch = _largest_batch(v, notes)
     return result

@@ -113,6 +113,19 @@ def _own_sharding(leaf: Any, mesh: Any) -> Any | None:
     return sharding if same else None
 
 
+def _same_spec(a: Any, b: Any) -> bool:
+    """Two ``PartitionSpec``s place an array alike (trailing ``None`` entries mean nothing)."""
+
+    def norm(spec: Any) -> tuple[Any, ...]:
+        entries = [e if e is None or isinstance(e, str) else tuple(e) for e in spec]
+        entries = [e[0] if isinstance(e, tuple) and len(e) == 1 else e for e in entries]
+        while entries and entries[-1] is None:
+            entries.pop()
+        return tuple(entries)
+
+    return norm(a) == norm(b)
+
+
 def _mesh_like(mesh: Any, other: Any) -> Any:
     """``mesh``'s devices with ``other``'s axis types (JAX 0.10 meshes default to Explicit
     axes, which a function written for them — ``shard_map`` — needs to see)."""
@@ -167,12 +180,15 @@ def place_args(
         if mesh is not None:
             where = _path_text(root, path)
             spec = _spec_for(where, specs, used)
-            own = _own_sharding(leaf, mesh) if spec is None else None
-            if own is not None and target.present:
-                placement.input_shardings[where] = spec_text(own.spec) or "replicated"
-                placement.per_device_shapes[where] = (shape, tuple(own.shard_shape(shape)))
-                return leaf  # already placed on these devices by the user: keep it
-            spec = own.spec if own is not None else spec or PartitionSpec()
+            own = _own_sharding(leaf, mesh)
+            if own is not None and (spec is None or _same_spec(spec, own.spec)):
+                if target.present:  # already placed on these devices by the user: keep it
+                    placement.input_shardings[where] = spec_text(own.spec) or "replicated"
+                    placement.per_device_shapes[where] = (shape, tuple(own.shard_shape(shape)))
+                    return leaf
+                spec = own.spec
+            # another --shard spec for an array the user placed: on the user's mesh axis types
+            spec = spec if spec is not None else PartitionSpec()
             _check_divisible(where, shape, spec, mesh)
             sharding = NamedSharding(_mesh_like(mesh, own.mesh) if own else mesh, spec)
             placement.input_shardings[where] = spec_text(spec) or "replicated"

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._compat import captured_stderr
+from .._compat import captured_stderr, tpu_plugin_without_profiler
 from ..errors import TargetError
 from ._gpu_configs import GPU_TARGETS, gpu_target_config
 from ._mesh import build_mesh, parse_mesh
@@ -100,8 +100,9 @@ def _topology_devices(platform: str, name: str, config: str | None) -> tuple[Any
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     with captured_stderr() as noise:
         try:
-            if platform == "tpu":
-                topo = topologies.get_topology_desc(topology_name=name, platform="tpu")
+            if platform == "tpu":  # libtpu's compiler only: its profiler would crash ours
+                with tpu_plugin_without_profiler():
+                    topo = topologies.get_topology_desc(topology_name=name, platform="tpu")
             else:
                 topo = topologies.get_topology_desc(
                     platform="cuda", topology=name, target_config=config
