@@ -173,6 +173,11 @@ class CompileMagics(Magics):
         help="map memory: what is live at the peak, line by line, and whether it fits",
     )
     @argument(
+        "--passes",
+        action="store_true",
+        help="record XLA's pass pipeline and the kernels' code (one more compile)",
+    )
+    @argument(
         "--mesh",
         metavar="SHAPE",
         default=None,
@@ -220,6 +225,11 @@ class CompileMagics(Magics):
         ``jax.jit`` version (with ``.compilation``); the cell's value is the ``Compilation``.
         Re-running an unchanged cell does not compile again (``-f`` forces it). Options are
         read as a shell would (quotes group words: ``--freeze 'my dir/m.nbc'``).
+
+        Measurements (``--bench``, ``--ablate``, ``--debug``, ``--profile``, ``--memory``) use
+        ``--static`` values as the compile did and never consume your arrays (a program that
+        donates runs on copies). They are independent: one that fails is named in a warning
+        (``c.failures``) and the others' results are kept; the cell fails only when all fail.
         """
         __tracebackhide__ = True
         # parse_argstring would keep quotes; a shell would not (--freeze '/p/m.nbc').
@@ -235,6 +245,7 @@ class CompileMagics(Magics):
             debug=args.debug,
             profile=_calls(args.profile),
             memory=args.memory,
+            passes=args.passes,
             mesh=args.mesh,
             shard=_shards(args.shard),
             topology=args.topology,

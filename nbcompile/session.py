@@ -35,6 +35,7 @@ from .compilation import Compilation, _as_argnums
 from .errors import NbcompileError, TraceError
 from .history import History
 from .pipeline import CompileRequest, build_program
+from .processes import agree
 from .widgets import DisplayState
 
 __all__ = ["CellOptions", "CellResult", "Session", "current_session", "last", "last_error"]
@@ -57,6 +58,7 @@ class CellOptions:
     debug: bool = False
     profile: int | None = None
     memory: bool = False
+    passes: bool = False
     mesh: str | None = None
     shard: dict[str, str] = field(default_factory=dict)
     topology: str | None = None
@@ -257,6 +259,8 @@ class Session:
             program.refresh_locations()
             comp = Compilation(program, adapted, cache_hit=True, display=self.display)
         clock.lap("compile")
+        # several JAX processes: the same program on each, checked before anything runs
+        agree(comp, captured.source, seed=body + options.compile_key(), freeze=bool(options.freeze))
         warnings += self._measure(comp, options, progress)
         if options.debug and comp.debug is not None and comp.debug.stopped:
             warnings.append(str(comp.debug.error()))
@@ -340,6 +344,7 @@ class Session:
             ("--debug", options.debug, lambda: comp.run_debug(progress)),
             ("--profile", bool(options.profile), profile),
             ("--memory", options.memory, memory),
+            ("--passes", options.passes, lambda: comp.run_passes(progress)),
         ]
         asked = [(flag, run) for flag, wanted, run in parts if wanted]
         failed: list[NbcompileError] = []

@@ -50,11 +50,15 @@ class Compilation(Runs, Display):
         "_bench",
         "_changes",
         "_changes_diff",
+        "_compile_time",
         "_debug",
         "_display",
+        "_failures",
         "_frozen",
         "_memory_map",
+        "_metal",
         "_notes",
+        "_processes",
         "_profile",
         "_report",
         "_shown",
@@ -95,9 +99,13 @@ class Compilation(Runs, Display):
         self._bench: Any = None
         self._ablation: Any = None
         self._debug: Any = None
+        self._failures: dict[str, Any] = {}
         self._frozen: Any = None
         self._profile: Any = None
+        self._processes: tuple[Any, ...] = ()  # per JAX process, where several compiled it
         self._memory_map: Any = None
+        self._metal: Any = None  # XLA's dump of one more compile (measure/metal.py)
+        self._compile_time: Any = None
         self._report: tuple[Any, dict[str, Any]] | None = None
         self._shown: Any = None
         if program.stages.target.note:
@@ -258,9 +266,53 @@ class Compilation(Runs, Display):
     @property
     def collectives(self) -> list[dict[str, Any]]:
         """Collectives of the compiled program (with a mesh), ``crosses_hosts`` from the mesh."""
+        from .. import _compat
         from ..targets import program_collectives
 
-        return program_collectives(self.hlo, self.target)
+        several = jax.process_count() > 1  # the program's own devices tell which processes
+        devices = _compat.partition_devices(self.compiled) if several else None
+        return program_collectives(self.hlo, self.target, devices)
+
+    # --- down to the metal (one more compile with XLA's dump on; docs/metal.md) -------------
+    @property
+    def passes(self) -> Any | None:
+        """XLA's pass pipeline for this program (:class:`~nbcompile.analysis.passes_log.PassLog`),
+        from one more compile with XLA's dump on (on first use, or by ``--passes``); None where
+        XLA dumped no passes."""
+        return self._metal_dump().passes
+
+    def run_passes(self, progress: Progress | None = None) -> Any | None:
+        """Record XLA's pass pipeline now (``--passes``): one more compile with the dump on."""
+        if progress and self._metal is None:
+            progress("recording XLA's passes (one more compile)")
+        return self.passes
+
+    def kernel_code(self, name: str) -> Any:
+        """:class:`~nbcompile.measure.metal.KernelCode` of kernel ``name`` (as in
+        :attr:`fusions`): LLVM IR, machine code, vector width, source locations."""
+        from ..measure.metal import kernel_code
+
+        sites = self.analysis.kernel_sites.get(name)
+        names = [f.name for f in self.fusions]
+        locations = sites[1] if sites else []
+        return kernel_code(self._metal_dump(), name, locations, names, self.hlo)
+
+    @property
+    def compile_time(self) -> Any:
+        """:class:`~nbcompile.analysis.compile_time.CompileTime`: where the compile time went
+        (trace, lower, XLA passes, code generation; equations and trace time by line)."""
+        if self._compile_time is None:
+            from ..measure.metal import measured_compile_time
+
+            self._compile_time = measured_compile_time(self, self._metal_dump())
+        return self._compile_time
+
+    def _metal_dump(self) -> Any:
+        if self._metal is None:
+            from ..measure.metal import dump_program
+
+            self._metal = dump_program(self)
+        return self._metal
 
     def summary(self) -> dict[str, Any]:
         """Headline figures: op counts before/after, kernels, fusions, folded, flops, times."""
@@ -311,6 +363,26 @@ class Compilation(Runs, Display):
     def profile(self) -> Any | None:
         """The :class:`nbcompile.measure.Profile` of :meth:`run_profile` / ``--profile``."""
         return self._profile
+
+    @property
+    def failures(self) -> dict[str, Any]:
+        """The measurements of this run that failed, by option (``{"--profile": error}``);
+        the others' results are kept. Empty when none failed."""
+        return dict(self._failures)
+
+    def record_failure(self, option: str, error: BaseException) -> None:
+        self._failures[option] = error
+
+    @property
+    def processes(self) -> tuple[Any, ...]:
+        """Per JAX process that compiled this program (multi-controller JAX, every process
+        running the cell): ``index``, ``host``, ``devices`` (those it addresses) and
+        ``fingerprint`` (:class:`nbcompile.processes.ProcessInfo`); ``()`` with one process."""
+        return self._processes
+
+    def record_processes(self, processes: Sequence[Any]) -> None:
+        """Keep what the processes exchanged before binding (``nbcompile.processes``)."""
+        self._processes = tuple(processes)
 
     def add_note(self, note: str) -> None:
         if note and note not in self._notes:

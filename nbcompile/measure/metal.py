@@ -1,0 +1,305 @@
+"""Down to the metal: one more compile of a program with XLA's dump on, and its kernels' code.
+
+:func:`dump_compile` compiles the lowered program again with ``xla_dump_to`` (a temporary folder)
+and ``xla_dump_hlo_pass_re=.*``, *without* JAX's persistent compilation cache (a cache hit runs
+no XLA and dumps nothing), and keeps what the dump holds: the pass log
+(:func:`~nbcompile.analysis.passes_log.read_pass_log`), each kernel's optimised LLVM IR
+(``*.ir-with-opt.ll``) and XLA:CPU's object files (``obj-file.*.o``), with when the compile
+started, when its last HLO pass was dumped and when it ended.
+
+:func:`kernel_code` reads one kernel out of that: its symbol is found in the objects' ELF symbol
+tables (pyelftools) and its machine code disassembled by Capstone — never by our own decoder.
+XLA emits no LLVM debug locations for its kernels (no ``!dbg`` in the IR, checked with JAX
+0.10.2), so each instruction is mapped to the source locations of the kernel's HLO ops (kernel
+granularity: every instruction of a kernel carries the same locations); ``KernelCode.mapping``
+says so. Checked with JAX 0.10.2 on XLA:CPU (x86-64).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._compat import persistent_cache_disabled
+from ..analysis.hlo import HloModule, parse_hlo
+from ..analysis.passes_log import PassLog, read_pass_log
+from ..errors import TargetError
+
+__all__ = ["KernelCode", "MetalDump", "dump_compile", "kernel_code"]
+
+#: what ``KernelCode.mapping`` says when the kernel's IR carries no debug locations
+KERNEL_MAPPING = (
+    "kernel: XLA emits no debug locations in its kernels' LLVM IR (no !dbg), so every "
+    "instruction carries the source locations of all the kernel's HLO ops"
+)
+_VECTOR_REGISTER = re.compile(r"\b([xyz])mm\d+\b")
+_WIDTH = {"x": 128, "y": 256, "z": 512}
+
+
+@dataclass
+class MetalDump:
+    """What one dumped compile of a program left: the pass log, the kernels' LLVM IR and object
+    files by file name, and its clock (seconds since the epoch)."""
+
+    platform: str
+    passes: PassLog | None
+    llvm_ir: dict[str, str] = field(default_factory=dict)
+    objects: dict[str, bytes] = field(default_factory=dict)
+    started: float = 0.0
+    finished: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        """Wall time of the dumped compile (writing the dump included)."""
+        return self.finished - self.started
+
+    @property
+    def passes_share(self) -> float | None:
+        """The share of the dumped compile spent until its last HLO pass was dumped (the rest is
+        code generation); None without a pass log."""
+        last = self.passes.last_dump_time if self.passes is not None else None
+        if last is None or self.seconds <= 0:
+            return None
+        return min(max((last - self.started) / self.seconds, 0.0), 1.0)
+
+
+def dump_compile(
+    lowered: Any, platform: str, compiler_options: dict[str, Any] | None = None
+) -> MetalDump:
+    """Compile ``lowered`` once more with XLA's dump on (persistent cache off) and read the dump."""
+    options = dict(compiler_options or {})
+    with tempfile.TemporaryDirectory(prefix="nbcompile-dump-") as folder:
+        options.update(xla_dump_to=folder, xla_dump_hlo_pass_re=".*")
+        # a persistent-cache hit would run no XLA and dump nothing
+        with persistent_cache_disabled():
+            started = time.time()
+            lowered.compile(compiler_options=options)
+            finished = time.time()
+        passes = read_pass_log(folder)
+        root = Path(folder)
+        return MetalDump(
+            platform=platform,
+            passes=passes,
+            llvm_ir={p.name: p.read_text() for p in sorted(root.glob("*.ir-with-opt.ll"))},
+            objects={p.name: p.read_bytes() for p in sorted(root.glob("*obj-file.*.o"))},
+            started=started,
+            finished=finished,
+        )
+
+
+@dataclass
+class KernelCode:
+    """One kernel's code: ``llvm_ir`` (XLA's optimised IR of its module), ``asm`` (its machine
+    code, disassembled), ``isa``, ``instructions`` (count), ``vector_width`` (bits of the widest
+    SIMD register it uses; None where none or unknown), ``lines`` ([(asm line, [locations])])
+    and ``mapping`` (how exact ``lines`` is)."""
+
+    name: str
+    symbol: str
+    isa: str
+    llvm_ir: str | None
+    asm: str
+    instructions: int
+    vector_width: int | None
+    lines: list[tuple[str, list[Any]]]
+    mapping: str
+    shared_with: str | None = None  # the kernel whose code this one runs (XLA compiled it once)
+
+    def __repr__(self) -> str:
+        width = f"{self.vector_width}-bit vectors" if self.vector_width else "no vectors"
+        return f"<KernelCode {self.name}: {self.instructions} {self.isa} instructions, {width}>"
+
+
+def _symbols(name: str) -> list[str]:
+    """The symbol names XLA may give kernel ``name`` (``fusion.3`` -> ``fusion_3``)."""
+    plain = re.sub(r"[^\w]", "_", name)
+    return list(dict.fromkeys([name, plain]))
+
+
+def _functions(objects: dict[str, bytes]) -> Iterator[tuple[Any, Any]]:
+    """(ELF file, symbol) of every function defined in ``objects``."""
+    import io
+
+    from elftools.elf.elffile import ELFFile
+
+    for blob in objects.values():
+        elf = ELFFile(io.BytesIO(blob))
+        table = elf.get_section_by_name(".symtab")
+        for symbol in table.iter_symbols() if table is not None else ():
+            if symbol["st_info"]["type"] == "STT_FUNC" and symbol["st_shndx"] != "SHN_UNDEF":
+                yield elf, symbol
+
+
+def _find_function(objects: dict[str, bytes], names: Sequence[str]) -> tuple[Any, str, bytes, int]:
+    """(ELF file, symbol, code bytes, address) of the first of ``names`` defined in ``objects``."""
+    for elf, symbol in _functions(objects):
+        if symbol.name in names:
+            start, size = symbol["st_value"], symbol["st_size"]
+            data = elf.get_section(symbol["st_shndx"]).data()
+            return elf, symbol.name, data[start : start + size], start
+    raise KeyError(names[0])
+
+
+def _disassembler(elf: Any) -> tuple[Any, str]:
+    import capstone
+
+    machine = elf.header["e_machine"]
+    if machine == "EM_X86_64":
+        return capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64), "x86-64"
+    if machine == "EM_AARCH64":
+        return capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM), "aarch64"
+    raise TargetError(f"kernel code for {machine} machine code is not supported", code="NBC600")
+
+
+def vector_width(asm: Sequence[str], isa: str) -> int | None:
+    """Bits of the widest SIMD register in ``asm`` (x86: xmm 128, ymm 256, zmm 512; AArch64
+    NEON ``v`` registers 128); None when none is used or the ISA is another."""
+    if isa == "x86-64":
+        widths = {_WIDTH[m.group(1)] for line in asm for m in _VECTOR_REGISTER.finditer(line)}
+        return max(widths) if widths else None
+    if isa == "aarch64":
+        return 128 if any(re.search(r"\bv\d+\.", line) for line in asm) else None
+    return None
+
+
+def _ir_of(llvm_ir: dict[str, str], symbol: str) -> str | None:
+    for text in llvm_ir.values():
+        if f"@{symbol}(" in text and "define " in text:
+            return text
+    return None
+
+
+_NOT_COMPUTED = ("metadata", "calls", "backend_config", "frontend_attributes")
+
+
+def _fused_signature(module: HloModule, kernel: str) -> tuple[Any, ...] | None:
+    """What a fusion computes, without names or metadata (None for no such fusion)."""
+    instr = next(
+        (i for c in module.computations.values() for i in c.instructions if i.name == kernel),
+        None,
+    )
+    body = module.computations.get(instr.called[0]) if instr and instr.called else None
+    if body is None:
+        return None
+    position: dict[str, int] = {}
+    out = []
+    for index, i in enumerate(body.instructions):
+        position[i.name] = index
+        attrs = tuple(sorted((k, v) for k, v in i.attrs.items() if k not in _NOT_COMPUTED))
+        operands = tuple(position.get(o, o) for o in i.operands)
+        out.append((i.opcode, i.shape, operands, attrs, i.literal, i.is_root))
+    return tuple(out)
+
+
+def _shared_kernel(hlo: str | None, name: str, with_code: Sequence[str]) -> str | None:
+    """The kernel with code that computes exactly what kernel ``name`` computes: XLA:CPU
+    compiles identical fusions once (checked with JAX 0.10.2) and runs that code for each."""
+    if not hlo:
+        return None
+    module = parse_hlo(hlo)
+    wanted = _fused_signature(module, name)
+    if wanted is None:
+        return None
+    return next((k for k in with_code if _fused_signature(module, k) == wanted), None)
+
+
+def kernel_code(
+    dump: MetalDump,
+    name: str,
+    locations: Sequence[Any],
+    kernels: Sequence[str] = (),
+    hlo: str | None = None,
+) -> KernelCode:
+    """:class:`KernelCode` of kernel ``name`` (as in ``c.fusions``) from ``dump``; ``locations``
+    are the kernel's source locations, ``kernels`` the program's kernel names and ``hlo`` its
+    optimised module (to find the code of a fusion XLA compiled once for several)."""
+    if dump.platform == "tpu":
+        raise TargetError(
+            "kernel code is not available on TPU: the TPU compiler is closed (libtpu) and "
+            "writes no kernel IR or machine code nbcompile can read",
+            code="NBC600",
+            hint="c.passes and c.hlo show what XLA did before the TPU back end",
+        )
+    if dump.platform != "cpu":
+        raise TargetError(
+            f"kernel code is read on CPU only for now, not on {dump.platform}",
+            code="NBC600",
+            hint="compile with --backend cpu to see XLA:CPU's code for the same program",
+        )
+    defined = {symbol.name for _, symbol in _functions(dump.objects)}
+    with_code = [k for k in kernels if defined.intersection(_symbols(k))]
+    shared = None if name in with_code else _shared_kernel(hlo, name, with_code)
+    try:
+        elf, symbol, code, address = _find_function(dump.objects, _symbols(shared or name))
+    except KeyError:
+        known = ", ".join(with_code[:8]) or "none"
+        raise TargetError(
+            f"no machine code for a kernel named {name!r} (kernels with code: {known})",
+            code="NBC600",
+            hint="use a name from c.fusions; library calls (dots, convolutions) have no "
+            "code of XLA's own",
+        ) from None
+    disassembler, isa = _disassembler(elf)
+    asm = [
+        f"{i.address:6x}:  {i.mnemonic} {i.op_str}".rstrip()
+        for i in disassembler.disasm(code, address)
+    ]
+    where = list(locations)
+    return KernelCode(
+        name=name,
+        symbol=symbol,
+        isa=isa,
+        llvm_ir=_ir_of(dump.llvm_ir, symbol),
+        asm="\n".join(asm),
+        instructions=len(asm),
+        vector_width=vector_width(asm, isa),
+        lines=[(line, where) for line in asm],
+        mapping=KERNEL_MAPPING
+        + (f"; XLA compiled this fusion once with {shared}, whose code this is" if shared else ""),
+        shared_with=shared,
+    )
+
+
+def dump_program(comp: Any) -> MetalDump:
+    """:func:`dump_compile` of a :class:`~nbcompile.compilation.Compilation`'s program, with the
+    compile options it was compiled with."""
+    if comp.stages.compiled is None:
+        raise TargetError(
+            f"{comp.name} was not compiled by XLA here ({comp.target.label}), so there is no "
+            "pass pipeline or kernel code to read",
+            code="NBC600",
+        )
+    return dump_compile(comp.lowered, comp.backend, comp.program.request.compiler_options)
+
+
+def measured_compile_time(comp: Any, dump: MetalDump) -> Any:
+    """The :class:`~nbcompile.analysis.compile_time.CompileTime` of a Compilation's program:
+    its stages' measured seconds, the XLA part split by the dumped compile (see
+    nbcompile/analysis/compile_time.py)."""
+    from ..analysis.compile_time import compile_time, eqns_by_line
+
+    stages = comp.stages
+    timings = stages.timings
+    notes = []
+    if stages.xla_compiles and "compile" in timings:
+        seconds = timings["compile"]
+    else:
+        seconds = dump.seconds
+        notes.append(
+            "JAX's persistent cache served this program, so the XLA figure is that of the "
+            "dumped compile (cache off; writing the dump included)"
+        )
+    return compile_time(
+        trace=timings.get("trace"),
+        lower=timings.get("lower"),
+        compile_seconds=seconds,
+        passes_share=dump.passes_share,
+        by_pipeline=dump.passes.by_pipeline if dump.passes is not None else None,
+        eqns=eqns_by_line(comp.graph),
+        notes=notes,
+    )

@@ -1,0 +1,113 @@
+"""``c.passes``: XLA's pass pipeline read back from XLA's own dump (nbcompile/analysis/
+passes_log.py), through ``%%compile --passes`` in a real IPython shell, and the reader on
+files written by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbcompile.analysis.hlo import parse_hlo
+from nbcompile.analysis.passes_log import read_pass_log
+
+from ._metal_cell import compiled
+
+
+@pytest.fixture
+def comp(shell):
+    return compiled(shell)
+
+
+def test_a_fusion_pass_changed_the_module_and_raised_the_fusion_count(comp):
+    steps = comp.passes.steps
+    assert [s.index for s in steps] == list(range(len(steps)))
+    raised = [
+        s
+        for s in steps
+        if "fusion" in s.name and s.changed and s.index and s.fusions > steps[s.index - 1].fusions
+    ]
+    assert raised, comp.passes.text()
+    step = raised[0]
+    assert step.added.get("fusion", 0) >= 1
+    diff = comp.passes.diff(step.index)
+    added = [line for line in diff.splitlines() if line.startswith("+") and " fusion(" in line]
+    assert added, diff
+
+
+def test_counts_after_the_last_pass_are_the_optimised_modules(comp):
+    last = comp.passes.steps[-1]
+    module = parse_hlo(comp.hlo)
+    ops = [i.opcode for c in module.computations.values() for i in c.instructions]
+    assert last.instructions == module.instruction_count() == len(ops)
+    assert last.fusions == ops.count("fusion")
+    assert parse_hlo(comp.passes.hlo(-1)).instruction_count() == last.instructions
+
+
+def test_steps_are_xlas_order_with_texts_and_no_invented_timings(comp):
+    log = comp.passes
+    assert all(s.seconds is None for s in log.steps)  # XLA writes no per-pass time here
+    assert any(s.name == "pipeline-start" for s in log.steps)
+    unchanged = next(s for s in log.steps if not s.changed)
+    assert log.diff(unchanged.index) == ""
+    assert log.hlo(0).startswith("HloModule")
+    with pytest.raises(IndexError):
+        log.hlo(len(log))
+    assert set(log.by_pipeline) <= {s.pipeline for s in log.steps}
+    assert all(seconds >= 0 for seconds in log.by_pipeline.values())
+
+
+HEAD = """HloModule jit_g, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
+
+"""
+UNFUSED = (
+    HEAD
+    + """ENTRY %main.4 (x.1: f32[4]) -> f32[4] {
+  %x.1 = f32[4]{0} parameter(0)
+  %sine.2 = f32[4]{0} sine(%x.1)
+  ROOT %cosine.3 = f32[4]{0} cosine(%sine.2)
+}
+"""
+)
+FUSED = (
+    HEAD
+    + """%fused_computation (param_0: f32[4]) -> f32[4] {
+  %param_0 = f32[4]{0} parameter(0)
+  %sine.0 = f32[4]{0} sine(%param_0)
+  ROOT %cosine.0 = f32[4]{0} cosine(%sine.0)
+}
+
+ENTRY %main.4 (x.1: f32[4]) -> f32[4] {
+  %x.1 = f32[4]{0} parameter(0)
+  ROOT %fusion = f32[4]{0} fusion(%x.1), kind=kLoop, calls=%fused_computation
+}
+"""
+)
+
+
+def test_the_reader_turns_dump_files_into_steps(tmp_path):
+    unfused, fused = UNFUSED, FUSED
+    files = {
+        "module_0003.jit_g.before_optimizations.txt": unfused,
+        "module_0003.jit_g.0000.simplification.after_pipeline-start.before_algsimp.txt": unfused,
+        "module_0003.jit_g.0001.fusion.after_fusion.before_pipeline-end.txt": fused,
+        "module_0003.jit_g.0002.copy-insertion.after_adding_copies.txt": fused,
+        "module_0003.jit_g.cpu_after_optimizations.txt": fused,
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    log = read_pass_log(tmp_path)
+    assert log.module == "jit_g"
+    assert [(s.pipeline, s.name, s.changed) for s in log.steps] == [
+        ("simplification", "pipeline-start", False),
+        ("fusion", "fusion", True),
+        ("copy-insertion", "adding_copies", False),
+    ]
+    fusion = log.steps[1]
+    assert (fusion.instructions, fusion.fusions) == (5, 1)
+    assert fusion.added == {"fusion": 1, "parameter": 1}
+    assert log.steps[0].instructions == 3 and not log.steps[0].added
+    assert "+  ROOT %fusion" in log.diff(1)
+    assert (
+        read_pass_log(tmp_path / "missing") is None
+        if (tmp_path / "missing").mkdir() is None
+        else False
+    )
