@@ -9,6 +9,10 @@ physical memory). Three checks use it, each refusal NBC508 naming both figures:
 2. before compiling: the bytes of the program's outputs at the input shapes of the call;
 3. before the first run at each input shape: XLA's memory analysis of the compiled program
    (arguments + outputs + temporaries + generated code - aliased bytes).
+
+The limits that hold whatever the budget (operations, chain, nesting, one array's size,
+location text) are ``_program``'s: they protect XLA itself, which aborts or exhausts memory
+before any of these figures could be checked.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -276,6 +276,33 @@ def check_refines(
     return True
 
 
+def specialise(
+    exported: jax.export.Exported, specs: Sequence[Any], platform: str
+) -> tuple[jax.export.Exported, Any] | None:
+    """``exported`` (a program with symbolic shapes) as a static program at concrete
+    ``specs``, and its refined module; None where JAX's refinement internal is missing.
+
+    Calling a shape-polymorphic program inside another function embeds it unrefined: only
+    XLA's compile refines it, so whatever reads the caller's program before that (its
+    pre-optimisation HLO: ``Lowered.compiler_ir("hlo")``) fails on its dynamic shapes. The
+    static program is a ``jax.export`` of the call at ``specs`` whose module is replaced by its
+    refined form (same signature, every shape static).
+    """
+    import dataclasses
+
+    static = jax.export.export(jax.jit(exported.call), platforms=[platform])(*specs)
+    try:
+        from jax._src.interpreters import mlir
+
+        refine = mlir.refine_polymorphic_shapes
+    except (ImportError, AttributeError):
+        return None
+    with single_threaded_context():
+        module = refine(parse_artifact(static.mlir_module_serialized))
+        serialized = serialize_module(module)
+    return dataclasses.replace(static, mlir_module_serialized=serialized), module
+
+
 _LAPACK_SKIP = threading.local()
 
 
@@ -338,9 +365,38 @@ def _install_context_reuse() -> None:
     mlir.make_ir_context = make_ir_context
 
 
-def compile_lowered(lowered: Any) -> Any:
+_REFINED_CHECK = threading.local()
+
+
+def _install_refine_check() -> None:
+    """Wrap ``jax._src.interpreters.mlir.refine_polymorphic_shapes`` (JAX 0.10.2, called by
+    ``pxla`` just before XLA compiles a program with symbolic shapes) so that, inside
+    :func:`compile_lowered` on this thread, the refined module is passed to a check first.
+    Elsewhere it behaves as before."""
+    from jax._src.interpreters import mlir
+
+    original = mlir.refine_polymorphic_shapes
+    if getattr(original, "_nbcompile_wrapped", False):
+        return
+
+    def refine(module: Any) -> Any:
+        refined = original(module)
+        check = getattr(_REFINED_CHECK, "check", None)
+        if check is not None:
+            check(refined)
+        return refined
+
+    refine._nbcompile_wrapped = True  # type: ignore[attr-defined]
+    mlir.refine_polymorphic_shapes = refine
+
+
+def compile_lowered(lowered: Any, check_refined: Callable[[Any], None] | None = None) -> Any:
     """``lowered.compile()``, with JAX's shape refinement parsing the refined module into the
     lowering's MLIR context instead of a new one.
+
+    ``check_refined`` (for a program with symbolic shapes) is called on the refined module
+    before XLA compiles it, and may raise to stop the compile (another JAX version: not
+    called).
 
     A frozen program with a symbolic batch is refined when compiled
     (``mlir.refine_polymorphic_shapes``), which parses the refined module into a fresh context;
@@ -348,13 +404,22 @@ def compile_lowered(lowered: Any) -> Any:
     on the 2-core machine). Any JAX context can hold the module. Another JAX version: a plain
     compile.
     """
+    if check_refined is not None:
+        try:
+            _install_refine_check()
+        except (ImportError, AttributeError):
+            check_refined = None
+    _REFINED_CHECK.check = check_refined
     try:
-        _install_context_reuse()
-        context = lowered.compiler_ir("stablehlo").context
-    except (ImportError, AttributeError, NotImplementedError):
-        return lowered.compile()
-    _REUSE_CONTEXT.context = context
-    try:
-        return lowered.compile()
+        try:
+            _install_context_reuse()
+            context = lowered.compiler_ir("stablehlo").context
+        except (ImportError, AttributeError, NotImplementedError):
+            return lowered.compile()
+        _REUSE_CONTEXT.context = context
+        try:
+            return lowered.compile()
+        finally:
+            _REUSE_CONTEXT.context = None
     finally:
-        _REUSE_CONTEXT.context = None
+        _REFINED_CHECK.check = None

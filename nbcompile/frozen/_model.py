@@ -75,7 +75,10 @@ def _no_derivatives(fn: Any) -> Any:
     return call
 
 
-def _shapes_key(leaves: Sequence[Any]) -> tuple[Any, ...]:
+def _shapes_key(leaves: Sequence[Any]) -> tuple[Any, ...] | None:
+    """The input shapes and dtypes; None where a dimension is symbolic (not an integer)."""
+    if any(not isinstance(d, int | np.integer) for x in leaves for d in x.shape):
+        return None
     return tuple((tuple(int(d) for d in x.shape), np.dtype(x.dtype).name) for x in leaves)
 
 
@@ -147,6 +150,8 @@ class FrozenModel:
         self._lowered_in_child: set[tuple[Any, ...]] | None = None if written_here else set()
         self._program_sha256 = checked.sections.program_sha256
         self._program_bytes = len(checked.sections.program)
+        #: a symbolic program specialised to input shapes, for calls inside a transformation
+        self._static: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 
     @property
     def input_names(self) -> list[str]:
@@ -182,7 +187,14 @@ class FrozenModel:
         leaves = _manifest.flatten(spec["tree"], inputs, "inputs")
         out, batch = [], None  # batch: (size, leaf index) of the first leaf that set b
         for i, (leaf, want) in enumerate(zip(leaves, spec["leaves"], strict=True)):
+            leaf = _manifest.key_data_for(leaf, want, i)  # a typed PRNG key: its key data
             value = leaf if isinstance(leaf, jax.Array) else np.asarray(leaf)
+            if not value.dtype.isnative:  # JAX takes native byte order only
+                raise FreezeError(
+                    f"input leaf {i} is stored big-endian ({value.dtype.str!r})",
+                    code="NBC507",
+                    hint=f"pass x.astype({value.dtype.newbyteorder('<').str!r})",
+                )
             canonical = np.dtype(jax.dtypes.canonicalize_dtype(value.dtype))
             if canonical != value.dtype and canonical.name == want["dtype"]:
                 # as jax.jit does without x64: float64 NumPy data runs as float32, etc.
@@ -245,6 +257,24 @@ class FrozenModel:
             _checked.remember_shapes(self._program_sha256, shapes)
         seen.add(key)
 
+    def _check_extents(self, module: Any, key: tuple[Any, ...]) -> None:
+        """Refuse (NBC508) a program with a symbolic batch whose arrays at these input shapes
+        are larger than XLA can represent, before XLA sees them (it aborts the process).
+
+        ``module``: the program refined at these shapes (None: refinement not available). A
+        static program's types were checked when it was probed; a symbolic program's
+        intermediates have their sizes only once refined at the call's shapes.
+        """
+        try:
+            if module is not None:
+                _program.largest_array(module)
+        except _program.Refused as refused:
+            raise FreezeError(
+                f"at inputs {self._shape_text(key)} the program {refused}",
+                code=refused.code,
+                hint="call it with a smaller batch",
+            ) from None
+
     @staticmethod
     def _shape_text(key: tuple[Any, ...]) -> str:
         return ", ".join(f"{dtype}{list(shape)}" for shape, dtype in key)
@@ -252,6 +282,7 @@ class FrozenModel:
     def _compiled_for(self, leaves: list[Any], size: int) -> Any:
         """The program compiled for these input shapes, its memory checked (cached)."""
         key = _shapes_key(leaves)
+        assert key is not None  # concrete arrays
         compiled = self._compiled.get(key)
         if compiled is not None:
             self._compiled.move_to_end(key)
@@ -261,7 +292,10 @@ class FrozenModel:
         self._lower_in_child_first(leaves, key)
         # concrete arrays cannot be differentiated: lower the bare call (no custom_jvp checks)
         lowered = jax.jit(self.exported.call).lower(*self._weights, *leaves)
-        compiled = _jaxcompat.compile_lowered(lowered)
+        compiled = _jaxcompat.compile_lowered(
+            lowered,
+            (lambda module: self._check_extents(module, key)) if self._symbolic else None,
+        )
         needed = _budget.compiled_bytes(compiled)
         _budget.check_compiled(needed, self.max_bytes, where)
         self.memory[key] = needed
@@ -269,6 +303,36 @@ class FrozenModel:
         if len(self._compiled) > MAX_COMPILED_SHAPES:
             self._compiled.popitem(last=False)
         return compiled
+
+    def _traced_call(self, leaves: list[Any], size: Any) -> Any:
+        """The call inside the caller's transformation, with the budget and child checks at
+        concrete shapes. A program with a symbolic batch is embedded as a static program at
+        these shapes (``_static_call``). At symbolic shapes (``jax.eval_shape`` with a
+        symbolic batch) nothing is lowered or compiled here and there is no size to check."""
+        key = _shapes_key(leaves)
+        if key is None:
+            return self._fn(*self._weights, *leaves)
+        _budget.check_outputs(self._output_bytes(size), self.max_bytes, self._where(size))
+        self._lower_in_child_first(leaves, key)
+        fn = self._static_call(leaves, key) if self._symbolic else self._fn
+        return fn(*self._weights, *leaves)
+
+    def _static_call(self, leaves: list[Any], key: tuple[Any, ...]) -> Any:
+        """The program refined at these input shapes, its arrays' sizes checked (cached)."""
+        fn = self._static.get(key)
+        if fn is not None:
+            return fn
+        specs = [jax.ShapeDtypeStruct(w.shape, w.dtype) for w in self._weights]
+        specs += [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
+        static = _jaxcompat.specialise(self.exported, specs, self.platform)
+        if static is None:  # another JAX: embed the program as it is (XLA refines it)
+            return self._fn
+        self._check_extents(static[1], key)
+        fn = _no_derivatives(static[0].call)
+        self._static[key] = fn
+        if len(self._static) > MAX_COMPILED_SHAPES:
+            self._static.popitem(last=False)
+        return fn
 
     def __call__(self, *inputs: Any) -> Any:
         leaves, size = self._inputs(inputs)
@@ -279,11 +343,7 @@ class FrozenModel:
         ):
             try:
                 if traced:  # inside the caller's jit/grad/vmap: their compile, our checks
-                    _budget.check_outputs(
-                        self._output_bytes(size), self.max_bytes, self._where(size)
-                    )
-                    self._lower_in_child_first(leaves, _shapes_key(leaves))
-                    outs = self._fn(*self._weights, *leaves)
+                    outs = self._traced_call(leaves, size)
                 else:
                     outs = self._compiled_for(leaves, size)(*self._weights, *leaves)
             except FreezeError:

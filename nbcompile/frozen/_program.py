@@ -14,6 +14,13 @@ Limits (documented in docs/format.md, each refusal NBC508):
   analysis (``SortTiledHloInstructionsInPostOrder``) on a 30,000-op element-wise chain; a
   20,000-op chain compiles (3.4 s). Plain ``jax.jit`` crashes the same way.
 - ``MAX_NESTING`` regions and calls inside each other.
+- ``MAX_ARRAY_BYTES`` for every operation's result (the extent product times the element
+  size), checked on the static types here and on the refined types at each input shape of a
+  program with a symbolic batch (``largest_array``): XLA aborts the process (``overflow in
+  static extent product``) on an array whose size overflows 64 bits, before any memory check.
+- ``MAX_LOCATION_BYTES`` of location text (op name, file, call sites) per operation and
+  ``MAX_METADATA_BYTES`` in all: XLA copies every operation's name into its own metadata, so a
+  1 MB name shared by a few thousand operations (a 2 MB file) takes gigabytes to compile.
 """
 
 from __future__ import annotations
@@ -28,6 +35,13 @@ MAX_CHAIN = 10_000
 MAX_NESTING = 64
 #: distinct custom-call signatures a program may hold (each is checked against JAX's lowering)
 MAX_CUSTOM_CALL_SIGNATURES = 64
+#: bytes of one array (any operation's result); 256 TiB, far above any device's memory and
+#: far below the 2**63 at which XLA's shape arithmetic overflows
+MAX_ARRAY_BYTES = 2**48
+#: bytes of one operation's location text, and of all of them (a 12-block flax transformer:
+#: at most 926 per operation; XLA held about twice the total while compiling)
+MAX_LOCATION_BYTES = 16 * 1024
+MAX_METADATA_BYTES = 256 * 1024 * 1024
 
 
 class Refused(Exception):
@@ -176,6 +190,8 @@ class _Walk:
         self.functions: dict[str, Any] = {}
         self.chains: dict[str, int] = {}
         self.calls: dict[str, dict[str, Any]] = {}
+        self.metadata = 0
+        self.largest = 0
 
     def facts(self) -> dict[str, Any]:
         attrs = _attributes(self.module.operation)
@@ -200,6 +216,8 @@ class _Walk:
             "module_attributes": attrs,
             "main_type": _attributes(main).get("function_type", ""),
             "custom_calls": list(self.calls.values()),
+            "metadata_bytes": self.metadata,
+            "largest_array": self.largest,
         }
 
     def _chain(self, name: str, depth: int) -> int:
@@ -232,6 +250,8 @@ class _Walk:
                         raise Refused("NBC508", f"has more than {MAX_OPS} StableHLO operations")
                     if name == "stablehlo.custom_call":
                         self._custom_call(op)
+                self._location(op)
+                self.largest = max(self.largest, check_results(op))
                 start = max((values.get(v, 0) for v in op.operands), default=0)
                 weight = 1
                 for inner in op.regions:
@@ -253,6 +273,23 @@ class _Walk:
                     )
         return longest
 
+    def _location(self, op: Any) -> None:
+        """Count an operation's location text against the metadata limits."""
+        size = len(str(op.location).encode())
+        if size > MAX_LOCATION_BYTES:
+            raise Refused(
+                "NBC508",
+                f"names an operation with {size} bytes of location text (op name, file, call "
+                f"sites), more than {MAX_LOCATION_BYTES}",
+            )
+        self.metadata += size
+        if self.metadata > MAX_METADATA_BYTES:
+            raise Refused(
+                "NBC508",
+                f"holds more than {MAX_METADATA_BYTES} bytes of location text (op names, files, "
+                "call sites): XLA copies it into every compiled operation",
+            )
+
     def _custom_call(self, op: Any) -> None:
         attrs = _attributes(op)
         target = _unquote(attrs.pop("call_target_name", '""'))
@@ -269,6 +306,54 @@ class _Walk:
                     "NBC508", f"has more than {MAX_CUSTOM_CALL_SIGNATURES} distinct custom calls"
                 )
             self.calls[key] = call
+
+
+def array_bytes(mlir_type: Any) -> int | None:
+    """Bytes of a ranked tensor type with static dimensions (exact), else None."""
+    from jax._src.lib.mlir import ir
+
+    if not isinstance(mlir_type, ir.RankedTensorType) or not mlir_type.has_static_shape:
+        return None
+    element = mlir_type.element_type
+    parts = 1
+    if isinstance(element, ir.ComplexType):
+        element, parts = element.element_type, 2
+    bits = getattr(element, "width", None) or 64  # index and other widthless types: 8 bytes
+    size = parts * -(-int(bits) // 8)
+    for dim in mlir_type.shape:
+        size *= int(dim)
+    return size
+
+
+def check_results(op: Any) -> int:
+    """The largest of an operation's static results in bytes; refuse one over the limit."""
+    largest = 0
+    for result in op.results:
+        size = array_bytes(result.type)
+        if size is None:
+            continue
+        if size > MAX_ARRAY_BYTES:
+            raise Refused(
+                "NBC508",
+                f"computes a {result.type} array ({size} bytes) in {op.operation.name}, above "
+                f"the limit of {MAX_ARRAY_BYTES} bytes for one array (XLA aborts on arrays "
+                "whose size overflows its shape arithmetic)",
+            )
+        largest = max(largest, size)
+    return largest
+
+
+def largest_array(module: Any) -> int:
+    """Walk every operation of ``module`` (no recursion) and apply ``check_results``."""
+    largest = 0
+    stack = [module.operation]
+    while stack:
+        op = stack.pop()
+        largest = max(largest, check_results(op))
+        for region in op.regions:
+            for block in region.blocks:
+                stack.extend(block.operations)
+    return largest
 
 
 def _attributes(op: Any) -> dict[str, str]:

@@ -5,6 +5,10 @@ Parameters and scalar constants become labels on their consumers; groups come fr
 order, into at most ``CHUNK_FANOUT`` chunks of at least ``CHUNK`` children, recursively. Kept in
 step with the front end so the static picture and the widget draw the same boxes
 (tests/widgets/test_layout_parity.py).
+
+Scopes nest at most ``MAX_DEPTH`` deep: deeper scopes (a loaded file's op names, or the user's
+own, can nest thousands deep) fold into one group at that depth whose label says how many were
+folded, so no display recurses without bound (the tree is built without recursion).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 __all__ = [
     "CHUNK",
     "CHUNK_MAX",
+    "MAX_DEPTH",
     "Group",
     "PreparedGraph",
     "ancestors",
@@ -28,6 +33,7 @@ __all__ = [
 CHUNK_MAX = 100
 CHUNK = 50
 CHUNK_FANOUT = 20
+MAX_DEPTH = 64
 _SCALAR = re.compile(r"^[a-z0-9]+\[\]$", re.IGNORECASE)
 _UNITS = ["", "K", "M", "G", "T", "P"]
 
@@ -148,11 +154,15 @@ def _build_tree(pg: PreparedGraph) -> None:
     if explicit:
         for g in pg.graph["groups"]:
             groups[g["id"]] = Group(g["id"], g.get("label"), g.get("kind"), g.get("parent") or "")
+        _fold_deep(groups)
         for n in drawn:
             node_group[n["id"]] = n["group"] if n.get("group") in groups else ""
     else:
         for n in drawn:
             segs = [s for s in str(n.get("path") or "").split("/") if s]
+            if len(segs) > MAX_DEPTH:
+                rest = segs[MAX_DEPTH - 1 :]
+                segs = [*segs[: MAX_DEPTH - 1], f"{len(rest)} nested scopes: {'/'.join(rest)}"]
             parent = ""
             for i in range(len(segs)):
                 gid = "p:" + "/".join(segs[: i + 1])
@@ -170,10 +180,15 @@ def _build_tree(pg: PreparedGraph) -> None:
     for n in drawn:
         groups[node_group[n["id"]]].items.append(("node", n["id"], pg.index[n["id"]]))
 
-    def visit(g: Group) -> None:
+    # every group after its children (no recursion: scopes can nest deep)
+    order, stack = [], [root]
+    while stack:
+        g = stack.pop()
+        order.append(g)
+        stack.extend(groups[cid] for cid in child_groups.get(g.id, []))
+    for g in reversed(order):
         for cid in child_groups.get(g.id, []):
             c = groups[cid]
-            visit(c)
             if c.count > 0:
                 g.items.append(("group", cid, c.first))
             else:
@@ -184,8 +199,6 @@ def _build_tree(pg: PreparedGraph) -> None:
             else:
                 _merge(g, groups[iid])
         g.items.sort(key=lambda it: it[2])
-
-    visit(root)
     # more than CHUNK_MAX children: at most CHUNK_FANOUT chunks of at least CHUNK, recursively
     chunk_id = 0
     work = list(groups.values())
@@ -216,6 +229,38 @@ def _build_tree(pg: PreparedGraph) -> None:
             pg.parent_of[("n:" if typ == "node" else "g:") + iid] = g.id
     pg.groups = groups
     pg.root = root
+
+
+def _fold_deep(groups: dict[str, Group]) -> None:
+    """Report groups deeper than ``MAX_DEPTH`` move up to their ancestor at that depth (their
+    label says so); a parent cycle is cut at the root."""
+    depth: dict[str, int] = {"": 0}
+    for gid in list(groups):
+        chain: list[str] = []
+        cur = gid
+        while cur not in depth:
+            if cur in chain:  # a cycle: cut it here, and walk this group's chain again
+                groups[cur].parent = ""
+                chain, cur = [], gid
+                continue
+            chain.append(cur)
+            parent = groups[cur].parent or ""
+            if parent not in groups:
+                groups[cur].parent = parent = ""
+            cur = parent
+        for member in reversed(chain):
+            depth[member] = depth[groups[member].parent or ""] + 1
+    anchor: dict[str, str] = {}
+    for gid in sorted(depth, key=depth.__getitem__):
+        if gid == "" or depth[gid] <= MAX_DEPTH:
+            anchor[gid] = gid
+            continue
+        g = groups[gid]
+        parent = g.parent or ""
+        anchor[gid] = anchor[parent]
+        g.parent = anchor[parent]
+        if depth[gid] > MAX_DEPTH + 1:
+            g.label = f"{g.label} (scope {depth[gid]} deep, drawn at depth {MAX_DEPTH + 1})"
 
 
 def _add_node(g: Group, n: dict[str, Any], i: int) -> None:
