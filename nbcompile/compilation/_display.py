@@ -40,6 +40,8 @@ class Display:
         _frozen: Any
         _profile: Any
         _memory_map: Any
+        _metal: Any
+        _processes: tuple[Any, ...]
 
     @property
     def extras(self) -> Mapping[str, Any]:
@@ -58,10 +60,37 @@ class Display:
         ):
             if value is not None:
                 out[key] = {**value.to_json(), "text": value.text()}
+        if self._processes:
+            from ..processes import processes_view
+
+            out["processes"] = processes_view(self)
         if self._changes:
             out["changes"] = {"text": "\n".join(self._changes), "items": list(self._changes)}
+        if self._metal is not None:  # --passes, or c.passes was read: XLA's dump is here
+            out["passes"] = self._metal_json(out.get("profile"))
 
         return MappingProxyType(out)
+
+    def _metal_json(self, profile: Any) -> dict[str, Any]:
+        """The Passes tab and the kernels' code (nbcompile/report/metal.py), built once per
+        dump and profile."""
+        from ..errors import NbcompileError
+        from ..report.metal import metal_json
+
+        key = id(self._profile)
+        cached = self._metal.view
+        if cached is None or cached[0] != key:
+            document = self.analysis.to_json()
+            view = metal_json(
+                self._metal.passes,
+                document.get("fusions") or [],
+                self.kernel_code,
+                lines=document.get("lines") or {},
+                profile=profile,
+                errors=(NbcompileError, KeyError),
+            )
+            self._metal.view = cached = (key, view)
+        return cached[1]
 
     def _target_json(self) -> dict[str, Any]:
         from ..targets import target_summary
@@ -83,6 +112,7 @@ class Display:
             self._profile,
             self._memory_map,
             self._changes_diff,
+            self._metal,
         )
         return (
             tuple(id(r) for r in results),
@@ -136,8 +166,8 @@ class Display:
 
     def _debug_values(self) -> dict[str, dict[str, Any]] | None:
         """Each traced-graph node's ``--debug`` value summary (None without ``--debug``)."""
-        if self._debug is None:
-            return None
+        if self._debug is None or self._debug._jaxpr is not self.jaxpr:
+            return None  # none, or --grad's run of the value_and_grad program (other nodes)
         from ..debug import equation_ids
 
         eqn_nodes = self.analysis.traced_graph.eqn_nodes
@@ -173,6 +203,13 @@ class Display:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         from ..widgets import show
 
+        if self._processes:  # several JAX processes: the view is on process 0, one line here
+            from ..processes import one_line
+
+            line = one_line(self)
+            if line is not None:
+                return {"text/plain": line}
+
         t0 = time.perf_counter()
         report = self.report()
         self._shown = show(report, self._display, self._shown)
@@ -181,6 +218,13 @@ class Display:
 
     def __repr__(self) -> str:
         from ..report import text_summary
+
+        if self._processes:
+            from ..processes import one_line
+
+            line = one_line(self)
+            if line is not None:
+                return line
 
         t0 = time.perf_counter()
         text = text_summary(self.report())

@@ -1,7 +1,10 @@
 """What a run of a Compilation measures: bench, ablation, debug, freeze, profile, memory.
 
 A mixin of :class:`~nbcompile.compilation.Compilation` (no fields of its own: the results live
-in the Compilation's declared slots). Each method runs one measurement on the *live* call.
+in the Compilation's declared slots). Each method runs one measurement on the *live* call, and
+every one calls through :attr:`Runs.call_form`: the static values exactly as the compile used
+them, fresh copies of every buffer the program donates (a measurement never consumes, deletes
+or changes the user's arrays; the rebound function itself still donates, as asked).
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._compat import persistent_cache_disabled
 from ..stages import Progress
 
 if TYPE_CHECKING:
     from ..capture.models import Adapted
+    from ..measure._calls import CallForm
     from ..pipeline import Program
 
 __all__ = ["Runs"]
@@ -56,6 +61,24 @@ class Runs:
             hint="compile with real arrays on a device that is present to measure",
         )
 
+    @property
+    def call_form(self) -> CallForm:
+        """How this program is called (:class:`~nbcompile.measure._calls.CallForm`): the live
+        example call, which of its arguments are static and which buffers the program donates,
+        read from the same place the compile read them."""
+        from ..measure._calls import CallForm
+        from ..pipeline import _as_tuple, _jit_options
+
+        jit_kwargs, static = _jit_options(self.adapted, self.program.request.jit_kwargs)
+        return CallForm.of(
+            self.args,
+            self.kwargs,
+            static_argnums=static,
+            static_argnames=_as_tuple(jit_kwargs.get("static_argnames")),
+            lowered=self.lowered,
+            names=tuple(self.adapted.arg_names),
+        )
+
     def run_bench(self, progress: Progress | None = None) -> Any:
         """Measure eager vs compiled calls, compile time and break-even (``--bench``)."""
         from ..measure import bench
@@ -69,6 +92,7 @@ class Runs:
             compile_seconds=self._xla_compile_seconds(),
             progress=progress,
             hlo=self.hlo,
+            form=self.call_form,
         )
         self._bench = result
         for side in ("eager", "compiled"):
@@ -89,9 +113,9 @@ class Runs:
                 + stages.timings["compile"]
             )
         t0 = time.perf_counter()
-        # a no-op debug option gives a fresh cache key, so XLA really compiles
-        options = {**self.program.request.compiler_options, "xla_dump_max_hlo_modules": -1}
-        stages.lowered.compile(compiler_options=options)
+        # XLA must really compile (JAX's persistent cache would serve the executable)
+        with persistent_cache_disabled():
+            stages.lowered.compile(compiler_options=self.program.request.compiler_options)
         compile_s = time.perf_counter() - t0
         self._timings["compile_measured"] = compile_s
         return stages.timings.get("trace", 0.0) + stages.timings.get("lower", 0.0) + compile_s
@@ -102,32 +126,26 @@ class Runs:
 
         if progress:
             progress("ablating (recompiling without fusion / constant folding)")
+        form = self.call_form
         self._ablation = ablate(
             self.lowered,
-            self.args,
-            kwargs=self.kwargs,
+            form.leaves(),
             time_it=self.runnable,
             platform=self.backend,
+            form=form,
         )
         return self._ablation
 
-    def run_debug(self, progress: Progress | None = None) -> Any:
-        """Run the traced program op by op, keeping every intermediate (``--debug``)."""
-        from ..debug import debug_run
+    def run_debug(self, progress: Progress | None = None, *, forward: bool = False) -> Any:
+        """Run the traced program op by op, keeping every intermediate (``--debug``).
 
-        self._require_runnable("debug-run the program")
-        if progress:
-            progress("debugging (running op by op)")
-        import jax
-
-        compiled = jax.tree.leaves(self.fn(*self.args, **self.kwargs))  # the program itself
-        self._debug = debug_run(
-            self.jaxpr,
-            (self.args, self.kwargs),
-            source=self.source,
-            compiled_outputs=compiled,
-            hlo=self.hlo,
-        )
+        With ``--grad`` the program checked is ``value_and_grad`` (it holds the forward pass
+        too, so a NaN in either pass is found); ``forward=True`` checks the forward program
+        only. The result names the program it checked (``DebugResult.program``)."""
+        checked = self if forward or self.grad is None else self.grad
+        self._debug = checked._debug_run(progress)
+        if checked is not self:
+            checked._debug = self._debug
         if self._debug.stopped:
             self.add_note(str(self._debug.error()))
         divergence = self._debug.divergence
@@ -137,6 +155,27 @@ class Runs:
                 "op-by-op run: " + divergence.text().splitlines()[0]
             )
         return self._debug
+
+    def _debug_run(self, progress: Progress | None) -> Any:
+        """:meth:`run_debug` of this very program."""
+        import jax
+
+        from ..debug import debug_run
+
+        self._require_runnable("debug-run the program")
+        if progress:
+            progress(f"debugging {self.name} (running op by op)")
+        form = self.call_form
+        # the program itself, on copies of what it donates
+        compiled = jax.tree.leaves(form.call_jitted(self.fn))
+        return debug_run(
+            self.jaxpr,
+            form.leaves(),
+            source=self.source,
+            compiled_outputs=compiled,
+            hlo=self.hlo,
+            program=self.name,
+        )
 
     def freeze(
         self, path: str, *, constants: bool = False, progress: Progress | None = None
@@ -153,7 +192,12 @@ class Runs:
         # program is compared with, in the same unit: StableHLO ops.
         reference = self.grad.analysis.summary().get("stablehlo_ops") if self.grad else None
         fn, args = self.original, self.args
-        if self.kwargs:
+        form = self.call_form
+        if form.static_argnums or form.static_argnames:  # fixed in the program, as compiled
+            fn, args = form.with_static_bound(self.original), tuple(form.dynamic_values())
+            moved = [form.dynamic_position(i) for i in weights or ()]
+            weights = tuple(i for i in moved if i is not None) or None
+        elif self.kwargs:
             kwargs = self.kwargs
             fn = _with_kwargs(self.original, kwargs)
             args = (*args, *kwargs.values())
@@ -195,7 +239,8 @@ class Runs:
         """Measured variants (remat policies, per-layer remat, donation, the largest batch that
         fits) with their peak, flops and fit; ``options`` go to
         :func:`nbcompile.measure.memory_options.memory_options` (``batch_size``, ``capacity``,
-        ``policies``, ``layers``, ``donate``, ``search_batch``)."""
+        ``policies``, ``layers``, ``donate``, ``search_batch``, ``batch_axis``, ``batch_args``);
+        ``.largest_batch`` is the largest batch that fits, with its compile's peak and verdict."""
         from ..measure.memory_options import memory_options
 
         return memory_options(self, **options)

@@ -40,9 +40,10 @@ _INTERNAL_DIRS = tuple(
 
 
 def eqn_location(eqn: Any, source: SourceInfo | None = None) -> dict[str, Any]:
-    """``{"file", "file_line", "line"}`` of an equation: the frame in the cell file when there is
-    one (``line`` is then the visible cell line), else the innermost frame outside JAX/nbcompile
-    (``line`` None)."""
+    """``{"file", "file_line", "line", "where"}`` of an equation: the frame in the cell file when
+    there is one (``line`` is then the visible cell line), else the innermost frame outside
+    JAX/nbcompile (``line`` None); ``where`` is how the user sees it (``line 4``, ``In [3] line
+    2``, ``model.py:12``)."""
     tb = getattr(getattr(eqn, "source_info", None), "traceback", None)
     frames = list(getattr(tb, "frames", None) or [])
     user = [f for f in frames if not f.file_name.startswith(_INTERNAL_DIRS)]
@@ -50,10 +51,22 @@ def eqn_location(eqn: Any, source: SourceInfo | None = None) -> dict[str, Any]:
         for f in user:
             line = source.visible_line(f.file_name, f.line_num)
             if line is not None:
-                return {"file": f.file_name, "file_line": f.line_num, "line": line}
+                return {
+                    "file": f.file_name,
+                    "file_line": f.line_num,
+                    "line": line,
+                    "where": f"line {line}",
+                }
     if user:
-        return {"file": user[0].file_name, "file_line": user[0].line_num, "line": None}
-    return {"file": None, "file_line": None, "line": None}
+        file, file_line = user[0].file_name, user[0].line_num
+        where = source.label_of(file, file_line) if source is not None else None
+        return {
+            "file": file,
+            "file_line": file_line,
+            "line": None,
+            "where": where or f"{file}:{file_line}",
+        }
+    return {"file": None, "file_line": None, "line": None, "where": None}
 
 
 class _Stop(Exception):
@@ -92,6 +105,7 @@ class DebugResult:
     ``nan_at`` (None unless ``stopped``) holds the same location keys plus ``iteration``,
     ``code`` (the cell line's text), ``inputs`` and ``outputs`` summaries and ``kind``
     (``"nan"``/``"inf"``). ``outputs`` are the program outputs (None when stopped).
+    ``program`` names the program that was checked (e.g. ``value_and_grad(loss)``), where known.
     """
 
     stopped: bool
@@ -102,6 +116,7 @@ class DebugResult:
     stop_on: str = "nan"
     notes: list[str] = field(default_factory=list)
     divergence: Divergence | None = None
+    program: str | None = None
     _jaxpr: Any = None
     _args: list[Any] = field(default_factory=list)
     _values: dict[tuple[str, tuple[int, ...]], list[Any]] | None = None
@@ -133,15 +148,22 @@ class DebugResult:
             return None
         at = self.nan_at
         what = "NaN" if at["kind"] == "nan" else "Inf"
+        elsewhere = at.get("where") and at["where"] != f"line {at['line']}"
         return NbcompileError(
-            f"{what} produced by `{at['primitive']}` ({at['id']})",
+            f"{what} produced by `{at['primitive']}` ({at['id']})"
+            + (f" at {at['where']}" if elsewhere else "")
+            + self._in_program(),
             code="NBC700",
             line=at["line"],
             hint="inspect the inputs with result.nan_at['inputs'] or result.value(id)",
         )
 
+    def _in_program(self) -> str:
+        return f" in {self.program}" if self.program else ""
+
     def to_json(self) -> dict[str, Any]:
         return {
+            "program": self.program,
             "stopped": self.stopped,
             "stop_on": self.stop_on,
             "nan_at": self.nan_at,
@@ -158,17 +180,21 @@ class DebugResult:
         if self.nan_at:
             at = self.nan_at
             what = "NaN" if at["kind"] == "nan" else "Inf"
-            where = f"line {at['line']}" if at["line"] else f"{at['file']}:{at['file_line']}"
+            where = at.get("where") or f"line {at['line']}"
+            if at["line"] and where != f"line {at['line']}":
+                where += f" (called from line {at['line']})"
             it = f" iteration {at['iteration']}" if at["iteration"] else ""
             lines.append(
-                f"Stopped at the first {what}: `{at['primitive']}` ({at['id']}{it}) at {where}"
+                f"Stopped at the first {what}{self._in_program()}: `{at['primitive']}` "
+                f"({at['id']}{it}) at {where}"
             )
             if at.get("code"):
                 lines.append(f"  {at['code'].strip()}")
             lines += [f"  input {i}: {short(s)}" for i, s in enumerate(at["inputs"])]
         else:
+            of = f" of {self.program}" if self.program else ""
             lines.append(
-                f"Ran {self.equations} equations op by op; no NaN (stop_on={self.stop_on})."
+                f"Ran {self.equations} equations{of} op by op; no NaN (stop_on={self.stop_on})."
             )
             lines += [
                 f"  output {i}: {short(summarise(o))}" for i, o in enumerate(self.outputs or [])
@@ -197,6 +223,7 @@ class _Recorder:
         self.nan_at: dict[str, Any] | None = None
         self.first_inf: dict[str, Any] | None = None
         self._where: dict[int, dict[str, Any]] = {}
+        self.open: list[Any] = []  # the interpreter's containers being run (Interpreter.open)
 
     def location(self, eqn: Any) -> dict[str, Any]:
         if id(eqn) not in self._where:
@@ -232,9 +259,14 @@ class _Recorder:
             raise _Stop
 
     def _details(self, entry: dict, invals: list, it: tuple[int, ...], kind: str) -> dict[str, Any]:
-        keys = ("id", "primitive", "file", "file_line", "line", "outputs")
-        details = {k: entry[k] for k in keys}
-        line = entry["line"]
+        keys = ("id", "primitive", "file", "file_line", "line", "where", "outputs")
+        details = {k: entry.get(k) for k in keys}
+        # nested in a cond/scan/checkpoint whose code is elsewhere: the cell line that runs it
+        for outer in reversed(self.open if entry["line"] is None else []):
+            if self.location(outer)["line"] is not None:
+                details["line"] = self.location(outer)["line"]
+                break
+        line = details["line"]
         details.update(
             kind=kind,
             iteration=list(it),
@@ -253,6 +285,7 @@ def debug_run(
     compare: bool = True,
     compiled_outputs: Sequence[Any] | None = None,
     hlo: str | None = None,
+    program: str | None = None,
 ) -> DebugResult:
     """Run ``closed_jaxpr`` op by op on ``args`` (a pytree of example arguments, flattened to the
     jaxpr's inputs), summarising every equation and stopping per ``stop_on``.
@@ -260,7 +293,8 @@ def debug_run(
     With ``compare`` the compiled program's values are compared with the op-by-op ones and the
     first divergent value located (:mod:`nbcompile.debug.diverge`): ``compiled_outputs`` (its
     flat outputs for these arguments) and ``hlo`` (its optimised HLO text) describe the program
-    as the user compiled it; without them the traced program is compiled here."""
+    as the user compiled it; without them the traced program is compiled here. ``program``
+    names the program for the result's text (``value_and_grad(loss)``)."""
     if stop_on not in STOP_MODES:
         raise ValueError(f"stop_on must be one of {STOP_MODES}, not {stop_on!r}")
     flat = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in jax.tree.leaves(args)]
@@ -269,6 +303,7 @@ def debug_run(
         raise ValueError(f"the program takes {n_in} array inputs, got {len(flat)} after flattening")
     recorder = _Recorder(source, stop_on, keep_values)
     interp = Interpreter(recorder)
+    recorder.open = interp.open
     notes = [f"argument {i} already contains NaN" for i, a in enumerate(flat) if has_nan(a)]
     outputs: list[Any] | None
     try:
@@ -287,6 +322,7 @@ def debug_run(
         first_inf=recorder.first_inf,
         stop_on=stop_on,
         notes=notes,
+        program=program,
         _jaxpr=closed_jaxpr,
         _args=flat,
         _values=recorder.values,

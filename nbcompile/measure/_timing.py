@@ -5,6 +5,10 @@ call jitter stay small) and is divided by ``number``. The number of samples adap
 (at most 51). The budget is a soft cap: at least 3 samples are taken unless a single call is
 longer than the whole budget, so a slow warm-up cannot leave one noisy sample. Callers pass a ``call`` that blocks until the result is
 ready (``jax.block_until_ready``), so asynchronous dispatch cannot hide work.
+
+A call that consumes its inputs (a program with donated arguments) is a :class:`Prepared`: its
+``prepare`` makes fresh inputs before each call, outside the timed interval, and each of its
+calls is timed on its own (one call per sample); the time budget counts the preparations.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
-__all__ = ["Timing", "time_call", "time_calls_in_turns"]
+__all__ = ["Prepared", "Timing", "time_call", "time_calls_in_turns"]
 
 _SAMPLE_SECONDS = 0.002
 _MAX_SAMPLES = 51
@@ -49,6 +54,44 @@ class Timing:
         )
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A call that needs fresh inputs every time: ``prepare()`` (not timed) makes them and
+    ``run(inputs)`` (timed) calls and blocks until the result is ready."""
+
+    prepare: Callable[[], Any]
+    run: Callable[[Any], object]
+
+
+Call = Callable[[], object] | Prepared
+
+
+def _sample(call: Call, number: int) -> tuple[float, float]:
+    """``(seconds per call, wall seconds per call)`` over ``number`` calls: a
+    :class:`Prepared`'s preparation is outside the first figure, inside the second (the time
+    budget counts it)."""
+    start = time.perf_counter()
+    if isinstance(call, Prepared):
+        total = 0.0
+        for _ in range(number):
+            inputs = call.prepare()
+            t0 = time.perf_counter()
+            call.run(inputs)
+            total += time.perf_counter() - t0
+        return total / number, (time.perf_counter() - start) / number
+    for _ in range(number):
+        call()
+    per_call = (time.perf_counter() - start) / number
+    return per_call, per_call
+
+
+def _number(call: Call, estimate: float) -> int:
+    """Calls per sample: enough to last ~2 ms; one for a :class:`Prepared` (timed alone)."""
+    if isinstance(call, Prepared):
+        return 1
+    return max(1, min(1000, int(_SAMPLE_SECONDS / estimate)))
+
+
 def _fmt(seconds: float) -> str:
     if seconds >= 1:
         return f"{seconds:.3g} s"
@@ -64,26 +107,21 @@ def _quartiles(values: list[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
-def time_call(call: Callable[[], object], budget: float) -> Timing:
+def time_call(call: Call, budget: float) -> Timing:
     """Time ``call`` (which must block until done) within about ``budget`` seconds."""
     start = time.perf_counter()
-    call()
-    first = time.perf_counter() - start
-    t0 = time.perf_counter()
-    call()
-    estimate = max(time.perf_counter() - t0, 1e-9)
+    first, _ = _sample(call, 1)
+    estimate, wall = _sample(call, 1)
+    estimate = max(estimate, 1e-9)
     per_call = [estimate]
-    number = max(1, min(1000, int(_SAMPLE_SECONDS / estimate)))
+    number = _number(call, estimate)
     deadline = start + budget
-    if estimate < budget:  # else one call is over budget: the estimate is the only sample
+    if wall < budget:  # else one call is over budget: the estimate is the only sample
         while len(per_call) <= _MAX_SAMPLES:
             enough = len(per_call) > _MIN_SAMPLES  # per_call[0] is the estimate, dropped below
-            if enough and time.perf_counter() + estimate * number > deadline:
+            if enough and time.perf_counter() + wall * number > deadline:
                 break
-            t0 = time.perf_counter()
-            for _ in range(number):
-                call()
-            per_call.append((time.perf_counter() - t0) / number)
+            per_call.append(_sample(call, number)[0])
     if len(per_call) > 1:
         per_call = per_call[1:]  # the estimate call ran alone, right after the warm-up
     return _summary(per_call, number, first)
@@ -103,7 +141,7 @@ def _summary(per_call: list[float], number: int, first: float) -> Timing:
     )
 
 
-def time_calls_in_turns(calls: list[Callable[[], object]], budget: float) -> list[Timing]:
+def time_calls_in_turns(calls: list[Call], budget: float) -> list[Timing]:
     """Time several callables against each other within about ``budget`` seconds in all.
 
     Samples are taken in turns (one sample of each callable per round, the order of the round
@@ -113,17 +151,15 @@ def time_calls_in_turns(calls: list[Callable[[], object]], budget: float) -> lis
     call is longer than the whole budget.
     """
     start = time.perf_counter()
-    firsts, estimates = [], []
+    firsts, estimates, walls = [], [], []
     for call in calls:
-        t0 = time.perf_counter()
-        call()
-        firsts.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        call()
-        estimates.append(max(time.perf_counter() - t0, 1e-9))
-    numbers = [max(1, min(1000, int(_SAMPLE_SECONDS / e))) for e in estimates]
+        firsts.append(_sample(call, 1)[0])
+        estimate, wall = _sample(call, 1)
+        estimates.append(max(estimate, 1e-9))
+        walls.append(wall)
+    numbers = [_number(call, e) for call, e in zip(calls, estimates, strict=True)]
     samples: list[list[float]] = [[] for _ in calls]
-    round_seconds = sum(e * n for e, n in zip(estimates, numbers, strict=True))
+    round_seconds = sum(w * n for w, n in zip(walls, numbers, strict=True))
     deadline = start + budget
     rounds = 0
     if round_seconds < budget:  # else a round is over budget: the estimates are the samples
@@ -132,10 +168,7 @@ def time_calls_in_turns(calls: list[Callable[[], object]], budget: float) -> lis
                 break
             order = range(len(calls)) if rounds % 2 == 0 else reversed(range(len(calls)))
             for i in order:
-                t0 = time.perf_counter()
-                for _ in range(numbers[i]):
-                    calls[i]()
-                samples[i].append((time.perf_counter() - t0) / numbers[i])
+                samples[i].append(_sample(calls[i], numbers[i])[0])
             rounds += 1
     return [
         _summary(taken or [estimate], number if taken else 1, first)

@@ -30,8 +30,10 @@ from typing import Any
 
 import jax
 
+from .._compat import tpu_profiler_skipped
 from ..errors import TargetError
 from ._timeline import Span
+from ._timing import Prepared
 
 __all__ = ["MARKER", "CallRecord", "Trace", "capture", "extract"]
 
@@ -224,12 +226,16 @@ def _group(
 
 
 def _tpu_runtime_without_tpu() -> bool:
-    """libtpu is loaded in this process but there is no TPU: a deviceless TPU compile ran here.
+    """libtpu's profiler is registered in this process but there is no TPU.
 
-    JAX then has libtpu's profiler plugin registered, and starting a profiler session crashes
-    the process with a segmentation fault (measured with JAX/jaxlib 0.10.2 and its libtpu; no
-    option avoids it), so this must be known before starting one. Read from the process's
-    memory map (Linux, the only platform libtpu ships for)."""
+    Starting a profiler session then crashes the process with a segmentation fault (measured
+    with JAX/jaxlib 0.10.2 and its libtpu; no option avoids it), so this must be known before
+    starting one. nbcompile's own deviceless TPU compiles load libtpu without registering its
+    profiler (``_compat.tpu_plugin_without_profiler``): only libtpu loaded some other way (the
+    user's own ``get_topology_desc``, a TPU backend started without a TPU) counts. Read from
+    the process's memory map (Linux, the only platform libtpu ships for)."""
+    if tpu_profiler_skipped():  # libtpu was loaded by nbcompile, without its profiler
+        return False
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:  # not Linux: no libtpu
@@ -242,14 +248,19 @@ def _tpu_runtime_without_tpu() -> bool:
         return True
 
 
-def capture(call: Callable[[], None], calls: int, names: set[str], module: str | None) -> Trace:
-    """Run ``call`` (which blocks until the result is ready) ``calls`` times under the profiler."""
+def capture(
+    call: Callable[[], None] | Prepared, calls: int, names: set[str], module: str | None
+) -> Trace:
+    """Run ``call`` (which blocks until the result is ready) ``calls`` times under the profiler;
+    a :class:`Prepared` call's inputs are made before each call, outside its window."""
     if _tpu_runtime_without_tpu():
         raise TargetError(
-            "cannot profile in this process: a deviceless TPU compile (--topology) loaded libtpu "
-            "here, and JAX's profiler then crashes the process when it starts",
-            hint="restart the kernel and profile before compiling for a TPU topology, or do the "
-            "TPU planning in another kernel",
+            "cannot profile in this process: libtpu was loaded here with its profiler but "
+            "without a TPU (not through nbcompile's --topology compile), and JAX's profiler "
+            "then crashes the process when it starts",
+            hint="restart the kernel and compile for TPU topologies through nbcompile "
+            "(%%compile --topology, nbcompile.compile(topology=...)), which loads libtpu "
+            "without its profiler",
         )
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = 0  # Python frames are not needed and slow every call down
@@ -264,6 +275,11 @@ def capture(call: Callable[[], None], calls: int, names: set[str], module: str |
             ) from err
         try:
             for _ in range(calls):
+                if isinstance(call, Prepared):
+                    inputs = call.prepare()
+                    with jax.profiler.TraceAnnotation(MARKER):
+                        call.run(inputs)
+                    continue
                 with jax.profiler.TraceAnnotation(MARKER):
                     call()
         finally:

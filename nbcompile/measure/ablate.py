@@ -18,9 +18,11 @@ from typing import Any
 
 import jax
 
+from .._compat import persistent_cache_disabled
 from ..analysis.hlo import parse_hlo
+from ._calls import CallForm
 from ._hlo import entry_kernels
-from ._timing import Timing, _fmt, time_call
+from ._timing import Prepared, Timing, _fmt, time_call
 from .passes import Variant, variants_for
 
 __all__ = ["AblationResult", "VariantResult", "ablate"]
@@ -145,6 +147,7 @@ def ablate(
     time_it: bool = True,
     max_seconds: float = 20.0,
     platform: str | None = None,
+    form: CallForm | None = None,
 ) -> AblationResult:
     """Recompile ``lowered`` once per variant (default: :func:`passes.variants_for` the platform;
     a variant may be given as ``(name, [pass, ...])``) and time each on ``args`` when ``time_it``.
@@ -152,8 +155,14 @@ def ablate(
 
     ``max_seconds`` caps the timing (shared evenly by the variants still to time); the compiles
     themselves always run. ``platform`` defaults to the platform of the first array argument.
+
+    ``args``/``kwargs`` are what the compiled program takes (no static values); ``form``
+    (:class:`~nbcompile.measure._calls.CallForm`) gives the full call instead. Donated
+    buffers (``lowered.args_info``) are copied before every timed call, never consumed.
     """
     start = time.perf_counter()
+    form = form or CallForm.of(tuple(args), dict(kwargs or {}), lowered=lowered)
+    args = form.leaves()
     platform = platform or _platform_of(args)
     chosen = [
         _as_variant(v) for v in (variants if variants is not None else variants_for(platform))
@@ -175,7 +184,9 @@ def ablate(
         options = {"xla_disable_hlo_passes": ",".join(v.disabled)} if v.disabled else None
         t0 = time.perf_counter()
         try:
-            compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+            # compile time is a figure here: XLA must run (JAX's persistent cache would serve)
+            with persistent_cache_disabled():
+                compiled = lowered.compile(compiler_options=options)
         except jax.errors.JaxRuntimeError as exc:  # XLA refused this variant: say so, go on
             r.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             results.append(r)
@@ -203,13 +214,24 @@ def ablate(
             left = max_seconds - (time.perf_counter() - start)
             budget = max(left / (len(runnable) - i), 0.02)
             try:
-                r.time = time_call(
-                    lambda c=compiled: jax.block_until_ready(c(*args, **(kwargs or {}))), budget
-                )
-            except RuntimeError as exc:  # e.g. donated arguments cannot be reused across calls
+                r.time = time_call(_timed_call(compiled, form), budget)
+            except RuntimeError as exc:  # XLA failed to run this variant: say so, go on
                 notes.append(f"{r.name}: timing failed ({type(exc).__name__}: {exc})"[:300])
         base = results[0].time
         for r in results:
             if r.time is not None and base is not None:
                 r.ratio = r.time.median / base.median
     return AblationResult(platform=platform, variants=results, notes=notes)
+
+
+def _timed_call(compiled: Any, form: CallForm) -> Any:
+    """One blocking call of a compiled variant on the dynamic values; where the program
+    donates, on fresh copies made before each call (not timed)."""
+
+    def run(inputs: tuple[tuple[Any, ...], dict[str, Any]]) -> None:
+        jax.block_until_ready(compiled(*inputs[0], **inputs[1]))
+
+    if form.donates:
+        return Prepared(form.fresh_dynamic, run)
+    dynamic = form.dynamic()
+    return lambda: run(dynamic)

@@ -37,9 +37,10 @@ import jax
 import jax.numpy as jnp
 
 from ..debug.interpreter import Interpreter
+from ._calls import CallForm
 from ._eager import OpByOp, eager_dispatches
 from ._hlo import entry_kernels
-from ._timing import Timing, _fmt, time_call, time_calls_in_turns
+from ._timing import Prepared, Timing, _fmt, time_call, time_calls_in_turns
 
 __all__ = ["SMALL_SPEEDUP", "BenchResult", "bench"]
 
@@ -184,7 +185,7 @@ class BenchResult:
         return "\n".join(lines)
 
 
-def _kernels(compiled: Any, hlo: str | None, args: Sequence[Any], kwargs: dict) -> str | None:
+def _kernels(compiled: Any, hlo: str | None, form: CallForm) -> str | None:
     """The optimised HLO text (None when the backend has no text view)."""
     if hlo is not None:
         return hlo
@@ -192,7 +193,7 @@ def _kernels(compiled: Any, hlo: str | None, args: Sequence[Any], kwargs: dict) 
         if hasattr(compiled, "as_text"):
             return compiled.as_text()
         if hasattr(compiled, "lower"):
-            return compiled.lower(*args, **kwargs).compile().as_text()
+            return compiled.lower(*form.args, **form.kwargs).compile().as_text()
     except NotImplementedError:  # Compiled.as_text: "text view unsupported" on this backend
         return None
     return None
@@ -216,6 +217,7 @@ def bench(
     op_by_op: bool = True,
     max_seconds: float = 10.0,
     progress: Callable[[str], None] | None = None,
+    form: CallForm | None = None,
 ) -> BenchResult:
     """Measure ``fn(*args)`` eager vs compiled within about ``max_seconds`` in all.
 
@@ -226,51 +228,56 @@ def bench(
     the ``jax.disable_jit()`` run. ``max_seconds`` is a soft cap on the whole measurement: the
     compile, the op-count replay and each side's warm-up always run, and each side takes at
     least 3 samples (in turns with the others) unless one round is longer than the budget.
-    Arguments must be reusable across calls (no donated buffers).
+
+    ``form`` (:class:`~nbcompile.measure._calls.CallForm`, default: ``args``/``kwargs`` with
+    nothing static or donated) says which arguments are static and which buffers ``compiled``
+    donates: donated ones get fresh copies before every compiled call (not timed), so the
+    arguments are never consumed.
     """
     say = progress or (lambda _msg: None)
     start = time.perf_counter()
-    args = tuple(args)
-    kwargs = dict(kwargs or {})
+    form = form or CallForm.of(tuple(args), dict(kwargs or {}))
     notes: list[str] = []
     measured = False
     if compiled is None:
         say("bench: compiling")
         t0 = time.perf_counter()
-        compiled = jax.jit(fn).trace(*args, **kwargs).lower().compile()
+        jitted = jax.jit(
+            fn,
+            static_argnums=tuple(form.static_argnums),
+            static_argnames=tuple(form.static_argnames),
+        )
+        compiled = jitted.trace(*form.args, **form.kwargs).lower().compile()
         if compile_seconds is None:
             compile_seconds, measured = time.perf_counter() - t0, True
     elif compile_seconds is None:
         notes.append("compile time not given: break-even unknown")
-    if hasattr(fn, "lower") and hasattr(fn, "trace"):
+    self_jitted = hasattr(fn, "lower") and hasattr(fn, "trace")
+    if self_jitted:
         notes.append("the function is itself jitted: its ordinary call runs a compiled program")
 
     say("bench: counting eager ops")
-    closed = jax.make_jaxpr(fn)(*args, **kwargs)
+    closed = jax.make_jaxpr(form.with_static_bound(fn))(*form.dynamic_values())
     eager_kernels, eager_exact = eager_dispatches(closed)
     replay = OpByOp()
     interp = Interpreter(replay)
-    interp.run(closed, [jnp.asarray(a) for a in jax.tree.leaves((args, kwargs))])
+    interp.run(closed, [jnp.asarray(a) for a in jax.tree.leaves(form.dynamic_values())])
     if interp.opaque:
         opaque = sorted(set(interp.opaque.values()))
         notes.append(
             f"{', '.join(opaque)} runs its body per device: eager and op-by-op op counts are "
             "lower bounds"
         )
-    text = _kernels(compiled, hlo, args, kwargs)
+    text = _kernels(compiled, hlo, form)
     compiled_kernels = len(entry_kernels(text)) if text else None
     if text is None:
         notes.append("compiled kernel count unavailable: the backend gives no HLO text")
-
-    def run_eager() -> None:
-        jax.block_until_ready(fn(*args, **kwargs))
-
-    def run_op_by_op() -> None:
-        with jax.disable_jit():
-            jax.block_until_ready(fn(*args, **kwargs))
-
-    def run_compiled() -> None:
-        jax.block_until_ready(compiled(*args, **kwargs))
+    if form.donates:
+        notes.append(
+            f"--donate {', '.join(form.donated_names())}: each compiled call got fresh copies "
+            "of the donated arguments (made before the call, not timed); yours are untouched"
+        )
+    run_eager, run_op_by_op, run_compiled = _sides(fn, compiled, form, self_jitted)
 
     # eager, op by op and compiled in turns: a busy moment slows each side for a sample
     say("bench: timing eager, op by op and compiled calls in turns")
@@ -297,3 +304,39 @@ def bench(
         dispatch=dispatch,
         notes=notes,
     )
+
+
+Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def _side(prepare: Callable[[], Inputs], run: Callable[[Inputs], None], fresh: bool) -> Any:
+    """A timed side: a :class:`Prepared` when each call needs fresh inputs, else a plain call."""
+    return Prepared(prepare, run) if fresh else (lambda: run(prepare()))
+
+
+def _sides(fn: Callable[..., Any], compiled: Any, form: CallForm, self_jitted: bool) -> list[Any]:
+    """The eager, op-by-op and compiled calls, each on inputs it may consume: the compiled
+    program's donated leaves are copied before each call, and so is every array for a function
+    the user jitted (its own ``donate_argnums`` are not known here)."""
+
+    def plain() -> Inputs:
+        return form.args, form.kwargs
+
+    def eager(inputs: Inputs) -> None:
+        jax.block_until_ready(fn(*inputs[0], **inputs[1]))
+
+    def op_by_op(inputs: Inputs) -> None:
+        with jax.disable_jit():
+            jax.block_until_ready(fn(*inputs[0], **inputs[1]))
+
+    def run(inputs: Inputs) -> None:
+        jax.block_until_ready(compiled(*inputs[0], **inputs[1]))
+
+    # a jax.jit object takes the full call (static values included), a Compiled the dynamic one
+    prepare = form.fresh if hasattr(compiled, "lower") else form.fresh_dynamic
+    own = form.fresh_all if self_jitted else plain
+    return [
+        _side(own, eager, self_jitted),
+        _side(own, op_by_op, self_jitted),
+        _side(prepare, run, form.donates),
+    ]

@@ -18,11 +18,13 @@ run: the same table is then an **estimate** from XLA's cost model and the datash
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 
 from ..errors import TargetError
+from ._calls import CallForm
 from ._delta import ProfileDelta, profile_delta
 from ._estimate import estimate
 from ._kernels import CONTAINERS, kernels_of, module_name
@@ -30,6 +32,7 @@ from ._peaks import Peaks, cpu_peaks, spec_peaks
 from ._result import (
     KernelTime,
     Profile,
+    by_function,
     dtype_of,
     make_row,
     median,
@@ -38,6 +41,7 @@ from ._result import (
     spread,
 )
 from ._timeline import Span, attribute, union_ns
+from ._timing import Prepared
 from ._xplane import CallRecord, capture
 
 __all__ = ["KernelTime", "Profile", "ProfileDelta", "calibrate", "profile", "profile_delta"]
@@ -77,37 +81,35 @@ def _per_call(record: CallRecord, containers: frozenset[str]) -> dict[str, Any]:
     }
 
 
-def _donates(c: Any) -> bool:
-    """Whether the program consumes (donates) any argument buffer: ``Lowered.args_info``."""
-    info = getattr(c.lowered, "args_info", None)
-    leaves = jax.tree.leaves(info, is_leaf=lambda x: hasattr(x, "donated"))
-    return any(getattr(leaf, "donated", False) for leaf in leaves)
-
-
-def _call_once(c: Any) -> Any:
+def _call_once(c: Any) -> Callable[[], None] | Prepared:
     # the Compiled object itself: c.fn (the jax.jit object) would run jit's own compile, which
     # lacks any compiler_options this program was compiled with (e.g. an ablation variant)
-    fn, args = c.compiled, tuple(c.args)
-    kwargs = dict(getattr(c, "kwargs", None) or {})
-    donates = _donates(c)
+    fn = c.compiled
+    form = getattr(c, "call_form", None)
+    if not isinstance(form, CallForm):
+        form = CallForm.of(tuple(c.args), dict(getattr(c, "kwargs", None) or {}), lowered=c.lowered)
 
-    def fresh(tree: Any) -> Any:  # donated buffers are consumed: each call gets fresh copies
-        return jax.tree.map(lambda x: x.copy() if isinstance(x, jax.Array) else x, tree)
+    def run(inputs: tuple[tuple[Any, ...], dict[str, Any]]) -> None:
+        jax.block_until_ready(fn(*inputs[0], **inputs[1]))
 
-    def call() -> None:
-        if donates:
-            jax.block_until_ready(fn(*fresh(args), **fresh(kwargs)))
-        else:
-            jax.block_until_ready(fn(*args, **kwargs))
+    if form.donates:  # donated buffers are consumed: each call gets fresh copies, made outside
+        return Prepared(form.fresh_dynamic, run)
+    dynamic = form.dynamic()
+    return lambda: run(dynamic)
 
-    return call
+
+def _warm(call: Callable[[], None] | Prepared) -> None:
+    if isinstance(call, Prepared):
+        call.run(call.prepare())
+    else:
+        call()
 
 
 def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
     infos = kernels_of(c)
     call = _call_once(c)
     for _ in range(warmup):
-        call()
+        _warm(call)
     containers = frozenset(n for n, i in infos.items() if i.opcode in CONTAINERS)
     trace = capture(call, calls, set(infos), module_name(c.hlo))
     per_call = [
@@ -160,6 +162,7 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         by_line=by_line,
         by_cell_line=by_cell,
         by_module=by_module,
+        by_function=by_function(rows, infos),
         coverage=coverage,
         peaks=peaks,
         calls=len(per_call),

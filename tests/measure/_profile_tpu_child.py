@@ -1,6 +1,6 @@
 """Child process: the profile of a deviceless TPU compile (an estimate), then a CPU profile in
-the same process, which nbcompile must refuse (starting JAX's profiler after libtpu was loaded
-without a TPU crashes the process). Prints one JSON line."""
+the same process, which must be measured (nbcompile loads libtpu without its profiler, which
+would crash JAX's profiler without a TPU). Prints one JSON line."""
 
 from __future__ import annotations
 

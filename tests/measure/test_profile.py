@@ -180,8 +180,9 @@ def test_bad_call_counts_are_rejected():
 
 @pytest.mark.slow
 def test_deviceless_tpu_profile_is_an_estimate_and_the_process_survives_profiling_after_it():
-    """In a child process: loading libtpu for a deviceless compile would make any later profiler
-    start crash the process (so this cannot run in the test process)."""
+    """In a child process: libtpu loaded with its profiler would make any later profiler start
+    crash the process; nbcompile's deviceless compile loads it without (issue 28 §11), so a
+    CPU profile after it is measured. (A child all the same: a regression must not kill pytest.)"""
     pytest.importorskip("libtpu")
     child = Path(__file__).with_name("_profile_tpu_child.py")
     out = child_json([str(child)])
@@ -196,8 +197,7 @@ def test_deviceless_tpu_profile_is_an_estimate_and_the_process_survives_profilin
         assert achieved is None and bound in ("compute", "memory")
     assert out["json_sources"]["seconds"] == "estimate" and out["json_sources"]["achieved"] is None
     assert "estimate" in out["text"] and "not here" in out["text"]
-    code, message = out["after"]
-    assert code == "NBC600" and "restart the kernel" in message
+    assert out["after"] == "measured"
 
 
 @pytest.mark.slow
