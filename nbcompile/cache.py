@@ -14,6 +14,9 @@ is an input of it:
   target, of the functions it calls and of the model's own classes' methods — Python scalars,
   config objects and arrays (which become constants) by *content*; large immutable JAX arrays by
   identity, kept alive by the cache entry so an identity cannot be reused.
+- where that code is: each function's file (a notebook cell by its content hash) and line
+  table, since the program's source lines come from there (a docstring that moves a model's
+  ``__call__`` down compiles again, so its fusions name the new lines).
 
 Values that are inputs (weights, example arrays) are never part of the key: every run reads
 them live, so a hit after ``model.eval()``, new weights or Keras ``predict`` compiles nothing
@@ -34,6 +37,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from . import _dirs
+from .capture.source import cell_identity
 from .capture.userfiles import is_user_file
 
 __all__ = ["CacheKey", "CompilationCache", "enable_persistent_cache", "fingerprint", "make_key"]
@@ -100,6 +105,10 @@ class _Walker:
 
     def code(self, code: types.CodeType, glb: dict[str, Any] | None, depth: int) -> None:
         self.out(f"code:{code.co_qualname}:{_digest(code.co_code)}")
+        # where it is: the program's source lines come from here (a cell by its content, so an
+        # unchanged re-run still hits; a docstring above a method moves its lines and misses)
+        self.out(f"at:{cell_identity(code.co_filename)}:{code.co_firstlineno}")
+        self.out(_digest(code.co_linetable))
         for const in code.co_consts:
             if isinstance(const, types.CodeType):
                 self.code(const, glb, depth)
@@ -327,18 +336,22 @@ class CompilationCache:
 
 
 def enable_persistent_cache(directory: str | os.PathLike[str] | None = None) -> Path | None:
-    """Point JAX's persistent compilation cache at a per-user folder (unless already set)."""
+    """Point JAX's persistent compilation cache at a per-user folder (unless already set).
+
+    ``directory``, else ``$NBCOMPILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/nbcompile/jax`` (an
+    absolute ``XDG_CACHE_HOME`` only), else ``~/.cache/nbcompile/jax``. The cache holds native
+    code that later processes run, so it is used only if it is a folder only this user can
+    write (``nbcompile._dirs``); otherwise nothing is switched on (None, with a note).
+    """
     if jax.config.jax_compilation_cache_dir:
         return Path(jax.config.jax_compilation_cache_dir)
-    base = (
-        directory
-        or os.environ.get("NBCOMPILE_CACHE_DIR")
-        or (Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nbcompile" / "jax")
-    )
-    path = Path(base)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError:
+    what = "JAX's persistent compilation cache"
+    if directory:
+        base: Path | None = Path(directory)
+    else:
+        base = _dirs.configured("NBCOMPILE_CACHE_DIR", "nbcompile", "jax")
+    path = _dirs.private_folder(base, what)
+    if path is None:
         return None
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)

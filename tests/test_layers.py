@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "nbcompile"
 
 #: units any unit may import: errors, formatting, version notes for JAX/IPython internals
-LEAVES = {"errors", "units", "_compat", "__version__"}
+LEAVES = {"errors", "units", "_compat", "_dirs", "__version__"}
 
 #: unit -> the units it may import (besides LEAVES)
 ALLOWED: dict[str, set[str]] = {
@@ -32,6 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "cache": {"capture"},
     "history": set(),
     "pipeline": {"capture", "targets", "stages", "analysis"},
+    "processes": {"capture", "analysis", "targets"},
     "compilation": {
         "capture",
         "targets",
@@ -44,13 +45,14 @@ ALLOWED: dict[str, set[str]] = {
         "widgets",
         "pipeline",
         "comparison",
+        "processes",
     },
     "comparison": {"analysis", "measure", "report", "widgets"},
-    "session": {"capture", "cache", "history", "pipeline", "compilation", "widgets"},
+    "session": {"capture", "cache", "history", "pipeline", "compilation", "widgets", "processes"},
     "render": {"report", "widgets"},
     "cli": {"frozen", "render", "report", "widgets"},
     "magic": {"capture", "cache", "history", "session"},
-    "__init__": {"analysis", "compilation", "frozen", "magic", "session"},
+    "__init__": {"analysis", "compilation", "frozen", "magic", "session", "processes"},
 }
 
 

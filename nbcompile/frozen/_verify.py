@@ -2,7 +2,14 @@
 
 Running the check in a subprocess means a native crash (or a hang, up to ``timeout``) in JAX,
 XLA or MLIR while reading a hostile file cannot take the caller down.
-Child entry point: ``python -m nbcompile.frozen._verify PATH [--input X.npy ...]``.
+
+The child runs isolated from the folder it was started in and from the user's Python
+customisations: ``python -I`` (no current folder or script folder on ``sys.path``, no
+``PYTHON*`` variables such as ``PYTHONPATH``, no user site-packages or ``usercustomize``), in a
+fresh temporary folder, with nbcompile imported from this package's own folder and the
+caller's other absolute import folders after the interpreter's own (so a ``json.py`` beside a
+downloaded file is never imported). ``child_command`` builds the command line.
+Child entry point: ``main(["PATH", "--input", "X.npy", ...])``.
 """
 
 from __future__ import annotations
@@ -20,12 +27,47 @@ from typing import Any
 import numpy as np
 
 _MARK = "NBCOMPILE-VERIFY "
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+#: this package's folder (``.../nbcompile``): the child imports nbcompile from exactly here
+_PACKAGE = str(Path(__file__).resolve().parents[1])
+
+# The child's first lines: only the standard library's own modules are imported before
+# nbcompile is pinned to the caller's copy (a module object made from its file, nothing put
+# on sys.path); the caller's absolute import folders come after the interpreter's own.
+_BOOT = """import importlib.util, json, sys
+sys.path += [p for p in json.loads(sys.argv[1]) if p not in sys.path]
+spec = importlib.util.spec_from_file_location(
+    "nbcompile", sys.argv[2] + "/__init__.py", submodule_search_locations=[sys.argv[2]])
+package = importlib.util.module_from_spec(spec)
+sys.modules["nbcompile"] = package
+spec.loader.exec_module(package)
+from nbcompile.frozen._verify import main
+main(sys.argv[3:])
+"""
+
+
+def _import_folders() -> list[str]:
+    """The caller's absolute import folders, never its current folder (nor a relative one)."""
+    try:
+        here = os.path.realpath(os.getcwd())
+    except OSError:
+        here = None
+    return [
+        p
+        for p in sys.path
+        if isinstance(p, str)
+        and os.path.isabs(p)
+        and os.path.realpath(p) != here
+        and os.path.realpath(p) != os.path.dirname(_PACKAGE)
+    ]
+
+
+def child_command(args: Sequence[str]) -> list[str]:
+    """The command line of an isolated child running ``main(args)`` (see the module doc)."""
+    return [sys.executable, "-I", "-c", _BOOT, json.dumps(_import_folders()), _PACKAGE, *args]
 
 
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     return env
 
@@ -46,17 +88,23 @@ def verify(
     """
     report: dict[str, Any] = {"path": os.fspath(path), "ok": False, "code": None, "message": ""}
     with tempfile.TemporaryDirectory(prefix="nbcompile-verify-") as tmp:
-        cmd = [sys.executable, "-m", "nbcompile.frozen._verify", os.fspath(path)]
+        args = [os.path.abspath(path)]
         if platform:
-            cmd += ["--platform", platform]
+            args += ["--platform", platform]
         for i, value in enumerate(inputs or ()):
             file = Path(tmp) / f"input{i}.npy"
             np.save(file, np.asarray(value), allow_pickle=False)
-            cmd += ["--input", str(file)]
+            args += ["--input", str(file)]
         start = time.perf_counter()
         try:
             proc = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=timeout, env=_child_env(), check=False
+                child_command(args),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=_child_env(),
+                cwd=tmp,
+                check=False,
             )
         except subprocess.TimeoutExpired:
             report.update(
@@ -149,5 +197,10 @@ def _child(argv: Sequence[str]) -> dict[str, Any]:
     }
 
 
+def main(argv: Sequence[str]) -> None:
+    """The child: check ``argv``'s file and print the report on one marked line."""
+    print(_MARK + json.dumps(_child(argv)), flush=True)
+
+
 if __name__ == "__main__":
-    print(_MARK + json.dumps(_child(sys.argv[1:])), flush=True)
+    main(sys.argv[1:])

@@ -3,8 +3,9 @@
 * **CPU** (``source="measured"``): two short micro-benchmarks through XLA, once per machine — a
   1024×1024×1024 f32 matmul for FLOP/s and an in-place streaming ``x * a + b`` over 64 MiB for
   bytes/s (read + write), near-best of many calls. Cached as JSON under the user cache folder
-  (``$NBCOMPILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/nbcompile``, else ``~/.cache/nbcompile``)
-  keyed by CPU model and core count; ``refresh=True`` measures again. Each figure is the
+  (``$NBCOMPILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/nbcompile``, else ``~/.cache/nbcompile``;
+  only a folder only this user can write, see ``nbcompile._dirs``) keyed by CPU model and
+  core count; ``refresh=True`` measures again. Each figure is the
   fastest tenth of the calls made in a fixed time budget (about 1 s in all, with the compiles);
   the machine's load at the time is recorded, and a figure measured under load says so.
 * **GPU / TPU** (``source="spec"``): dense (no sparsity) tensor-core / MXU peak and HBM
@@ -21,6 +22,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from nbcompile import _dirs
 
 __all__ = ["GPU_SPECS", "TPU_SPECS", "Peak", "Peaks", "cpu_peaks", "spec_peaks"]
 
@@ -162,16 +165,16 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def _cache_file() -> Path:
-    base = os.environ.get("NBCOMPILE_CACHE_DIR")
-    root = (
-        Path(base)
-        if base
-        else (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nbcompile")
-    )
+def _cache_file() -> Path | None:
+    """The cache file, in a folder only this user can write (``nbcompile._dirs``); None if
+    there is none (the peaks are then measured in each process)."""
+    root = _dirs.configured("NBCOMPILE_CACHE_DIR", "nbcompile")
+    folder = _dirs.private_folder(None if root is None else root / "peaks", "the CPU peaks cache")
+    if folder is None:
+        return None
     cores = os.cpu_count() or 1
     key = re.sub(r"[^A-Za-z0-9]+", "-", f"{_cpu_model()}-{cores}cores").strip("-")[:120]
-    return root / "peaks" / f"{key}.json"
+    return folder / f"{key}.json"
 
 
 def _best_seconds(fn: Any, args: tuple[Any, ...], budget: float, feed_back: bool) -> tuple:
@@ -276,15 +279,16 @@ def cpu_peaks(refresh: bool = False) -> tuple[Peaks, dict[str, Any]]:
     """This CPU's measured peaks (cached per machine) and the raw record (``seconds`` it took
     when measured, ``cached``: whether it came from the cache file)."""
     path = _cache_file()
-    data = None if refresh else _read_cache(path)
+    data = None if refresh or path is None else _read_cache(path)
     if data is not None:
         return _as_peaks(data, cached=True), {**data, "cached": True, "path": str(path)}
     data = _measure_cpu()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(path)
+        if path is not None:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data, indent=1))
+            tmp.replace(path)
     except OSError:  # a read-only home: the figures are still good for this session
         pass
-    return _as_peaks(data, cached=False), {**data, "cached": False, "path": str(path)}
+    where = None if path is None else str(path)
+    return _as_peaks(data, cached=False), {**data, "cached": False, "path": where}
