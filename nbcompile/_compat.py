@@ -8,16 +8,19 @@ write warnings straight to it from C++). Analysis keeps its own internal reaches
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
+import hashlib
 import importlib.util
 import io
 import logging
 import os
+import re
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -43,6 +46,98 @@ def persistent_cache_disabled() -> Iterator[None]:
     finally:
         jax.config.update("jax_enable_compilation_cache", old)
         compilation_cache.reset_cache()
+
+
+def compile_fresh(lowered: Any, compiler_options: dict[str, Any] | None = None) -> Any:
+    """``lowered.compile(compiler_options)`` with XLA really compiling: not served by JAX's
+    persistent cache, nor by its in-memory cache of this ``Lowered`` (keyed on the options: a
+    no-op debug option, ``xla_dump_max_hlo_modules``, which dumps nothing without
+    ``xla_dump_to``, makes the key new). For figures that need a compile: its time, a fresh
+    executable's metadata. Checked with JAX 0.10.2."""
+    options = {"xla_dump_max_hlo_modules": -1, **(compiler_options or {})}
+    with persistent_cache_disabled():
+        return lowered.compile(compiler_options=options)
+
+
+#: Debug options that make XLA write files (``xla_dump_to``): JAX leaves them out of its
+#: persistent-cache key, so a compile that asks for a dump could be served without XLA running.
+_DUMP_OPTIONS = ("xla_dump_to",)
+_FILE_REF = re.compile(r'"([^"]*)":(\d+)')  # a file:line in MLIR's location syntax
+_KEYED: list[Callable[[str], str]] = []  # the file normaliser, once the rules are installed
+
+
+def _asks_for_dump(options: Any) -> bool:
+    """Whether a compile's options (or ``XLA_FLAGS``) ask XLA to dump files."""
+    debug = options.executable_build_options.debug_options
+    if debug.xla_dump_to:
+        return True
+    if any(name in _DUMP_OPTIONS and value for name, value in options.env_option_overrides):
+        return True
+    return "--xla_dump_to=" in os.environ.get("XLA_FLAGS", "")
+
+
+def location_digest(module: Any, normalize: Callable[[str], str]) -> str:
+    """A digest of every source location of an MLIR module (file names through ``normalize``).
+
+    The module is printed with its debug information (operations refer to location aliases,
+    ``loc(#loc12)``, defined on ``#loc12 = loc(...)`` lines) and each ``"file":line`` has its
+    file replaced by ``normalize(file)`` (a notebook cell's file by its content hash, which a
+    new kernel keeps). Equal digests mean equal (normalised) files, lines and columns for every
+    operation.
+    """
+    # constants elided: JAX's own key covers them (a closed-over 16 MB table prints 33 MB)
+    asm = module.operation.get_asm(enable_debug_info=True, large_elements_limit=16)
+    lines = asm.split("\n")
+    files: dict[str, str] = {}
+
+    def norm(match: re.Match[str]) -> str:
+        file = match.group(1)
+        shown = files.get(file)
+        if shown is None:
+            shown = files[file] = normalize(file)
+        return f'"{shown}":{match.group(2)}'
+
+    text = "\n".join([_FILE_REF.sub(norm, line) if '":' in line else line for line in lines])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def key_persistent_cache_by_locations(normalize: Callable[[str], str]) -> None:
+    """Make JAX's persistent compilation cache give what a fresh compile gives (idempotent).
+
+    JAX 0.10.2 keys an executable on the lowered module *without* its debug information
+    (``cache_key._canonicalize_ir`` strips locations), so a cell edited above the model's code
+    (a docstring: every line moves down) is served the old executable, whose HLO metadata names
+    the old lines; and it leaves ``xla_dump_to`` out of the key, so a compile asking for a dump
+    can be served without XLA running (no dump is written). Wrapped here, in
+    ``compiler._get_cache_key`` (looked up on each compile): a key also covers
+    :func:`location_digest` of the module, so a moved line misses the cache while a re-run or
+    a new kernel (other cell file names, same content) still hits; and a compile that asks for
+    a dump gets no key (JAX then neither reads nor writes the cache). Costs one print of the
+    module with locations, constants elided, only while the cache is in use (10,800 StableHLO
+    ops: 45 ms on a quiet 2-core machine, 140 ms under heavy load, where a hit of that program
+    took 1.5-2.4 s and a compile 6-7.6 s). Checked with JAX 0.10.2.
+    """
+    from jax._src import compiler
+
+    if _KEYED:
+        _KEYED[0] = normalize
+        return
+    _KEYED.append(normalize)
+    original = compiler._get_cache_key
+
+    @functools.wraps(original)
+    def keyed(options: Any, *args: Any, **kwargs: Any) -> str | None:
+        if _asks_for_dump(options):
+            return None
+        key = original(options, *args, **kwargs)
+        module = kwargs.get("computation", args[1] if len(args) > 1 else None)
+        if key is None or module is None:
+            return key
+        digest = location_digest(module, _KEYED[0])
+        name, _, rest = key.rpartition("-")
+        return f"{name}-{hashlib.sha256((rest + digest).encode()).hexdigest()}"
+
+    compiler._get_cache_key = keyed
 
 
 def stablehlo_ops(module: Any) -> tuple[int, list[str]]:
@@ -101,6 +196,72 @@ def _plugins_without_their_device() -> list[str]:
     return absent
 
 
+_QUIET = {"told": False}  # quiet_platforms set jax_platforms in this process
+
+
+def quiet_platforms() -> bool:
+    """Tell JAX to start on the CPU where an accelerator plugin is installed without its
+    device (see :func:`quiet_backend_start`); starts nothing, so the user may still configure
+    JAX (``jax_num_cpu_devices``...) before its first use. True when JAX was told so: libtpu
+    then stays silent (it only speaks when its backend starts). Nothing is done when the
+    backends already started, when JAX_PLATFORMS or ``jax_platforms`` is set, or when device
+    files exist (a real TPU/GPU: JAX picks it). Checked with JAX 0.10.2."""
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():
+        return False
+    if _QUIET["told"]:  # told already (at import): the start still has to be quiet
+        return True
+    if os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms:
+        return False
+    if _accelerator_files() or glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"):
+        return False
+    if not _plugins_without_their_device():
+        return False  # plain CPU JAX: nothing to quiet
+    jax.config.update("jax_platforms", "cpu")
+    _QUIET["told"] = True
+    return True
+
+
+_TPU_PROFILER_SKIPPED = threading.Event()
+
+
+@contextlib.contextmanager
+def tpu_plugin_without_profiler() -> Iterator[None]:
+    """Let a deviceless TPU compile load libtpu without registering libtpu's profiler.
+
+    JAX registers a PJRT plugin's profiler when it loads the plugin (JAX 0.10.2:
+    ``xla_bridge.make_pjrt_tpu_topology`` calls ``_profiler.register_plugin_profiler``). With
+    no TPU attached, that profiler crashes the process at the next ``jax.profiler`` trace
+    (segmentation fault, measured with libtpu 0.0.52), so ``--profile`` had to be refused for
+    the rest of the kernel. A deviceless compile needs libtpu's compiler, never its profiler:
+    in this block the registration is skipped, only where libtpu is not loaded yet and no TPU
+    is attached (on a TPU VM JAX's backend loads libtpu, with its profiler, at start-up)."""
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client
+
+    profiler = getattr(xla_bridge, "_profiler", None)
+    original = getattr(profiler, "register_plugin_profiler", None)
+    if original is None or _accelerator_files() or xla_client.pjrt_plugin_loaded("tpu"):
+        yield
+        return
+
+    def skip(_c_api: Any) -> None:
+        _TPU_PROFILER_SKIPPED.set()
+
+    profiler.register_plugin_profiler = skip
+    try:
+        yield
+    finally:
+        profiler.register_plugin_profiler = original
+
+
+def tpu_profiler_skipped() -> bool:
+    """Whether libtpu was loaded here by :func:`tpu_plugin_without_profiler` (its profiler
+    never registered, so JAX's profiler still works in this process)."""
+    return _TPU_PROFILER_SKIPPED.is_set()
+
+
 def quiet_backend_start() -> None:
     """On a machine whose only device is its CPU, start JAX on the CPU, quietly.
 
@@ -116,15 +277,8 @@ def quiet_backend_start() -> None:
     backends already started, when JAX_PLATFORMS is set, or when device files exist (a real
     TPU/GPU: JAX picks it, and its messages matter). Checked with JAX 0.10.2.
     """
-    from jax._src import xla_bridge
-
-    if xla_bridge.backends_are_initialized() or os.environ.get("JAX_PLATFORMS"):
+    if not quiet_platforms():
         return
-    if _accelerator_files() or glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"):
-        return
-    if not _plugins_without_their_device():
-        return  # plain CPU JAX: nothing to quiet
-    jax.config.update("jax_platforms", "cpu")
     # The CUDA plugin's failure is logged (with a traceback) by JAX's Python logger, which a
     # kernel sends to the cell's stderr, not to fd 2: silence that logger for the start too.
     log = logging.getLogger("jax._src.xla_bridge")
@@ -260,3 +414,40 @@ class EarlyHlo:
         if result[1] is not None:
             raise result[1]
         return result[0]
+
+
+def name_scope(label: str) -> Any:
+    """One scope element of JAX's name stack (``source_info_util.Scope``; JAX 0.10.2)."""
+    from jax._src import source_info_util
+
+    return source_info_util.Scope(label)
+
+
+def distributed_client() -> Any | None:
+    """The client of ``jax.distributed`` (its key-value store: ``key_value_set``,
+    ``blocking_key_value_get(key, timeout_in_ms)``, ``key_value_try_get``), None where
+    ``jax.distributed.initialize`` was not called. JAX 0.10.2: ``jax._src.distributed.
+    global_state.client`` (a ``jaxlib._jax.DistributedRuntimeClient``)."""
+    try:
+        from jax._src import distributed
+    except ImportError:  # moved in this JAX: no multi-process check (documented in processes.md)
+        return None
+    return getattr(getattr(distributed, "global_state", None), "client", None)
+
+
+def partition_devices(compiled: Any) -> list[Any] | None:
+    """The devices a compiled SPMD program runs on, partition ``i`` on the ``i``-th (its
+    shardings' ``_device_assignment``; JAX 0.10.2), None where not known (not compiled, no
+    sharding). A program over a mesh has them in the mesh's row-major order."""
+    if compiled is None:
+        return None
+    for attr in ("input_shardings", "output_shardings"):
+        try:
+            leaves = jax.tree_util.tree_leaves(getattr(compiled, attr))
+        except (AttributeError, TypeError, ValueError):
+            continue
+        for sharding in leaves:
+            devices = getattr(sharding, "_device_assignment", None)
+            if devices:
+                return list(devices)
+    return None

@@ -21,7 +21,7 @@ from .capture.models import Adapted
 from .capture.names import positional_names
 from .capture.source import SourceInfo
 from .errors import CaptureError, TraceError
-from .stages import Progress, Stages, make_jitted, recompile_with_metadata, run_stages
+from .stages import Progress, Stages, limits, make_jitted, recompile_with_metadata, run_stages
 from .targets import Target, infer_mesh, parse_shard_specs, place_args, resolve_target
 
 __all__ = ["CompileRequest", "Program", "build_program", "describe_args", "describe_value"]
@@ -98,6 +98,7 @@ class Program:
                     grad_argnums=self.grad_argnums if self.is_value_and_grad else None,
                     progress=progress,
                     pre_optimisation=stages.early_hlo.text if stages.early_hlo else None,
+                    calls=stages.calls,
                 )
             )
             self.analysis_seconds = time.perf_counter() - t0
@@ -290,6 +291,7 @@ def build_program(
     specs = parse_shard_specs(request.shard, target.mesh.axis_names if target.mesh else None)
     names = list(adapted.arg_names)
     static_names = set(_as_tuple(jit_kwargs.get("static_argnames")))
+    limits.check_arguments(adapted.args, adapted.kwargs, names, static, static_names)
     placement = place_args(
         adapted.args,
         adapted.kwargs,

@@ -32,6 +32,8 @@ class Artifacts:
     name: str = "f"
     fn: Any | None = None
     progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+    #: the user's calls recorded while tracing (``capture.calls.CallLog``; None: not recorded)
+    calls: Any | None = field(default=None, compare=False, repr=False)
     #: the pre-optimisation HLO text if it was converted while XLA compiled (None: not)
     pre_optimisation: Callable[[], str | None] | None = field(
         default=None, compare=False, repr=False

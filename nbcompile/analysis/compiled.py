@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..capture._models_scopes import user_scopes
 from ..capture.source import Location
 from . import _jax
 from .graph import Graph
@@ -130,7 +131,7 @@ def _module_path(op_name: str | None) -> str | None:
         part = re.sub(r"^(?:[\w.\-]+\()+|\)+$", "", part)
         if part:
             parts.append(part)
-    return "/".join(parts) or None
+    return "/".join(user_scopes(parts)) or None
 
 
 # ``jit(NAME)``, also under transforms (``transpose(jvp(jit(relu)))``); ``jvp(MLP)`` is a module
@@ -159,6 +160,7 @@ class Fusion:
     op_names: list[str] = field(default_factory=list)
     lines_inferred: bool = False
     cost_from: str = "XLA"  # "XLA" (its HLO cost model) or "estimate" (from shapes)
+    functions: list[str] = field(default_factory=list)  # the user's call paths (analysis/calls)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -170,6 +172,7 @@ class Fusion:
             "lines": list(self.source_lines),
             "locations": [loc.to_json() for loc in self.locations],
             "modules": list(self.modules),
+            "functions": list(self.functions),
             "flops": self.flops,
             "bytes": self.bytes,
             "bytes_saved": self.bytes_saved,
@@ -566,8 +569,9 @@ def analyse_compiled(
 
 
 def infer_missing_sites(module: HloModule, info: CompiledInfo) -> None:
-    """Sources for the fusions XLA made without any (see :func:`_infer_missing_sites`)."""
-    _infer_missing_sites(module, info.fusions, info.graph, info.sites)
+    """Sources for the fusions and other kernels XLA made without any (see
+    :func:`_infer_missing_sites`)."""
+    _infer_missing_sites(module, info.fusions, info.graph, info.sites, info.kernels)
 
 
 _NEAR_HOPS = 8  # how far to look for the code of an XLA-made kernel
@@ -576,22 +580,32 @@ _Near = tuple[int, frozenset, frozenset]  # hops, compiling-cell lines, location
 
 
 def _infer_missing_sites(
-    module: HloModule, fusions: list[Fusion], graph: Graph, sites: dict[str, Sites]
+    module: HloModule,
+    fusions: list[Fusion],
+    graph: Graph,
+    sites: dict[str, Sites],
+    kernels: list[Instruction] | None = None,
 ) -> None:
     """XLA-made fusions without metadata (a wrapped convert, iota, broadcast, layout copy) take
     the sources of the nearest kernels that consume them, else of those that feed them (up to
     eight hops through tuples and control flow of the same computation); ``lines_inferred``
-    says so.
+    says so. The same for unfused kernels whose metadata XLA dropped (XLA:CPU's layout pass
+    rewrites a ``convolution`` or ``dot`` without it): their graph node's
+    ``extra["lines_inferred"]`` says so.
 
     "Nearest" is breadth-first distance, computed for every instruction of a computation in
     one pass over its (topologically ordered) instructions: the sources at the smallest
     distance from an instruction are the union of those of its neighbours at the smallest
     distance, one hop further. Linear in the computation's size (a search per kernel was
     quadratic: minutes for a 4,500-kernel program whose model is defined in another cell)."""
-    missing: dict[str, list[Fusion]] = {}
+    missing: dict[str, list[Fusion | Instruction]] = {}
     for fusion in fusions:
         if not fusion.locations and not fusion.source_lines:
             missing.setdefault(fusion.computation, []).append(fusion)
+    for kernel in kernels or ():
+        if kernel.opcode != "fusion" and not any(sites.get(kernel.name, ((), ()))):
+            missing.setdefault(kernel.computation, []).append(kernel)
+    by_label = {n.label: n for n in graph.nodes} if kernels and missing else {}
     for comp_name, todo in missing.items():
         comp = module.computations.get(comp_name)
         if comp is None:
@@ -603,19 +617,24 @@ def _infer_missing_sites(
                 users.setdefault(operand, []).append(instr.name)
         by_users = _nearest(reversed(instrs), lambda i, users=users: users.get(i.name, ()), sites)
         by_operands = _nearest(iter(instrs), lambda i: i.operands, sites)
-        for fusion in todo:
-            found = by_users.get(fusion.name) or by_operands.get(fusion.name)
+        for item in todo:
+            found = by_users.get(item.name) or by_operands.get(item.name)
             if found is None:
                 continue
             _, lines, locations = found
-            fusion.source_lines = sorted(lines)
-            fusion.locations = sorted(locations, key=Location.sort_key)
-            fusion.lines_inferred = True
-            sites[fusion.name] = (fusion.source_lines, fusion.locations)
-            node = graph.node(fusion.node or "")
+            inferred = (sorted(lines), sorted(locations, key=Location.sort_key))
+            sites[item.name] = inferred
+            if isinstance(item, Fusion):
+                item.source_lines, item.locations = inferred
+                item.lines_inferred = True
+                node = graph.node(item.node or "")
+            else:
+                node = by_label.get(item.name)
+                if node is not None:
+                    node.extra["lines_inferred"] = True
             if node is not None:
-                node.line = fusion.source_lines[0] if fusion.source_lines else None
-                node.location = fusion.locations[0] if fusion.locations else None
+                node.line = inferred[0][0] if inferred[0] else None
+                node.location = inferred[1][0] if inferred[1] else None
                 node.file = node.location.file if node.location else None
                 node.file_line = node.location.line if node.location else None
 

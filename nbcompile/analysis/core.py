@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from .._compat import stablehlo_ops
 from ..capture.source import Location
 from .artifacts import Artifacts
+from .calls import CallKinds, annotate_compiled, call_kinds
 from .compiled import CompiledInfo, Fusion, analyse_compiled, infer_missing_sites, is_scalar_kernel
 from .cost import analytic_cost, normalise_cost, normalise_memory
 from .folding import Folded, find_folded, has_const_candidates
@@ -26,6 +27,7 @@ from .graph import Graph
 from .hlo import HloModule, HloParseError, count_instructions, parse_hlo
 from .lines import Locator
 from .located import line_maps, source_texts
+from .shares import Shares, kernel_shares
 from .traced import Traced, trace_graph
 
 __all__ = ["Analysis", "analyse"]
@@ -60,6 +62,12 @@ class Analysis:
     sources: list[dict[str, Any]] = field(default_factory=list)
     kernel_sites: dict[str, tuple[list[int], list[Location]]] = field(default_factory=dict)
     kernel_modules: dict[str, list[str]] = field(default_factory=dict)
+    #: kernel -> call paths of the user's calls its ops came from (``analysis/calls.py``)
+    kernel_functions: dict[str, list[str]] = field(default_factory=dict)
+    #: fusion -> how its cost divides among its lines, modules, calls (``analysis/shares.py``)
+    kernel_shares: dict[str, Shares] = field(default_factory=dict)
+    #: the labels of the user's calls in this program's name stacks (``analysis/calls.py``)
+    call_kinds: CallKinds = field(default_factory=CallKinds)
     timings: dict[str, float] = field(default_factory=dict)
     _json: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     fingerprint: str | None = None
@@ -318,12 +326,15 @@ def _analyse(artifacts: Artifacts) -> Analysis:
     clock = _Clock(artifacts.progress)
     grad = artifacts.grad_argnums is not None
     source = Locator(artifacts.source)
-    traced = trace_graph(artifacts.closed_jaxpr, source, artifacts.name, grad=grad)
+    kinds = call_kinds(artifacts.calls)
+    traced = trace_graph(artifacts.closed_jaxpr, source, artifacts.name, grad=grad, calls=kinds)
     clock.lap("traced")
     post = _optimised(artifacts, notes)
     clock.lap("parse")
     info = analyse_compiled(post, source, grad, infer=False) if post is not None else None
     clock.lap("kernels")
+    functions = annotate_compiled(info, kinds) if info is not None else {}
+    shares = kernel_shares(post, info.kernels, source, kinds) if info is not None else {}
     if info is not None:
         infer_missing_sites(post, info)
     clock.lap("inferred_sources")
@@ -397,6 +408,9 @@ def _analyse(artifacts: Artifacts) -> Analysis:
         sources=sources,
         kernel_sites=info.sites if info is not None else {},
         kernel_modules=info.modules if info is not None else {},
+        kernel_functions=functions,
+        kernel_shares=shares,
+        call_kinds=kinds,
         timings=clock.timings,
         walk_order=[e.node.id for e in traced.eqns],
     )

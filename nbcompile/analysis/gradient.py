@@ -8,7 +8,10 @@ runs in the backward pass and is counted there, flagged ``recompute``. HLO instr
 classified the same way from ``op_name``; a fusion holding both is ``mixed``.
 
 A *residual* is a value produced by a forward equation and read by a backward one: what the
-forward pass must keep alive for the backward pass.
+forward pass must keep alive for the backward pass. ``pairs`` pairs each of the user's calls
+(``block#3``) with its backward group (``block#3 (backward)``) and the bytes of the residuals
+the one saved for the other (a residual counts for every call that holds both its producer
+and, marked backward, its reader: ``loss#1`` and ``block#3``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _jax
+from .calls import BACKWARD
 from .compiled import CompiledInfo, op_name_phase
 from .traced import Traced, _nbytes, _short
 
@@ -50,6 +54,8 @@ class Gradient:
     kernels: dict[str, int]
     residuals: list[Residual] = field(default_factory=list)
     hlo_phases: dict[str, int] = field(default_factory=dict)
+    #: (forward group, backward group, residual bytes), forward program order
+    pairs: list[tuple[str, str, int]] = field(default_factory=list)
 
     @property
     def residual_bytes(self) -> int:
@@ -70,6 +76,7 @@ class Gradient:
             "residuals": [r.to_json() for r in self.residuals],
             "residual_bytes": self.residual_bytes,
             "hlo_instructions": dict(self.hlo_phases),
+            "pairs": [list(p) for p in self.pairs],
             "from": "estimate",  # value sizes from the jaxpr's shapes
         }
 
@@ -83,17 +90,25 @@ def analyse_gradient(
             if not _jax.is_dropvar(var):
                 producer[var] = info
     residuals: dict[Any, Residual] = {}
+    saved: dict[tuple[str, ...], int] = {}  # forward call path -> residual bytes
+    counted: set[tuple[Any, tuple[str, ...]]] = set()
     for info in traced.eqns:
         if info.phase != "backward":
             continue
         for var in info.invars:
-            if _jax.is_literal(var) or var in residuals:
+            if _jax.is_literal(var):
                 continue
             src = producer.get(var)
-            if src is not None and src.phase == "forward":
+            if src is None or src.phase != "forward":
+                continue
+            if var not in residuals:
                 residuals[var] = Residual(
                     _short(var.aval), _nbytes(var.aval), src.node.line, src.primitive, src.node.id
                 )
+            for path in _shared_calls(src.calls, info.calls):
+                if (var, path) not in counted:
+                    counted.add((var, path))
+                    saved[path] = saved.get(path, 0) + _nbytes(var.aval)
     kernels = {"forward": 0, "backward": 0, "mixed": 0}
     hlo_phases = {"forward": 0, "backward": 0}
     if compiled is not None:
@@ -111,7 +126,51 @@ def analyse_gradient(
         kernels=kernels,
         residuals=list(residuals.values()),
         hlo_phases=hlo_phases,
+        pairs=_pairs(traced, saved),
     )
+
+
+def _shared_calls(forward: tuple[str, ...], backward: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The forward call paths that hold a forward value and, marked backward, its reader
+    (calls around the whole gradient, e.g. an ``update`` calling ``jax.grad``, hold both
+    unmarked and pair nothing)."""
+    out = []
+    for k, (f, b) in enumerate(zip(forward, backward, strict=False)):
+        if b == f + BACKWARD:
+            out.append(forward[: k + 1])
+        elif b != f or f.endswith(BACKWARD):
+            break
+    return out
+
+
+def _unmarked(label: str) -> str:
+    return label[: -len(BACKWARD)] if label.endswith(BACKWARD) else label
+
+
+def _pairs(traced: Traced, saved: dict[tuple[str, ...], int]) -> list[tuple[str, str, int]]:
+    """Every forward call that has a backward group, named by its label where that is unique
+    among them (``block#3``), else by its call path (``loss#1/block#3/gelu``)."""
+    mirrored: set[tuple[str, ...]] = set()
+    for e in traced.eqns:
+        for k, label in enumerate(e.calls):
+            if label.endswith(BACKWARD):
+                mirrored.add(tuple(_unmarked(c) for c in e.calls[: k + 1]))
+    order: dict[tuple[str, ...], None] = {}
+    for e in traced.eqns:
+        for k, label in enumerate(e.calls):
+            if label.endswith(BACKWARD):
+                break
+            path = e.calls[: k + 1]
+            if path in mirrored:
+                order.setdefault(path, None)
+    labels: dict[str, int] = {}
+    for path in order:
+        labels[path[-1]] = labels.get(path[-1], 0) + 1
+    out = []
+    for path in order:
+        name = path[-1] if labels[path[-1]] == 1 else "/".join(path)
+        out.append((name, name + BACKWARD, saved.get(path, 0)))
+    return out
 
 
 def _phase_of(fusion_phase: dict[tuple[str, str], str | None], instr: Any) -> str:

@@ -91,9 +91,13 @@ class Group:
     label: str
     kind: str
     parent: str | None = None
+    call: str | None = None  # "call" (the user's function) | "library" (a library call) | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "label": self.label, "kind": self.kind, "parent": self.parent}
+        out = {"id": self.id, "label": self.label, "kind": self.kind, "parent": self.parent}
+        if self.call:
+            out["call"] = self.call
+        return out
 
 
 @dataclass
@@ -123,14 +127,22 @@ class Graph:
     def add_edge(self, src: str, dst: str, nbytes: int = 0, shape: str = "") -> None:
         self.edges.append(Edge(src, dst, nbytes, shape))
 
-    def group(self, parent: str | None, label: str, kind: str, unique: bool = False) -> str:
+    def group(
+        self,
+        parent: str | None,
+        label: str,
+        kind: str,
+        unique: bool = False,
+        call: str | None = None,
+    ) -> str:
         """The id of the group ``label`` under ``parent``; created on first use. ``unique``
-        always creates a fresh group (e.g. one per loop body)."""
+        always creates a fresh group (e.g. one per loop body). ``call``: the group is one of
+        the user's calls (``"call"``) or a library call made from their code (``"library"``)."""
         key = (parent, label, kind)
         if not unique and key in self._group_keys:
             return self._group_keys[key]
         gid = f"g{len(self.groups)}"
-        self.groups.append(Group(gid, label, kind, parent))
+        self.groups.append(Group(gid, label, kind, parent, call))
         if not unique:
             self._group_keys[key] = gid
         return gid

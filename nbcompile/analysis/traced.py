@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import _jax
+from .calls import BACKWARD, CallKinds
 from .graph import Graph, Node
 from .lines import Locator
 
@@ -95,6 +96,7 @@ class EqnInfo:
     recompute: bool = False
     multiplier: int = 1
     bytes: int = 0
+    calls: tuple[str, ...] = ()  # the user's call path (analysis/calls.py), backward marked
 
 
 @dataclass
@@ -143,6 +145,17 @@ def _path_of(name_stack: str) -> tuple[tuple[str, ...], frozenset[str]]:
         if part:
             scopes.append(part)
     return tuple(scopes), transforms
+
+
+@functools.lru_cache(maxsize=4096)
+def _transposed(name_stack: str) -> tuple[bool, ...]:
+    """Per scope of :func:`_path_of`: whether it sits under a ``transpose(...)``."""
+    flags, backward = [], False
+    for part in name_stack.split("/"):
+        backward = backward or "transpose(" in part
+        if _TRANSFORM.sub("", part):
+            flags.append(backward)
+    return tuple(flags)
 
 
 def _phase(transforms: frozenset[str]) -> str | None:
@@ -198,9 +211,11 @@ def _subprograms(eqn: Any) -> list[tuple[str, Any, list[Any] | None]]:
 
 
 class _Walker:
-    def __init__(self, source: Locator, grad: bool) -> None:
+    def __init__(self, source: Locator, grad: bool, kinds: CallKinds | None = None) -> None:
         self.source = source
         self.grad = grad
+        self.kinds = kinds or CallKinds()
+        self.library_groups: set[str] = set()  # groups of library calls: no private jit box
         self.traced = Traced(Graph())
         self.producer: dict[Any, EqnInfo] = {}
 
@@ -244,12 +259,14 @@ class _Walker:
         depth: int,
         mult: int,
         remat: bool,
+        calls: tuple[str, ...] = (),
     ) -> None:
         graph = self.traced.graph
         for eqn in jaxpr.eqns:
             prim = eqn.primitive.name
             si = eqn.source_info
-            scopes, transforms = _path_of(str(si.name_stack))
+            stack = str(si.name_stack)
+            scopes, transforms = _path_of(stack)
             eqn_phase = _phase(transforms) or phase
             if self.grad and eqn_phase is None:
                 eqn_phase = "forward"
@@ -258,10 +275,13 @@ class _Walker:
                     if info is not None and info.phase == "backward":
                         eqn_phase = "backward"
                         break
-            g = group
-            for scope in scopes:
-                g = graph.group(g, scope, "scope")
-            node_path = "/".join([*path, *scopes])
+            g, modules, eqn_calls = group, scopes, calls
+            if self.kinds and any(s in self.kinds for s in scopes):
+                g, modules, eqn_calls = self.call_groups(group, stack, scopes, calls)
+            else:
+                for scope in scopes:
+                    g = graph.group(g, scope, "scope")
+            node_path = "/".join([*path, *modules])
             location, visible = self.source.of_traceback(si.traceback)
             subs = _subprograms(eqn)
             kind = _CALL_KINDS.get(prim, "function") if subs else None
@@ -281,6 +301,8 @@ class _Walker:
                 phase=eqn_phase if self.grad else None,
                 flops=None if subs else eqn_flops(prim, eqn) * mult,
             )
+            if eqn_calls:
+                node.extra["calls"] = "/".join(eqn_calls)
             graph.eqn_nodes[id(eqn)] = node.id
             if subs and kind == "function" and eqn.params.get("name"):
                 node.label = f"{prim}:{eqn.params['name']}"
@@ -296,11 +318,15 @@ class _Walker:
                 recompute=remat,
                 multiplier=mult,
                 bytes=(in_bytes + out_bytes) * mult,
+                calls=eqn_calls,
             )
             self.traced.eqns.append(info)
             for sub_label, sub, bind in subs:
                 label = eqn.params.get("name") if kind == "function" else f"{prim} {sub_label}"
-                sg = graph.group(g, str(label or prim), kind or "function", unique=True)
+                if kind == "function" and g in self.library_groups:
+                    sg = g  # jax.numpy's own jit (``_var``) is the library call the user made
+                else:
+                    sg = graph.group(g, str(label or prim), kind or "function", unique=True)
                 inner = sub.jaxpr if isinstance(sub, _jax.ClosedJaxpr) else sub
                 inner_env: dict[Any, str] = {}
                 if isinstance(sub, _jax.ClosedJaxpr):
@@ -322,11 +348,12 @@ class _Walker:
                     inner,
                     inner_env,
                     sg,
-                    [*path, *scopes, str(label or prim)],
+                    [*path, *modules, str(label or prim)],
                     eqn_phase,
                     depth + 1,
                     sub_mult,
                     remat or kind == "remat" or "rematted_computation" in scopes,
+                    eqn_calls,
                 )
                 for var in inner.outvars:
                     src = self.atom_node(var, inner_env, sg, node_path)
@@ -342,10 +369,38 @@ class _Walker:
                     env[var] = node.id
                     self.producer[var] = info
 
+    def call_groups(
+        self, group: str | None, stack: str, scopes: tuple[str, ...], calls: tuple[str, ...]
+    ) -> tuple[str | None, tuple[str, ...], tuple[str, ...]]:
+        """Groups for scopes that mix module scopes and the user's calls: (innermost group,
+        module scopes, call path). Calls under a ``transpose`` are their ``(backward)`` group."""
+        graph, g = self.traced.graph, group
+        modules, path = [], list(calls)
+        for scope, backward in zip(scopes, _transposed(stack), strict=False):
+            kind = self.kinds.get(scope)
+            if kind is None:
+                modules.append(scope)
+                g = graph.group(g, scope, "scope")
+                continue
+            label = scope + BACKWARD if backward and self.grad else scope
+            path.append(label)
+            g = graph.group(g, label, "function", call=kind)
+            if kind == "library":
+                self.library_groups.add(g)
+        return g, tuple(modules), tuple(path)
 
-def trace_graph(closed_jaxpr: Any, source: Locator, name: str = "f", grad: bool = False) -> Traced:
-    """Walk ``closed_jaxpr`` once: the traced Graph plus per-equation records."""
-    walker = _Walker(source, grad)
+
+def trace_graph(
+    closed_jaxpr: Any,
+    source: Locator,
+    name: str = "f",
+    grad: bool = False,
+    calls: CallKinds | None = None,
+) -> Traced:
+    """Walk ``closed_jaxpr`` once: the traced Graph plus per-equation records. ``calls``: the
+    labels of the user's calls in the name stacks (they become ``function`` groups, not part of
+    module paths; see ``analysis/calls.py``)."""
+    walker = _Walker(source, grad, calls)
     graph = walker.traced.graph
     jaxpr = closed_jaxpr.jaxpr
     env: dict[Any, str] = {}

@@ -44,6 +44,8 @@ class KernelInfo:
     locations: list[Any] = field(default_factory=list)
     cell_lines: list[int] = field(default_factory=list)
     modules: list[str] = field(default_factory=list)
+    functions: list[str] = field(default_factory=list)  # the user's call paths
+    shares: Any | None = None  # analysis.shares.Shares: cost-weighted split (None: even)
 
     @property
     def container(self) -> bool:
@@ -111,6 +113,8 @@ def kernels_of(c: Any) -> dict[str, KernelInfo]:
             info.modules = list(fusion.modules)
         elif node.path:
             info.modules = [node.path]
+        info.functions = list(getattr(analysis, "kernel_functions", {}).get(name, []))
+        info.shares = getattr(analysis, "kernel_shares", {}).get(name)
         out[name] = info
     return out
 

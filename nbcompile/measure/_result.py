@@ -101,6 +101,7 @@ class Profile:
     where: str = ""
     method: str = ""
     notes: list[str] = field(default_factory=list)
+    by_function: dict[str, float] = field(default_factory=dict)  # call path -> seconds
 
     @property
     def kernel_seconds(self) -> float:
@@ -188,6 +189,8 @@ class Profile:
             ],
             "by_cell_line": {str(k): v for k, v in sorted(self.by_cell_line.items())},
             "by_module": dict(sorted(self.by_module.items(), key=lambda kv: -kv[1])),
+            "by_function": dict(sorted(self.by_function.items(), key=lambda kv: -kv[1])),
+            "split": "by member-op cost (estimate from shapes), else evenly",
             "peaks": self.peaks.to_json() if self.peaks else None,
             "sources": {  # where each figure comes from
                 "seconds": self.source,
@@ -310,7 +313,9 @@ def place_on_roof(row: KernelTime, peaks: Peaks | None, measured: bool) -> None:
 
 def spread(rows: list[KernelTime], infos: dict[str, KernelInfo]) -> tuple:
     """``(by_line, by_cell_line, by_module, no_line_seconds)``: each kernel's seconds shared
-    evenly between its locations (cell lines, modules); time on kernels with no location."""
+    among its locations (cell lines, modules) in proportion to its member ops' estimated cost
+    (``analysis/shares.py``; evenly where the analysis has no shares); time on kernels with no
+    location."""
     by_line: dict[Any, float] = {}
     by_cell: dict[int, float] = {}
     by_module: dict[str, float] = {}
@@ -318,15 +323,35 @@ def spread(rows: list[KernelTime], infos: dict[str, KernelInfo]) -> tuple:
     for row in rows:
         info = infos[row.name]
         if info.locations:
-            for loc in info.locations:  # several lines share the kernel's time evenly
-                by_line[loc] = by_line.get(loc, 0.0) + row.seconds / len(info.locations)
+            _share(by_line, row.seconds, info.locations, info.shares, "lines")
         else:
             no_line += row.seconds
-        for line in info.cell_lines:
-            by_cell[line] = by_cell.get(line, 0.0) + row.seconds / len(info.cell_lines)
-        for mod in info.modules:
-            by_module[mod] = by_module.get(mod, 0.0) + row.seconds / len(info.modules)
+        _share(by_cell, row.seconds, info.cell_lines, info.shares, "cell_lines")
+        _share(by_module, row.seconds, info.modules, info.shares, "modules")
     return by_line, by_cell, by_module, no_line
+
+
+def by_function(rows: list[KernelTime], infos: dict[str, KernelInfo]) -> dict[str, float]:
+    """Seconds per call path of the user's calls (``loss#1/block#3``), shared like
+    :func:`spread`; kernels from no call of the user's are left out."""
+    out: dict[str, float] = {}
+    for row in rows:
+        info = infos.get(row.name)
+        if info is not None:
+            _share(out, row.seconds, info.functions, info.shares, "functions")
+    return out
+
+
+def _share(table: dict[Any, float], amount: float, keys: list[Any], shares: Any, what: str) -> None:
+    """Add ``amount`` to ``keys`` in ``table``: by the kernel's cost shares where they cover
+    the keys, else evenly."""
+    if not keys:
+        return
+    weights = getattr(shares, what, None) or {}
+    covered = sum(weights.get(k, 0.0) for k in keys)
+    for key in keys:
+        part = weights.get(key, 0.0) / covered if covered > 0 else 1.0 / len(keys)
+        table[key] = table.get(key, 0.0) + amount * part
 
 
 def make_row(

@@ -26,9 +26,17 @@ from typing import Any
 
 import jax
 
-from .._compat import EarlyHlo, captured_stderr, persistent_cache_disabled
-from ..capture.source import SourceInfo
+from .._compat import (
+    EarlyHlo,
+    captured_stderr,
+    compile_fresh,
+    key_persistent_cache_by_locations,
+    persistent_cache_disabled,
+)
+from ..capture.calls import CallLog, record_calls
+from ..capture.source import SourceInfo, cell_identity
 from ..targets import Placement, Target, output_shardings
+from . import limits
 from .errors import translate
 
 __all__ = ["Progress", "Stages", "make_jitted", "recompile_with_metadata", "run_stages"]
@@ -41,18 +49,34 @@ class _BackendCompiles(threading.local):
 
     seconds: float = 0.0
     count: int = 0
+    served: bool = False  # JAX's persistent cache served the compile timed next
 
 
 _COMPILES = _BackendCompiles()
 
 
+def _on_event(event: str, **_: Any) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _COMPILES.served = True
+
+
 def _on_duration(event: str, duration: float, **_: Any) -> None:
+    # JAX times a persistent-cache hit under the same event as a compile (JAX 0.10.2: the
+    # hit is recorded first, inside the timed block, on the same thread)
     if event == "/jax/core/compile/backend_compile_duration":
+        if _COMPILES.served:
+            _COMPILES.served = False
+            return
         _COMPILES.seconds += duration
         _COMPILES.count += 1
 
 
+jax.monitoring.register_event_listener(_on_event)
 jax.monitoring.register_event_duration_secs_listener(_on_duration)
+# A persistent-cache hit must give what a fresh compile gives: the executable of *these* source
+# lines (a cell's file by its content, so a new kernel still hits), and XLA's dumps when a compile
+# asks for them (docs/guide.md, "What the cache key covers").
+key_persistent_cache_by_locations(cell_identity)
 
 
 @dataclass
@@ -77,6 +101,7 @@ class Stages:
     xla_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     early_hlo: EarlyHlo | None = field(default=None, repr=False)  # converted beside XLA
+    calls: CallLog = field(default_factory=CallLog, repr=False)  # the user's calls, as traced
     _text: tuple[Any, str | None] | None = field(default=None, repr=False)
 
     @property
@@ -188,10 +213,11 @@ def run_stages(
 
     say(f"tracing{where}")
     try:
-        with _timed(timings, "trace"), _capture_stdout() as printed:
+        with _timed(timings, "trace"), _capture_stdout() as printed, record_calls() as calls:
             traced = jitted.trace(*placement.args, **placement.kwargs)
     except Exception as exc:
         raise translate(exc, "trace", source, arg_names=arg_names, target=target.label) from exc
+    limits.check_program(traced.jaxpr)  # sizes and chains XLA would crash on, before lowering
 
     say(f"lowering{where}")
     platforms = (target.platform,) if target.lower_only else None
@@ -252,6 +278,7 @@ def run_stages(
         xla_seconds=_COMPILES.seconds - before[1],
         notes=notes,
         early_hlo=early,
+        calls=calls,
     )
 
 
@@ -283,8 +310,7 @@ def recompile_with_metadata(stages: Stages, compiler_options: dict[str, Any] | N
     if stages.compiled is None or text is None or "metadata={" in text:
         return False
     t0 = time.perf_counter()
-    # A no-op debug option gives a fresh cache key, so XLA really compiles again.
-    options = {**(compiler_options or {}), "xla_dump_max_hlo_modules": -1}
-    stages.compiled = stages.lowered.compile(compiler_options=options)
+    # XLA must really compile again (JAX's caches would serve the same executable)
+    stages.compiled = compile_fresh(stages.lowered, compiler_options)
     stages.timings["analyse.recompile"] = time.perf_counter() - t0  # part of the analysis
     return True

@@ -1,0 +1,408 @@
+"""The user's function calls while tracing: exact call structure, carried in JAX's name stack.
+
+While ``jitted.trace(...)`` runs, :func:`record_calls` watches the moments JAX stamps a new
+equation with its source information (``source_info_util.current()``) and the moments a name
+scope is pushed. At each, it looks at the live Python frames: every frame of a function from the
+user's own files (:func:`~nbcompile.capture.userfiles.is_user_file`) is one *call*, identified by
+its frame object (so two calls from the same loop line are two calls), numbered per function
+under its caller (``block#1`` … ``block#12``). A call the user's code makes into a library
+(``jax.nn.gelu(h)``, ``x.var()``, ``optax.adam(...)``) is one *library call* named as the user
+wrote it (the last name before the call's parentheses in the source: ``gelu``, ``var``); one
+that calls back into the user's code (``jax.value_and_grad(loss)``, ``jax.lax.scan(body, ...)``)
+is transparent: the user's function inside is the group.
+
+The call path is written into the equation's name stack (``block#3/gelu/tanh``), interleaved
+exactly with the scopes already there (``jax.named_scope``, model module paths, transforms) by
+which call was running when each scope was pushed. The name stack is what JAX keeps through
+``jvp``/``transpose`` (backward equations read ``transpose(jvp(loss#1))/block#3/…``) and writes
+into the HLO ``op_name`` metadata, so every later view sees the same calls. Only metadata
+changes: the program and its numerics are the same. What was recorded is kept as
+:class:`CallLog` (``Stages.calls``); ``analysis/calls.py`` turns it into groups.
+
+Not calls: the compiled function itself (the root), lambdas and comprehensions, methods of
+Flax/Equinox/Keras modules (their module paths name them already), operators and attribute reads
+on arrays (``x @ w``, ``x.T``), which are not call instructions in the user's code.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dis
+import functools
+import itertools
+import linecache
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import _compat
+from . import _namestack
+from .userfiles import is_user_file
+
+__all__ = ["Call", "CallLog", "record_calls"]
+
+_CALL_OPS = frozenset(dis.opmap[n] for n in ("CALL", "CALL_FUNCTION_EX") if n in dis.opmap)
+_MODEL_LIBS = ("flax", "equinox", "keras")
+_KEEP_FRAMES = False
+_HELD = 64  # JAX frames remembered, briefly (see _Recorder.below)
+_HOLD_AT = (1, 2, 4, 8, 16, 32)
+_CACHE = dis.opmap.get("CACHE", 0)
+_NAME = re.compile(r"([A-Za-z_]\w*)\s*$")
+
+
+@dataclass(eq=False)
+class Call:
+    """One call: ``label`` as it appears in name stacks (``block#3``, ``gelu``, ``gelu#2``)."""
+
+    label: str
+    name: str
+    kind: str  # "call" (the user's function) | "library" | "transparent"
+    parent: Call | None
+    file: str | None = None
+    line: int | None = None
+    ancestors: tuple[Call, ...] = ()  # root first, self last
+    frame: Any = field(default=None, repr=False)  # keeps the frame alive: ids stay unique
+    scope: Any = field(default=None, repr=False)  # its name stack element
+
+
+@dataclass
+class CallLog:
+    """What :func:`record_calls` saw: every call, and the seconds its hooks cost."""
+
+    calls: list[Call] = field(default_factory=list)
+    seconds: float = 0.0  # time in the hooks (measured with ``record_calls(timed=True)``)
+    complete: bool = True  # False: recording stopped part-way (a frame could not be read)
+
+    @property
+    def kinds(self) -> dict[str, str]:
+        """Name-stack label -> ``"call"`` / ``"library"`` (labels are unique per parent only;
+        the kind of a label does not depend on where it is)."""
+        return {c.label: c.kind for c in self.calls if c.kind != "transparent"}
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "label": c.label,
+                "kind": c.kind,
+                "parent": c.parent.label if c.parent else None,
+                "file": c.file,
+                "line": c.line,
+            }
+            for c in self.calls
+            if c.kind != "transparent"
+        ]
+
+
+def _callee_name(frame: Any) -> str | None:
+    """The name the user wrote for what ``frame`` is calling now (None: not a call)."""
+    return _callee_at(frame.f_code, frame.f_lasti)
+
+
+@functools.lru_cache(maxsize=4096)
+def _callee_at(code: Any, lasti: int) -> str | None:
+    raw = code.co_code
+    while lasti > 0 and raw[lasti] == _CACHE:  # 3.11: f_lasti is the call's last cache entry
+        lasti -= 2
+    try:
+        if raw[lasti] not in _CALL_OPS:
+            return None
+        line, end_line, col, end_col = next(itertools.islice(code.co_positions(), lasti // 2, None))
+    except (IndexError, ValueError):
+        return None
+    if line is None or col is None or end_col is None:
+        return None
+    text = linecache.getline(code.co_filename, line)
+    if end_line != line:
+        text = text[col:]
+        end = text.find("(")
+        expr = text[:end] if end >= 0 else text
+    else:
+        expr = _strip_args(text[col:end_col])
+    m = _NAME.search(expr or "")
+    return m.group(1) if m else None
+
+
+def _strip_args(expr: str) -> str:
+    """``jax.nn.gelu(h)`` -> ``jax.nn.gelu``: the text before the call's own parentheses."""
+    depth = 0
+    for i in range(len(expr) - 1, -1, -1):
+        ch = expr[i]
+        if ch == ")":
+            depth += 1
+        elif ch == "(":
+            depth -= 1
+            if depth == 0:
+                return expr[:i]
+    return expr
+
+
+def _named(frame: Any) -> bool:
+    """A user frame that is a function of its own (not a lambda or comprehension)."""
+    return frame is not None and not frame.f_code.co_name.startswith("<")
+
+
+def _is_model_method(frame: Any) -> bool:
+    code = frame.f_code
+    if not code.co_argcount or code.co_varnames[0] != "self":
+        return False
+    owner = frame.f_locals.get("self")
+    for klass in type(owner).__mro__:
+        module = getattr(klass, "__module__", "") or ""
+        if module.split(".", 1)[0] in _MODEL_LIBS:
+            return True
+    return False
+
+
+class _Recorder:
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.log = CallLog()
+        self.by_frame: dict[int, Call] = {}
+        self.counts: dict[tuple[int, str], int] = {}
+        self.user: dict[Any, bool] = {}
+        self.owner: dict[int, tuple[Any, Call | None]] = {}  # id(scope elem) -> (elem, call)
+        self.barriers: list[Call | None] = []
+        self.last: tuple[Any, Call | None] = (None, None)  # (asking frame, its innermost call)
+        self.merged: dict[tuple[int, int, int], tuple[Any, list[Any] | None]] = {}
+        # JAX's own frames seen below the innermost user frame -> the innermost call there
+        # (the frames are held, so their ids stay unique while cached; the oldest are let go)
+        self.below: dict[int, tuple[Any, Call | None]] = {}
+        self.held_calls: list[Call] = []  # calls whose frames are held: those running now
+        self.held: collections.deque[int] = collections.deque()
+
+    def is_user(self, code: Any) -> bool:
+        found = self.user.get(code)
+        if found is None:
+            found = self.user[code] = is_user_file(code.co_filename)
+        return found
+
+    def innermost(self, start: Any) -> Call | None:
+        """The innermost call running at ``start`` (a frame), recording new calls on the way."""
+        if start is self.last[0]:  # the same frame asks again: nothing above it changed
+            return self.last[1]
+        found = self._innermost(start)
+        self.last = (start, found)
+        self._release(found)
+        return found
+
+    def _release(self, found: Call | None) -> None:
+        """Let go of the frames of calls that have returned: only the calls running now (the
+        innermost's ancestors) can be met again, so a frame is held no longer than that."""
+        running = found.ancestors if found is not None else ()
+        if len(self.held_calls) == len(running) and all(
+            a is b for a, b in zip(self.held_calls, running, strict=True)
+        ):
+            return
+        keep = set(map(id, running))
+        for call in self.held_calls:
+            if id(call) not in keep and call.frame is not None:
+                self.by_frame.pop(id(call.frame), None)
+                call.frame = None
+        self.held_calls = list(running)
+
+    def _innermost(self, start: Any) -> Call | None:
+        new: list[tuple[Any, Any]] = []  # (user frame, its callee frame), innermost first
+        known: Call | None = None
+        child, f = None, start
+        user, below = self.user, self.below
+        walked: list[Any] = []  # frames below the innermost user frame
+        while f is not None and f is not self.root:
+            cached = below.get(id(f))
+            if cached is not None and cached[0] is f:
+                found = self._deepest(cached[1], new) if new else cached[1]
+                self._hold(walked, found)
+                return found
+            code = f.f_code
+            is_user = user.get(code)
+            if is_user is None:
+                is_user = self.is_user(code)
+            if is_user:
+                hit = self.by_frame.get(id(f))
+                if hit is not None and hit.frame is f:
+                    lib = self.by_frame.get(id(child)) if child is not None else None
+                    if lib is not None and lib.frame is child:
+                        found = self._deepest(lib, new)
+                        self._hold(walked, found)
+                        return found
+                    known = hit
+                    new.append((None, child))  # the callee of a known call may be new
+                    break
+                new.append((f, child))
+            elif not new:
+                walked.append(f)
+            child, f = f, f.f_back
+        found = self._build(known, new)
+        self._hold(walked, found)
+        return found
+
+    def _hold(self, frames: list[Any], call: Call | None) -> None:
+        below, held = self.below, self.held
+        for k in _HOLD_AT:  # a few frames at growing distances: the next ask meets one soon
+            if k >= len(frames):
+                break
+            f = frames[k]
+            below[id(f)] = (f, call)
+            held.append(id(f))
+        while len(held) > _HELD:
+            below.pop(held.popleft(), None)
+
+    def _deepest(self, lib: Call | None, new: list[tuple[Any, Any]]) -> Call | None:
+        if lib is not None and lib.kind == "library" and any(_named(f) for f, _c in new):
+            lib.kind = "transparent"  # it called back into the user's code
+        return self._build(lib, new) or lib
+
+    def _build(self, parent: Call | None, new: list[tuple[Any, Any]]) -> Call | None:
+        current = parent
+        for k in range(len(new) - 1, -1, -1):
+            frame, callee = new[k]
+            if frame is not None:
+                current = self._user_call(frame, current)
+            if callee is not None and not self.is_user(callee.f_code):
+                below = any(_named(f) for f, _c in new[:k])
+                caller = frame if frame is not None else (current.frame if current else None)
+                current = self._library_call(caller, callee, current, below)
+        return current
+
+    def _add(self, frame: Any, name: str, kind: str, parent: Call | None, **where: Any) -> Call:
+        visible = parent
+        while visible is not None and visible.kind == "transparent":
+            visible = visible.parent
+        if kind != "transparent":
+            key = (id(visible), name)
+            n = self.counts[key] = self.counts.get(key, 0) + 1
+            label = f"{name}#{n}" if kind == "call" else (name if n == 1 else f"{name}#{n}")
+        else:
+            label = name
+        call = Call(label, name, kind, parent, frame=frame, **where)
+        call.ancestors = (*(parent.ancestors if parent else ()), call)
+        call.scope = _compat.name_scope(label)
+        self.by_frame[id(frame)] = call
+        self.log.calls.append(call)
+        return call
+
+    def _user_call(self, frame: Any, parent: Call | None) -> Call:
+        code = frame.f_code
+        name = code.co_name
+        if name == "__call__":
+            name = code.co_qualname.rsplit(".", 2)[0].rsplit(".", 1)[-1]
+        transparent = (
+            parent is None  # the compiled function itself
+            or name.startswith("<")
+            or _is_model_method(frame)
+        )
+        kind = "transparent" if transparent else "call"
+        return self._add(frame, name, kind, parent, file=code.co_filename, line=code.co_firstlineno)
+
+    def _library_call(self, caller: Any, callee: Any, parent: Call | None, wraps: bool) -> Call:
+        hit = self.by_frame.get(id(callee))
+        if hit is not None and hit.frame is callee:
+            if wraps and hit.kind == "library":
+                hit.kind = "transparent"
+            return hit
+        name = _callee_name(caller) if caller is not None else None
+        if name is None or wraps or _is_model_method(callee):
+            return self._add(callee, name or callee.f_code.co_name, "transparent", parent)
+        line = caller.f_lineno if caller is not None else None
+        file = caller.f_code.co_filename if caller is not None else None
+        return self._add(callee, name, "library", parent, file=file, line=line)
+
+    def visible(self, call: Call | None) -> list[Call]:
+        """Non-transparent calls from the outermost to ``call``, inside the current barrier."""
+        if call is None:
+            return []
+        outside = self.barriers[-1] if self.barriers else None
+        skip = set(map(id, outside.ancestors)) if outside is not None else set()
+        return [c for c in call.ancestors if c.kind != "transparent" and id(c) not in skip]
+
+
+def _interleave(rec: _Recorder, stack: tuple[Any, ...], call: Call | None) -> list[Any] | None:
+    """Name stack elements with the running calls' labels put where they were entered."""
+    barrier = rec.barriers[-1] if rec.barriers else None
+    key = (id(stack), id(call), id(barrier))
+    hit = rec.merged.get(key)
+    if hit is not None and hit[0][0] is stack and hit[0][1] is call and hit[0][2] is barrier:
+        return hit[1]
+    out = _merge(rec, stack, call)
+    rec.merged[key] = ((stack, call, barrier), out)
+    return out
+
+
+def _merge(rec: _Recorder, stack: tuple[Any, ...], call: Call | None) -> list[Any] | None:
+    labels = rec.visible(call)
+    if not labels:
+        return None
+    out: list[Any] = []
+    placed, pos = 0, 0
+    for elem in stack:
+        owned = rec.owner.get(id(elem))
+        if owned is not None and owned[0] is elem:
+            owner = owned[1]
+            chain = set(map(id, owner.ancestors)) if owner is not None else set()
+            pos = sum(1 for c in labels if id(c) in chain)
+        while placed < min(pos, len(labels)):
+            out.append(labels[placed].scope)
+            placed += 1
+        out.append(elem)
+    out.extend(c.scope for c in labels[placed:])
+    return out
+
+
+@contextlib.contextmanager
+def record_calls(enabled: bool = True, timed: bool = False) -> Iterator[CallLog]:
+    """Record the user's calls while the body traces (see the module docstring).
+
+    The hooks never fail the trace: should reading the frames fail, recording stops (the calls
+    seen so far stay) and JAX's own name stacks are used from then on. ``timed``: add up the
+    seconds the hooks took in ``CallLog.seconds`` (for measuring the overhead)."""
+    if not enabled:
+        yield CallLog()
+        return
+    rec = _Recorder(sys._getframe(2))
+    thread = threading.get_ident()
+    broken: list[BaseException] = []
+
+    def guarded(fn: Any) -> Any:
+        def hook(*args: Any) -> Any:
+            if broken or threading.get_ident() != thread:
+                return None
+            try:
+                return fn(*args)
+            except Exception as exc:  # never the user's problem: stop recording
+                broken.append(exc)
+                return None
+
+        def timed_hook(*args: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return hook(*args)
+            finally:
+                rec.log.seconds += time.perf_counter() - t0
+
+        return timed_hook if timed else hook
+
+    def on_current(caller: Any, stack: tuple[Any, ...]) -> list[Any] | None:
+        return _interleave(rec, stack, rec.innermost(caller))
+
+    def on_push(caller: Any, elem: Any) -> None:
+        rec.owner[id(elem)] = (elem, rec.innermost(caller))
+
+    def on_set(caller: Any | None) -> None:
+        if caller is None:
+            if rec.barriers:
+                rec.barriers.pop()
+        else:
+            rec.barriers.append(rec.innermost(caller))
+
+    try:
+        with _namestack.name_stack_hooks(guarded(on_current), guarded(on_push), guarded(on_set)):
+            yield rec.log
+    finally:
+        rec.log.complete = not broken
+        if not _KEEP_FRAMES:
+            for call in rec.log.calls:
+                call.frame = None
