@@ -18,6 +18,12 @@ import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
+# In this process the cache is on from the start and keeps *every* compile (nbcompile keeps
+# those over 0.2 s, so which ones depends on how busy the machine is): each test meets the
+# cache as on the busiest machine that ran everything before, whatever the load or order.
+# (%load_ext nbcompile leaves a cache folder that is already set alone.)
+jax.config.update("jax_compilation_cache_dir", os.environ["NBCOMPILE_CACHE_DIR"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -42,8 +42,9 @@ def test_bench_of_an_already_compiled_function_measures_a_real_compile(ip):
     assert res.success, res.error_in_exec
     first = nbcompile.last()
     # JAX had this program in its caches (a lookup takes microseconds): the figure must come
-    # from a real XLA compile
-    assert first.stages.xla_compiles == 1
+    # from a real XLA compile (the stage's own, or one more when JAX's persistent cache, which
+    # the suite fills, served the stage)
+    assert first.stages.xla_compiles == 1 or "compile_measured" in first.timings
     assert first.bench.compile_seconds > 0.005, first.bench.compile_seconds
     res = run(ip, "%%compile -q --bench\npredict(params, x)\n")  # a cache hit: nothing compiled
     again = nbcompile.last()

@@ -18,7 +18,7 @@ from typing import Any
 
 import jax
 
-from .._compat import persistent_cache_disabled
+from .._compat import compile_fresh
 from ..analysis.hlo import parse_hlo
 from ._calls import CallForm
 from ._hlo import entry_kernels
@@ -184,9 +184,8 @@ def ablate(
         options = {"xla_disable_hlo_passes": ",".join(v.disabled)} if v.disabled else None
         t0 = time.perf_counter()
         try:
-            # compile time is a figure here: XLA must run (JAX's persistent cache would serve)
-            with persistent_cache_disabled():
-                compiled = lowered.compile(compiler_options=options)
+            # compile time is a figure here: XLA must run (JAX's caches would serve)
+            compiled = compile_fresh(lowered, options)
         except jax.errors.JaxRuntimeError as exc:  # XLA refused this variant: say so, go on
             r.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             results.append(r)
