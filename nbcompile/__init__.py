@@ -24,6 +24,7 @@ __all__ = [
     "Graph",
     "NbcompileError",
     "__version__",
+    "cluster",
     "compare",
     "compile",
     "freeze",
@@ -38,6 +39,7 @@ __all__ = [
 _LAZY = {
     "compile": ("nbcompile.compilation", "compile"),
     "compare": ("nbcompile.compilation", "compare"),
+    "cluster": ("nbcompile.processes", "cluster"),
     "Compilation": ("nbcompile.compilation", "Compilation"),
     "Graph": ("nbcompile.analysis", "Graph"),
     "NbcompileError": ("nbcompile.errors", "NbcompileError"),
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from .compilation import Compilation, compare, compile
     from .errors import NbcompileError
     from .frozen import freeze, load, verify
+    from .processes import cluster
     from .session import last, last_error
 
 

@@ -260,7 +260,8 @@ class Session:
             comp = Compilation(program, adapted, cache_hit=True, display=self.display)
         clock.lap("compile")
         # several JAX processes: the same program on each, checked before anything runs
-        agree(comp, captured.source, seed=body + options.compile_key(), freeze=bool(options.freeze))
+        if agree(comp, captured.source, seed=body + options.compile_key(), freeze=options.freeze):
+            clock.lap("processes")
         warnings += self._measure(comp, options, progress)
         if options.debug and comp.debug is not None and comp.debug.stopped:
             warnings.append(str(comp.debug.error()))

@@ -201,7 +201,8 @@ class Compilation(Runs, Display):
         """Seconds this run spent, by phase; the phases add up to the whole cell.
 
         Phases (keys without a dot): the cell's steps when run by the magic (``capture``,
-        ``run``, ``cache_lookup``, ``pipeline``, ``measure``, ``freeze``, ``bind``), the stages
+        ``run``, ``cache_lookup``, ``pipeline``, ``processes`` (the processes agreeing on the
+        program, with several JAX processes), ``measure``, ``freeze``, ``bind``), the stages
         this run compiled (``trace``, ``lower``, ``compile``; ``grad_trace``... for ``--grad``'s
         program; absent on a cache hit, which compiled nothing), the analyses this run computed
         (``analyse``, ``grad_analyse``), ``report`` and ``display``. Keys with a dot are parts of

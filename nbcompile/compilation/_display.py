@@ -201,14 +201,18 @@ class Display:
         return to_dot(graph, name=f"{self.name}_{which}")
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        from ..widgets import show
-
         if self._processes:  # several JAX processes: the view is on process 0, one line here
-            from ..processes import one_line
+            from ..processes import one_line, without_widget
 
             line = one_line(self)
             if line is not None:
                 return {"text/plain": line}
+            # an engine's widgets do not reach the notebook: the self-contained HTML view
+            return without_widget(self._bundle())
+        return self._bundle()
+
+    def _bundle(self) -> dict[str, Any]:
+        from ..widgets import show
 
         t0 = time.perf_counter()
         report = self.report()

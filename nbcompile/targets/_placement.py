@@ -244,10 +244,14 @@ def output_shardings(compiled: Any, out_info: Any) -> tuple[dict[str, str], dict
     return texts, shapes
 
 
-def program_collectives(hlo_text: str | None, target: Target) -> list[dict[str, Any]]:
-    """The collectives of a compiled program, ``crosses_hosts`` set from the target's mesh."""
+def program_collectives(
+    hlo_text: str | None, target: Target, devices: list[Any] | None = None
+) -> list[dict[str, Any]]:
+    """The collectives of a compiled program, ``crosses_hosts`` / ``crosses_processes`` set
+    from the target's mesh, else from ``devices`` (the program's own, in partition order)."""
     if not hlo_text:
         return []
     mesh = target.mesh
-    devices = list(mesh.devices.flat) if mesh is not None and hasattr(mesh, "devices") else None
+    if mesh is not None and hasattr(mesh, "devices"):
+        devices = list(mesh.devices.flat)
     return collectives(hlo_text, devices)

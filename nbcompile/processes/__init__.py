@@ -1,0 +1,31 @@
+"""Many processes: ``%%compile`` under multi-controller JAX (``jax.distributed``).
+
+    rc = nbcompile.cluster(2)        # two local ipyparallel engines = JAX processes 0 and 1
+    %%px
+    %%compile
+    loss(params, batch)              # traced, compiled and bound on every process
+
+:func:`cluster` starts local engines with ``jax.distributed`` initialised (CPU, gloo);
+:func:`agree` is what the session asks before binding: the processes compare program
+fingerprints through ``jax.distributed``'s key-value store and refuse a program that differs
+(``NBC800``) or a process that does not come (``NBC801``). See ``docs/processes.md``.
+"""
+
+from __future__ import annotations
+
+from ._agree import ProcessInfo, agree, fingerprint
+from ._cluster import DEFAULT_TIMEOUT, TIMEOUT_ENV, cluster, process_timeout
+from ._view import one_line, processes_view, without_widget
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "TIMEOUT_ENV",
+    "ProcessInfo",
+    "agree",
+    "cluster",
+    "fingerprint",
+    "one_line",
+    "process_timeout",
+    "processes_view",
+    "without_widget",
+]

@@ -1,0 +1,65 @@
+"""What a compile across JAX processes shows: on process 0 the processes, their hosts and
+devices and the collectives that cross processes; one line on every other process.
+
+The view travels from an ipyparallel engine to the notebook as display data, where the engine's
+widgets cannot follow (their comms end at the engine), so process 0 shows the self-contained
+HTML view and its text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+
+from ._agree import program_devices
+
+__all__ = ["one_line", "processes_view", "without_widget"]
+
+
+def processes_view(comp: Any) -> dict[str, Any] | None:
+    """The view's ``processes`` entry on process 0 (JSON-ready, with ``text``); None with one
+    process."""
+    infos = comp.processes
+    if not infos:
+        return None
+    lines = [f"processes: {len(infos)}, one program (fingerprint {infos[0].fingerprint[:12]})"]
+    for p in infos:
+        lines.append(f"  process {p.index} on {p.host}: {', '.join(p.devices)}")
+    devices = program_devices(comp)
+    owner = [d.process_index for d in devices]
+    crossing = []
+    for c in comp.collectives:
+        if c.get("crosses_processes"):
+            groups = c["groups"] or [range(len(owner))]
+            procs = sorted({owner[i] for g in groups for i in g if i < len(owner)})
+            crossing.append(c)
+            lines.append(
+                f"  collective {c['op']} ({c.get('op_name') or c['name']}): {c['bytes']} bytes "
+                f"per device, crosses processes {', '.join(map(str, procs))}"
+            )
+    if not crossing:
+        lines.append("  no collective crosses processes")
+    return {
+        "processes": [p.to_json() for p in infos],
+        "crossing": [c["name"] for c in crossing],
+        "text": "\n".join(lines),
+    }
+
+
+def one_line(comp: Any) -> str | None:
+    """What a process other than 0 shows (the view is on process 0); None on process 0."""
+    infos = comp.processes
+    me = jax.process_index()
+    if not infos or me == 0:
+        return None
+    return (
+        f"{comp.name}: compiled on process {me} of {len(infos)}, the same program as "
+        f"process 0 (fingerprint {infos[me].fingerprint[:12]}); the view is on process 0"
+    )
+
+
+def without_widget(bundle: Mapping[str, Any]) -> dict[str, Any]:
+    """``bundle`` less the widget's MIME entries (an engine's widget cannot reach the page)."""
+    return {k: v for k, v in bundle.items() if not k.startswith("application/vnd.jupyter.widget")}

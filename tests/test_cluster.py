@@ -1,0 +1,316 @@
+"""``%%compile`` under multi-controller JAX: ``nbcompile.cluster(2)`` starts two ipyparallel
+engines, each a JAX process (CPU, gloo collectives), and cells run on both as under ``%%px``.
+
+Two clusters in all (each start-up costs CPU): one for a program sharded across the processes
+(same value on both, ``c.processes``, a collective crossing processes, the views) and a
+program that differs on process 1 (NBC800 on both, naming the line); one for a process that
+dies during a compile (NBC801 on the other within the stated wait). Every wait is bounded and
+the engines are always stopped. The first tests need no cluster: the fingerprint comparison
+and ``crosses_processes`` on HLO text, and one process recording no processes.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+ipp = pytest.importorskip("ipyparallel")
+
+import nbcompile  # noqa: E402
+
+
+def cluster(test: Any) -> Any:
+    """Starts engines like a kernel test starts kernels: ``cluster`` and ``kernel`` marks
+    (``make test-fast`` leaves both out)."""
+    return pytest.mark.kernel(pytest.mark.cluster(test))
+
+
+WAIT = 20  # seconds a process waits for the others (NBCOMPILE_PROCESS_TIMEOUT on the engines)
+
+SETUP = """
+import jax, jax.numpy as jnp, numpy as np
+import nbcompile
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+mesh = Mesh(np.array(jax.devices()), ("data",))
+local = np.arange(8, dtype=np.float32).reshape(2, 4) + 10.0 * jax.process_index()
+batch = jax.make_array_from_process_local_data(NamedSharding(mesh, P("data")), local)
+"""
+
+#: runs a %%compile cell on an engine, keeping the outcome in plain names the test pulls
+COMPILE = """
+outcome = None
+try:
+    get_ipython().run_cell_magic("compile", {line!r}, {cell!r})
+    outcome = "ok"
+except Exception as exc:
+    outcome = {{"code": getattr(exc, "code", None), "line": getattr(exc, "line", None),
+                "text": str(exc)}}
+"""
+
+
+def px(rc: Any, code: str, timeout: float = 120) -> None:
+    """Run ``code`` on every engine (``%%px``), waiting at most ``timeout`` seconds."""
+    rc[:].execute(textwrap.dedent(code), block=False).get(timeout=timeout)
+
+
+def compile_everywhere(rc: Any, cell: str, line: str = "", timeout: float = 120) -> list[Any]:
+    px(rc, COMPILE.format(line=line, cell=textwrap.dedent(cell)), timeout)
+    return rc[:].pull("outcome", block=False).get(timeout=30)
+
+
+def pull(rc: Any, expr: str) -> list[Any]:
+    px(rc, f"_pulled = {expr}")
+    return rc[:].pull("_pulled", block=False).get(timeout=30)
+
+
+@dataclass
+class FakeDevice:
+    id: int
+    process_index: int
+
+
+ALL_REDUCE_HLO = """HloModule jit_loss, num_partitions=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main.0_spmd (x: f32[2,4]) -> f32[] {
+  %x = f32[2,4]{1,0} parameter(0)
+  %c = f32[] constant(0)
+  %r = f32[] reduce(%x, %c), dimensions={0,1}, to_apply=%add
+  ROOT %all-reduce = f32[] all-reduce(%r), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=%add
+}
+"""
+
+
+@pytest.mark.parametrize(("owners", "crosses"), [([0, 0, 1, 1], False), ([0, 1, 0, 1], True)])
+def test_crosses_processes_from_the_devices_processes(owners: list[int], crosses: bool) -> None:
+    from nbcompile.targets import collectives
+
+    devices = [FakeDevice(i, p) for i, p in enumerate(owners)]
+    (found,) = collectives(ALL_REDUCE_HLO, devices)
+    assert found.crosses_processes is crosses and found["crosses_processes"] is crosses
+    assert found.op == "all-reduce"
+    with pytest.raises(AttributeError):
+        found.no_such_field  # noqa: B018
+    assert collectives(ALL_REDUCE_HLO)[0].crosses_processes is None  # devices unknown
+
+
+def test_differing_programs_name_the_processes_and_the_first_line() -> None:
+    from nbcompile.capture.source import SourceInfo
+    from nbcompile.errors import NbcompileError
+    from nbcompile.processes._agree import _check_same
+
+    source = SourceInfo(
+        filename="<cell>",
+        text="%%compile\ndef f(x):\n    x = g(x)\n    return x.sum()\nf(x)",
+    )
+    same = {"line 3": [3, "a"], "line 4": [4, "b"]}
+    ref = {"digest": "d0", "lines": same}
+    other = {"digest": "d1", "lines": {"line 3": [3, "z"], "line 4": [4, "y"]}}
+    _check_same(source, [ref, dict(ref)])  # one program: nothing raised
+    with pytest.raises(NbcompileError) as err:
+        _check_same(source, [ref, dict(ref), other])
+    assert err.value.code == "NBC800" and err.value.line == 3
+    assert "process 2 compiles" in str(err.value) and "x = g(x)" in str(err.value)
+    assert "process 1" not in str(err.value)
+    with pytest.raises(NbcompileError) as err:  # same lines, other constants: no line named
+        _check_same(source, [ref, {"digest": "d2", "lines": same}])
+    assert err.value.code == "NBC800" and err.value.line is None
+
+
+FINGERPRINT_CHILD = """
+import json, jax, jax.numpy as jnp, nbcompile
+from nbcompile.processes import fingerprint
+
+@jax.custom_vjp
+def double(x):
+    return x * 2.0
+
+double.defvjp(lambda x: (double(x), None), lambda r, g: (g * 2.0,))
+
+def loss(x):
+    y = jax.nn.relu(x) + jax.nn.softmax(x)
+    y = jax.checkpoint(jnp.sin)(y) + double(y)
+    return jax.nn.logsumexp(y * 3.0)
+
+c = nbcompile.compile(loss, jnp.ones(4))
+print(json.dumps(fingerprint(c.stages, c.source)))
+"""
+
+
+def test_fingerprints_are_the_same_in_separate_processes() -> None:
+    """No object address (custom_vjp keeps a function as a parameter) or per-process string
+    hash order gets into a fingerprint: two processes agree on the same program."""
+    from tests.helpers import child_json
+
+    first, second = (
+        child_json(["-c", FINGERPRINT_CHILD], env={"PYTHONHASHSEED": seed}) for seed in "12"
+    )
+    assert first == second
+    assert len(first["lines"]) >= 3  # per cell line, not one digest for everything
+
+
+def test_one_process_records_no_processes_and_cluster_checks_its_count() -> None:
+    import jax.numpy as jnp
+
+    c = nbcompile.compile(lambda x: (x * 2.0).sum(), jnp.ones(3))
+    assert c.processes == ()
+    with pytest.raises(nbcompile.NbcompileError) as err:
+        nbcompile.cluster(0)
+    assert err.value.code == "NBC803"
+
+
+@pytest.fixture(scope="module")
+def rc() -> Iterator[Any]:
+    client = nbcompile.cluster(2, timeout=WAIT)
+    try:
+        px(client, SETUP)
+        yield client
+    finally:
+        client.cluster.stop_cluster_sync()
+
+
+LOSS = """
+def loss(x):
+    return (x**2).mean()
+
+loss(batch)
+"""
+
+
+@cluster
+def test_cluster_engines_are_jax_processes(rc: Any) -> None:
+    got = pull(rc, "(jax.process_index(), jax.process_count(), jax.device_count())")
+    assert sorted(tuple(g) for g in got) == [(0, 2, 2), (1, 2, 2)]
+
+
+@cluster
+def test_compile_on_every_process_same_value_and_processes(rc: Any) -> None:
+    # the cell as %%px sends it: every engine runs `%%compile` itself
+    reply = rc[:].execute("%%compile\n" + LOSS, silent=False, block=False)
+    reply.get(timeout=120)
+    assert reply.wait_for_output(timeout=60)  # the shown result comes apart from the reply
+    shown = [r.data.get("text/plain", "") for r in reply.get(timeout=1)]
+    assert "process 1" in shown[0] and "of 2" in shown[1]
+    values = pull(rc, "float(loss(batch))")
+    expected = float(sum(v * v for p in (0, 1) for v in [x + 10.0 * p for x in range(8)]) / 16.0)
+    assert values == [pytest.approx(expected)] * 2
+    bound = pull(rc, "hasattr(loss, 'compilation')")
+    assert bound == [True, True]
+    assert pull(rc, "'processes' in nbcompile.last().timings") == [True, True]
+    facts = pull(
+        rc,
+        "[(p.index, p.host, p.devices, p.fingerprint) for p in nbcompile.last().processes]",
+    )
+    assert facts[0] == facts[1]
+    assert [f[0] for f in facts[0]] == [0, 1]
+    assert len({f[3] for f in facts[0]}) == 1  # one program: one fingerprint
+    assert all(len(f[2]) == 1 for f in facts[0])  # each process addresses its one CPU
+    crossing = pull(rc, "[(c.op, c.crosses_processes) for c in nbcompile.last().collectives]")
+    for per_process in crossing:
+        assert any(op == "all-reduce" and crosses for op, crosses in per_process)
+
+
+@cluster
+def test_view_on_process_0_one_line_elsewhere(rc: Any) -> None:
+    compile_everywhere(rc, LOSS)
+    views = pull(rc, "repr(nbcompile.last())")
+    assert "process 0" in views[0] and "process 1" in views[0]
+    assert "crosses processes 0, 1" in views[0]
+    assert "all-reduce" in views[0]
+    assert len(views[1].splitlines()) == 1
+    assert "process 1 of 2" in views[1] and "view is on process 0" in views[1]
+    mime = pull(rc, "sorted(nbcompile.last()._repr_mimebundle_())")
+    assert mime[1] == ["text/plain"]
+    assert "text/html" in mime[0]  # the self-contained view: an engine's widget cannot follow
+    assert not [m for m in mime[0] if "widget" in m]
+
+
+@cluster
+def test_program_that_differs_on_one_process_is_refused_on_every_process(rc: Any) -> None:
+    cell = """
+    def rank_loss(x):
+        if jax.process_index() == 1: x = x * 2.0
+        return (x**2).mean()
+
+    rank_loss(batch)
+    """
+    start = time.monotonic()
+    outcomes = compile_everywhere(rc, cell, timeout=60)
+    assert time.monotonic() - start < 60
+    for outcome in outcomes:
+        assert isinstance(outcome, dict), outcomes
+        assert outcome["code"] == "NBC800", outcome
+        assert outcome["line"] == 4  # the visible cell line (the %%compile line is line 1)
+        assert "process 1" in outcome["text"]
+        assert "x = x * 2.0" in outcome["text"]
+    assert pull(rc, "'rank_loss' in dir() and hasattr(rank_loss, 'compilation')") == [
+        False,
+        False,
+    ]
+    # the processes still work together afterwards (fresh keys for the next compile)
+    assert compile_everywhere(rc, LOSS) == ["ok", "ok"]
+
+
+@cluster
+def test_a_cell_that_failed_on_one_process_runs_again_on_both(rc: Any) -> None:
+    """Process 1 fails before the processes compare (a name it lacks); process 0 waits and
+    gets NBC801; defined on both, the same cell runs again and the processes meet."""
+    cell = """
+    def shaky(x):
+        return (x * factor).mean()
+
+    shaky(batch)
+    """
+    px(rc, "factor = 2.0 if jax.process_index() == 0 else None\nif factor is None: del factor")
+    first = compile_everywhere(rc, cell, timeout=WAIT + 90)
+    assert first[0]["code"] == "NBC801" and "process 1" in first[0]["text"], first
+    assert first[1]["code"] not in (None, "NBC800", "NBC801"), first  # its own error
+    px(rc, "factor = 2.0")
+    assert compile_everywhere(rc, cell) == ["ok", "ok"]
+    assert pull(rc, "float(shaky(batch))")[0] == pytest.approx(pull(rc, "float(shaky(batch))")[1])
+
+
+@cluster
+def test_freeze_of_a_program_across_processes_is_refused(rc: Any, tmp_path: Any) -> None:
+    outcomes = compile_everywhere(rc, LOSS, line=f"--freeze {tmp_path / 'm.nbc'}")
+    assert [o["code"] for o in outcomes] == ["NBC802", "NBC802"], outcomes
+    assert not (tmp_path / "m.nbc").exists()
+
+
+@cluster
+def test_a_process_that_dies_during_a_compile_gives_the_other_nbc801() -> None:
+    client = nbcompile.cluster(2, timeout=WAIT)
+    try:
+        px(client, SETUP)
+        ids = sorted(client.ids)
+        cell = """
+        def dying(x):
+            if jax.process_index() == 1:
+                import os, signal
+                os.kill(os.getpid(), signal.SIGKILL)
+            return (x**2).mean()
+
+        dying(batch)
+        """
+        code = COMPILE.format(line="", cell=textwrap.dedent(cell))
+        survivor = client[ids[0]].execute(code, block=False)
+        client[ids[1]].execute(code, block=False)
+        start = time.monotonic()
+        survivor.get(timeout=WAIT + 60)
+        assert time.monotonic() - start < WAIT + 60
+        outcome = client[ids[0]].pull("outcome", block=False).get(timeout=30)
+        assert isinstance(outcome, dict), outcome
+        assert outcome["code"] == "NBC801"
+        assert "process 1" in outcome["text"] and f"{WAIT:g} s" in outcome["text"]
+    finally:
+        client.cluster.stop_cluster_sync()
