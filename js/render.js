@@ -10,12 +10,13 @@ import { GraphView } from "./graphview.js";
 import { BUDGET, INITIAL_LIMIT } from "./scene.js";
 import { decodeReport, prepareGraph } from "./model.js";
 import { detailsFor, fusionTable, gradientPanel } from "./panels.js";
+import { kernelCodeOf, kernelCodePanel, passesPanel } from "./passes.js";
 import { sourcePanel } from "./source.js";
 import { fromOf, statsPanel } from "./stats.js";
 import CSS from "./style.css";
 import { activatable, fmtNum, fmtSeconds, h } from "./util.js";
 
-const TABS = [["graph", "Graph"], ["compiled", "Compiled"], ["source", "Source"], ["gradient", "Gradient"], ["stats", "Stats"], ["diff", "Diff"]];
+const TABS = [["graph", "Graph"], ["compiled", "Compiled"], ["passes", "Passes"], ["source", "Source"], ["gradient", "Gradient"], ["stats", "Stats"], ["diff", "Diff"]];
 
 function injectStyle(el) {
   const doc = el.ownerDocument || document;
@@ -91,7 +92,10 @@ function build(el, report, opts, view) {
   const diff = report.extras?.changes?.diff || null;
   view.timings.prepared = performance.now() - view.t0;
   const has = { graph: true, compiled: !!compiled, source: (report.source?.lines || []).length > 0 || (report.sources || []).length > 0,
-    gradient: !!report.gradient, stats: true, diff: !!diff };
+    gradient: !!report.gradient, stats: true, diff: !!diff, passes: !!report.extras?.passes?.steps?.length };
+  // the kernel code panel of the Compiled tab: only with XLA's dump (--passes, or c.passes read)
+  const codeHolder = report.extras?.passes ? h("div", { class: "nbc-kcode-holder", "data-testid": "nbc-kernel-code-holder" }) : null;
+  let codeShown = null;
   const panels = new Map(), graphs = new Map(), tabBtns = new Map();
   const status = h("div", { class: "nbc-status", "data-testid": "nbc-status", "aria-live": "polite" });
   const details = h("aside", { class: "nbc-details", "data-testid": "nbc-details", "aria-label": "details" });
@@ -123,12 +127,15 @@ function build(el, report, opts, view) {
       }
       const gv = graphFor(tab);
       p.appendChild(gv.el);
+      if (tab === "compiled" && codeHolder) p.appendChild(codeHolder);
       if (tab === "compiled") p.appendChild(fusionTable(report, select));
     } else if (tab === "source") p.appendChild(sourcePanel(report, select));
     else if (tab === "diff") {
       const holder = h("div", { class: "nbc-diff-holder", "data-testid": "nbc-diff-holder" });
       p.appendChild(holder);
       renderDiff(holder, diff, { timings: {} });
+    } else if (tab === "passes") {
+      p.appendChild(passesPanel(report, (sel) => { select(sel); setTab("compiled"); }));
     } else p.appendChild(statsPanel(report));
     return p;
   };
@@ -224,6 +231,22 @@ function build(el, report, opts, view) {
     }
     details.textContent = "";
     details.appendChild(detailsFor(report, r.info, { pgs, select }));
+    if (codeHolder) showCode(r.info);
+  }
+
+  /** The Compiled tab's code panel: the code of the selected kernel (a fusion or its node). */
+  function showCode(info) {
+    let name = null;
+    if (info.type === "fusion") name = traced.fusionById.get(info.id)?.name || info.id;
+    else if (info.type === "node" && info.graph === "compiled") {
+      const n = compiled?.byId.get(info.id);
+      // a fusion, or another kernel the report has code for (not a parameter or the output)
+      name = n?.fusion ? traced.fusionById.get(n.fusion)?.name || n.fusion : kernelCodeOf(report, n?.label)?.name || null;
+    }
+    if (name === codeShown) return;
+    codeShown = name;
+    codeHolder.textContent = "";
+    if (name) codeHolder.appendChild(kernelCodePanel(report, name));
   }
 
   function select(sel, { silent } = {}) {

@@ -46,7 +46,7 @@ class Display:
     @property
     def extras(self) -> Mapping[str, Any]:
         """What the report shows besides the analysis (bench, ablate, debug, freeze, target,
-        changes, profile, memory), as JSON-ready dicts. Read-only."""
+        changes, profile, memory; passes with XLA's dump), as JSON-ready dicts. Read-only."""
         out: dict[str, Any] = {}
         if not self.target.present or self.target.mesh is not None:
             out["target"] = self._target_json()
@@ -87,7 +87,7 @@ class Display:
                 self.kernel_code,
                 lines=document.get("lines") or {},
                 profile=profile,
-                errors=(NbcompileError, KeyError),
+                errors=(NbcompileError, KeyError, ImportError),
             )
             self._metal.view = cached = (key, view)
         return cached[1]

@@ -52,6 +52,12 @@ class MetalDump:
     objects: dict[str, bytes] = field(default_factory=dict)
     started: float = 0.0
     finished: float = 0.0
+    #: (profile id, the report's ``extras["passes"]``) once built (compilation/_display.py)
+    view: Any = field(default=None, repr=False, compare=False)
+    #: {symbol: (ELF file, symbol)} of the objects' functions, read once (:func:`kernel_code`)
+    functions: dict[str, tuple[Any, Any]] | None = field(default=None, repr=False, compare=False)
+    #: (optimised module text, its fusions' signatures by name), read once (:func:`kernel_code`)
+    signatures: tuple[str, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def seconds(self) -> float:
@@ -135,10 +141,24 @@ def _functions(objects: dict[str, bytes]) -> Iterator[tuple[Any, Any]]:
                 yield elf, symbol
 
 
-def _find_function(objects: dict[str, bytes], names: Sequence[str]) -> tuple[Any, str, bytes, int]:
-    """(ELF file, symbol, code bytes, address) of the first of ``names`` defined in ``objects``."""
-    for elf, symbol in _functions(objects):
-        if symbol.name in names:
+def _function_index(dump: MetalDump) -> dict[str, tuple[Any, Any]]:
+    """{symbol name: (ELF file, symbol)} of every function in ``dump``'s objects (the first
+    definition of a name), read once per dump: every kernel's look-up then costs nothing."""
+    if dump.functions is None:
+        index: dict[str, tuple[Any, Any]] = {}
+        for elf, symbol in _functions(dump.objects):
+            index.setdefault(symbol.name, (elf, symbol))
+        dump.functions = index
+    return dump.functions
+
+
+def _find_function(
+    index: dict[str, tuple[Any, Any]], names: Sequence[str]
+) -> tuple[Any, str, bytes, int]:
+    """(ELF file, symbol, code bytes, address) of the first of ``names`` defined in ``index``."""
+    for name in names:
+        if name in index:
+            elf, symbol = index[name]
             start, size = symbol["st_value"], symbol["st_size"]
             data = elf.get_section(symbol["st_shndx"]).data()
             return elf, symbol.name, data[start : start + size], start
@@ -177,9 +197,9 @@ def _ir_of(llvm_ir: dict[str, str], symbol: str) -> str | None:
 _NOT_COMPUTED = ("metadata", "calls", "backend_config", "frontend_attributes")
 
 
-def _fused_signature(module: HloModule, kernel: str) -> tuple[Any, ...] | None:
+def _fused_signature(module: HloModule, kernel: str, instr: Any = None) -> tuple[Any, ...] | None:
     """What a fusion computes, without names or metadata (None for no such fusion)."""
-    instr = next(
+    instr = instr or next(
         (i for c in module.computations.values() for i in c.instructions if i.name == kernel),
         None,
     )
@@ -196,16 +216,33 @@ def _fused_signature(module: HloModule, kernel: str) -> tuple[Any, ...] | None:
     return tuple(out)
 
 
-def _shared_kernel(hlo: str | None, name: str, with_code: Sequence[str]) -> str | None:
+def _fusion_signatures(dump: MetalDump, hlo: str) -> dict[str, Any]:
+    """{instruction name: :func:`_fused_signature`} of module ``hlo``'s fusions, computed once
+    per dump and module (every kernel's look-up then costs a dict access)."""
+    if dump.signatures is None or dump.signatures[0] != hlo:
+        module = parse_hlo(hlo)
+        found = {
+            i.name: _fused_signature(module, i.name, i)
+            for c in module.computations.values()
+            for i in c.instructions
+            if i.called
+        }
+        dump.signatures = (hlo, {k: v for k, v in found.items() if v is not None})
+    return dump.signatures[1]
+
+
+def _shared_kernel(
+    dump: MetalDump, hlo: str | None, name: str, with_code: Sequence[str]
+) -> str | None:
     """The kernel with code that computes exactly what kernel ``name`` computes: XLA:CPU
     compiles identical fusions once (checked with JAX 0.10.2) and runs that code for each."""
     if not hlo:
         return None
-    module = parse_hlo(hlo)
-    wanted = _fused_signature(module, name)
+    signatures = _fusion_signatures(dump, hlo)
+    wanted = signatures.get(name)
     if wanted is None:
         return None
-    return next((k for k in with_code if _fused_signature(module, k) == wanted), None)
+    return next((k for k in with_code if signatures.get(k) == wanted), None)
 
 
 def kernel_code(
@@ -231,11 +268,11 @@ def kernel_code(
             code="NBC600",
             hint="compile with --backend cpu to see XLA:CPU's code for the same program",
         )
-    defined = {symbol.name for _, symbol in _functions(dump.objects)}
-    with_code = [k for k in kernels if defined.intersection(_symbols(k))]
-    shared = None if name in with_code else _shared_kernel(hlo, name, with_code)
+    index = _function_index(dump)
+    with_code = [k for k in kernels if index.keys() & set(_symbols(k))]
+    shared = None if name in with_code else _shared_kernel(dump, hlo, name, with_code)
     try:
-        elf, symbol, code, address = _find_function(dump.objects, _symbols(shared or name))
+        elf, symbol, code, address = _find_function(index, _symbols(shared or name))
     except KeyError:
         known = ", ".join(with_code[:8]) or "none"
         raise TargetError(

@@ -22,6 +22,7 @@ _WHOLE = 80  # a cell this long is shown whole; a longer one around its program'
 TAB_LABELS = {
     "graph": "Graph",
     "compiled": "Compiled",
+    "passes": "Passes",
     "source": "Source",
     "gradient": "Gradient",
     "stats": "Stats",
@@ -245,6 +246,10 @@ def fallback_html(report: dict[str, Any]) -> str:
         )
     if graphs.get("compiled"):
         parts.append(_section("compiled", _compiled(report, graphs["compiled"])))
+    if (report.get("extras") or {}).get("passes"):  # --passes, or c.passes was read
+        from .passesfig import passes_html
+
+        parts.append(_section("passes", passes_html(report)))
     table = source_table(report)
     if table:
         parts.append(_section("source", table))
