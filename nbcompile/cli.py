@@ -10,14 +10,21 @@ error code is printed on stderr, no traceback —, 2 usage error. Every string t
 file (model, weight and input names, error messages quoting them) is printed with control,
 bidirectional-override and unpaired-surrogate characters escaped, so a file cannot drive the
 terminal. Each subcommand is one ``_add_*`` function registering its parser and handler.
+
+Inputs are read by `read_input`: the ``.npy`` header is parsed first and checked against the
+model's signature (native numeric dtype, shape) and the file's real size before any data is
+read, and never unpickled. ``--output`` is written atomically (a locked temp file in the
+folder, renamed over the target). Timeouts must be finite, positive and at most a week.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
+import stat
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -28,7 +35,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np
 
 from nbcompile._compat import quiet_backend_start
-from nbcompile.errors import FreezeError
+from nbcompile.errors import FreezeError, NbcompileError
 from nbcompile.units import format_bytes
 
 Handler = Callable[[argparse.Namespace], int]
@@ -37,6 +44,10 @@ Handler = Callable[[argparse.Namespace], int]
 RUN_TIMEOUT_S = 600
 #: seconds ``nbcompile inspect`` waits for its load-and-call check child (``--timeout``)
 INSPECT_TIMEOUT_S = 60
+#: the largest ``--timeout`` any subcommand takes (a week)
+MAX_TIMEOUT_S = 7 * 24 * 3600
+#: largest ``.npy`` header read (NumPy's own default limit)
+MAX_NPY_HEADER = 10_000
 
 # C0/C1 controls (ESC, BEL, CR, ...), bidirectional marks and overrides, unpaired surrogates.
 _UNSAFE = re.compile(
@@ -46,6 +57,30 @@ _UNSAFE = re.compile(
 
 class _Refused(Exception):
     """An input or output problem reported like a refused file (exit 1)."""
+
+
+def seconds(text: str) -> float:
+    """argparse type of ``--timeout``: a finite number of seconds > 0 and <= a week."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):
+        raise argparse.ArgumentTypeError(
+            f"[NBC521] {text!r} is not a number of seconds > 0 and <= {MAX_TIMEOUT_S} (a week)"
+        )
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type of ``--max-bytes``: a whole number > 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"[NBC521] {text!r} is not a whole number > 0")
+    return value
 
 
 def safe(text: object) -> str:
@@ -135,18 +170,125 @@ def _add_inspect(sub: Any) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip the load-and-call check")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=INSPECT_TIMEOUT_S,
         help=f"seconds the load-and-call check may take (default {INSPECT_TIMEOUT_S})",
     )
     p.set_defaults(handler=_cmd_inspect)
 
 
-def _load_input(path: str) -> np.ndarray:
+def _bad_input(path: str, why: str) -> FreezeError:
+    return FreezeError(
+        f"input {path!r} is not a plain .npy array: {why}",
+        code="NBC520",
+        hint="save the input with numpy.save(path, array) (no pickled objects)",
+    )
+
+
+def _open_regular(path: str) -> Any:
+    """``path`` opened for reading: a regular file (a FIFO or device is refused unopened)."""
     try:
-        return np.load(path, allow_pickle=False)
-    except ValueError as err:
-        raise _Refused(f"{path}: not a plain .npy array ({err})") from None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as err:
+        raise _bad_input(path, err.strerror or type(err).__name__) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _bad_input(path, "not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _header(f: Any, path: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(f)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f"format version {version} (1.0 and 2.0 are read)")
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, fortran, dtype = read(f, max_header_size=MAX_NPY_HEADER)
+    except Exception as err:  # NumPy's header parser (ast, tokenize) on hostile text
+        raise _bad_input(path, f"{(str(err).splitlines() or [''])[0][:200]}") from None
+    return tuple(shape), bool(fortran), np.dtype(dtype)
+
+
+def _check_dtype(path: str, dtype: np.dtype) -> None:
+    if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biufc":
+        raise FreezeError(
+            f"input {path!r} has dtype {dtype.str!r}: not a numeric array",
+            code="NBC507",
+            hint="save a numeric array (bool, int, uint, float, complex)",
+        )
+    if not dtype.isnative:
+        little = dtype.newbyteorder("<").str
+        raise FreezeError(
+            f"input {path!r} is stored big-endian ({dtype.str!r})",
+            code="NBC507",
+            hint=f"save it little-endian: numpy.save(path, x.astype({little!r}))",
+        )
+
+
+def _check_shape(path: str, shape: tuple[int, ...], dtype: np.dtype, want: dict) -> None:
+    from nbcompile.frozen import _batch
+
+    wanted = want["shape"]
+    uses_b = bool(wanted) and wanted[0] == _batch.BATCH_DIM
+    size = shape[0] if uses_b and shape else 1
+    if (
+        dtype.name != want["dtype"]
+        or size < 1
+        or len(shape) != len(wanted)
+        or shape != _batch.concrete_shape(wanted, size)
+    ):
+        raise FreezeError(
+            f"input {path!r} is {dtype.name}{list(shape)}, the model takes "
+            f"{want['dtype']}{_batch.show(wanted)}"
+            + (" (b: any batch size >= 1)" if uses_b else ""),
+            code="NBC507",
+            hint=f"pass an array of shape {_batch.show(wanted)} and dtype {want['dtype']}",
+        )
+
+
+def read_input(path: str, want: dict[str, Any] | None = None) -> np.ndarray:
+    """The array in the ``.npy`` file ``path``, checked before its data is read.
+
+    The header is parsed without unpickling; the dtype must be native numeric and, when
+    ``want`` (the model's input leaf: ``{"shape": [...], "dtype": ...}``) is given, match it
+    with the shape (NBC507, naming the fix); the data the header claims must be in the file
+    (NBC520 otherwise), so a lying header cannot make us allocate or read more than the file.
+    """
+    with _open_regular(path) as f:
+        shape, fortran, dtype = _header(f, path)
+        _check_dtype(path, dtype)
+        if any(d < 0 for d in shape):
+            raise _bad_input(path, f"the header's shape {list(shape)} has a negative dimension")
+        if want is not None:
+            _check_shape(path, shape, dtype, want)
+        need = math.prod(shape) * dtype.itemsize
+        have = os.fstat(f.fileno()).st_size - f.tell()
+        if need > have:
+            raise _bad_input(path, f"the header claims {need} bytes of data, the file holds {have}")
+        out = np.empty(shape, dtype, order="F" if fortran else "C")
+        flat = out.reshape(-1, order="F" if fortran else "C").view(np.uint8)
+        try:
+            got = f.readinto(memoryview(flat)) if need else 0
+        except OSError as err:
+            raise _bad_input(path, err.strerror or type(err).__name__) from None
+        if got != need:
+            raise _bad_input(path, f"the file ended after {got} of {need} bytes of data")
+    return out
+
+
+def _write_output(path: str, flat: list[np.ndarray]) -> None:
+    """Write the outputs to ``path`` (.npy for one, .npz for several), atomically."""
+    from nbcompile.frozen import _atomic
+
+    if path.endswith(".npz"):
+        arrays = {f"out{i}": a for i, a in enumerate(flat)}
+        _atomic.replace_with(path, lambda out: np.savez(out, **arrays), code="NBC524")
+    elif len(flat) == 1:
+        arr = flat[0]
+        _atomic.replace_with(path, lambda out: np.save(out, arr, allow_pickle=False), code="NBC524")
+    else:
+        raise _Refused(f"the model has {len(flat)} outputs: give --output a .npz path")
 
 
 def _watchdog(seconds: float) -> threading.Timer:
@@ -178,7 +320,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     timer = _watchdog(args.timeout)
     try:
         model = load(args.path, platform=args.platform, max_bytes=args.max_bytes)
-        flat = [np.asarray(x) for x in model.call_leaves([_load_input(p) for p in args.input])]
+        want = model.signature["inputs"]["leaves"]
+        if len(args.input) != len(want):
+            raise FreezeError(
+                f"{len(args.input)} inputs given, the model takes {len(want)} "
+                f"({', '.join(model.input_names) or 'none'})",
+                code="NBC507",
+            )
+        inputs = [read_input(p, w) for p, w in zip(args.input, want, strict=True)]
+        flat = [np.asarray(x) for x in model.call_leaves(inputs)]
     finally:
         timer.cancel()
     names = model.output_names
@@ -186,12 +336,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for name, arr in zip(names, flat, strict=True):
             body = np.array2string(arr, threshold=20, edgeitems=3)
             _say(f"{safe(name) or 'output'} {arr.dtype}{list(arr.shape)}\n{body}")
-    elif args.output.endswith(".npz"):
-        np.savez(args.output, **{f"out{i}": a for i, a in enumerate(flat)})
-    elif len(flat) == 1:
-        np.save(args.output, flat[0], allow_pickle=False)
-    else:
+    elif len(flat) != 1 and not args.output.endswith(".npz"):
         raise _Refused(f"the model has {len(flat)} outputs: give --output a .npz path")
+    else:
+        _write_output(args.output, flat)
     return 0
 
 
@@ -209,13 +357,13 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--platform", help="run on this platform of the file (default: local)")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=RUN_TIMEOUT_S,
         help=f"seconds to load and run before giving up (default {RUN_TIMEOUT_S})",
     )
     p.add_argument(
         "--max-bytes",
-        type=int,
+        type=positive_int,
         default=None,
         help="memory budget in bytes (default: the memory available now)",
     )
@@ -223,18 +371,20 @@ def _add_run(sub: Any) -> None:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-    from nbcompile.render import remote_references, render
+    from nbcompile.render import render
 
     try:
-        out = render(args.notebook, args.output, run=not args.no_execute, timeout=args.timeout)
+        out = render(
+            args.notebook, args.output, run=not args.no_execute, timeout=math.ceil(args.timeout)
+        )
     except CellExecutionError as err:
         what = f"{getattr(err, 'ename', 'Error')}: {getattr(err, 'evalue', '') or err}"
         raise _Refused(f"a cell of {args.notebook} failed: {what[:400]}") from None
-    remote = remote_references(out.read_text(encoding="utf-8"))
-    if remote:
-        raise _Refused(f"{out} references the network ({remote[0]}...)")
+    except (CellTimeoutError, DeadKernelError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        raise _Refused(f"running {args.notebook} failed: {first}") from None
     _say(f"wrote {safe(out)} ({out.stat().st_size // 1024} KB, viewable offline)")
     return 0
 
@@ -248,7 +398,7 @@ def _add_render(sub: Any) -> None:
     p.add_argument(
         "--no-execute", action="store_true", help="export the stored outputs as they are"
     )
-    p.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
+    p.add_argument("--timeout", type=seconds, default=600, help="seconds per cell (default 600)")
     p.set_defaults(handler=_cmd_render)
 
 
@@ -269,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_backend_start()
     try:
         return handler(args)
-    except FreezeError as err:
+    except NbcompileError as err:
         hint = f"\n  \N{RIGHTWARDS ARROW} {safe(err.hint)}" if err.hint else ""
         _say(f"nbcompile: [{err.code}] {safe(err.message)}{hint}", sys.stderr)
         return 1

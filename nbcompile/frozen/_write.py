@@ -169,15 +169,20 @@ def freeze(
     tensors, treedefs = _weights(fn, example_args, argnums)
     input_args = tuple(a for i, a in enumerate(example_args) if i not in argnums)
     input_tree = _manifest.tree_of(input_args, "inputs")
-    input_leaves = [
-        _export.as_numpy(x, f"input {i}")
-        for i, x in enumerate(_manifest.flatten(input_tree, input_args, "inputs"))
+    flat_inputs = _manifest.flatten(input_tree, input_args, "inputs")
+    input_leaves = [_export.as_numpy(x, f"input {i}") for i, x in enumerate(flat_inputs)]
+    # typed PRNG keys are stored as their key data; the program wraps them again
+    weight_impls = [
+        _manifest.key_impl(x) for i in argnums for x in jax.tree_util.tree_leaves(example_args[i])
     ]
+    input_impls = [_manifest.key_impl(x) for x in flat_inputs]
+    key_weights = {nm: impl for (nm, _), impl in zip(tensors, weight_impls, strict=True) if impl}
     weight_specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for _, a in tensors]
     n_weights = len(tensors)
     out_tree: dict[str, Any] = {}
 
     def program(*flat: Any) -> tuple[Any, ...]:
+        flat = tuple(_manifest.wrap_keys(flat, weight_impls + input_impls))
         args, pos = list(example_args), 0
         for i in argnums:
             count = treedefs[i].num_leaves
@@ -189,13 +194,19 @@ def freeze(
         out = fn(*args)
         out_tree.clear()
         out_tree.update(_manifest.tree_of(out, "output"))
-        return tuple(_manifest.flatten(out_tree, out, "output"))
+        leaves = _manifest.flatten(out_tree, out, "output")
+        _manifest.refuse_keys(leaves, "output")
+        return tuple(leaves)
 
     def build(marks: Sequence[bool], size: Any) -> _export.Built:
         specs = weight_specs + _batch.input_specs(input_leaves, marks, size)
         return _export.build(program, specs, tensors, constants, platforms)
 
-    marks = _batch.batched(input_leaves) if batch == "auto" else [False] * len(input_leaves)
+    marks = (
+        _batch.batched(_manifest.key_shapes(input_leaves, input_impls))
+        if batch == "auto"
+        else [False] * len(input_leaves)
+    )
     built = None
     if any(marks):
         try:
@@ -224,8 +235,8 @@ def freeze(
         "inputs": {
             "tree": input_tree,
             "leaves": [
-                _manifest.array_spec(a.shape, a.dtype, batched=mark)
-                for a, mark in zip(input_leaves, marks, strict=True)
+                _manifest.array_spec(a.shape, a.dtype, batched=mark, prng_impl=impl)
+                for a, mark, impl in zip(input_leaves, marks, input_impls, strict=True)
             ],
         },
         "outputs": {
@@ -246,7 +257,10 @@ def freeze(
         "device_count": int(exported.nr_devices),
         "constants_mode": bool(constants),
         **signature,
-        "weights": [{"name": nm, **_manifest.array_spec(a.shape, a.dtype)} for nm, a in stored],
+        "weights": [
+            {"name": nm, **_manifest.array_spec(a.shape, a.dtype, prng_impl=key_weights.get(nm))}
+            for nm, a in stored
+        ],
         "program": {"stablehlo_ops": ops, "custom_calls": list(targets)},
     }
     file_bytes = _atomic.write_atomic(

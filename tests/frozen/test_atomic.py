@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import signal
 import subprocess
@@ -213,10 +214,17 @@ def test_a_killed_freeze_leaves_a_temp_file_the_next_freeze_removes(tmp_path: Pa
     assert child.wait() == -signal.SIGKILL
     child.stdout.close()
     stale = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
-    assert len(stale) == 1 and stale[0].name.startswith(f".m.nbc.{child.pid}."), stale
-    # A temp file of a live freeze (this process) is never touched.
-    live = tmp_path / f".m.nbc.{os.getpid()}.abcd1234.tmp"
+    # the name is random (not the PID: PIDs of other namespaces mean nothing here)
+    assert len(stale) == 1 and stale[0].name.startswith(".m.nbc.w-"), stale
+    assert str(child.pid) not in stale[0].name
+    # A temp file whose writer is alive (holds its lock) is never touched.
+    live = tmp_path / ".m.nbc.w-abcd1234.tmp"
     live.write_bytes(b"in progress")
-    freeze(_ok, W, X, path=target, measure_compiled=False)
+    fd = os.open(live, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        freeze(_ok, W, X, path=target, measure_compiled=False)
+    finally:
+        os.close(fd)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m.nbc", live.name])
     np.testing.assert_array_equal(np.asarray(load(target)(X)), X @ W)
