@@ -127,12 +127,24 @@ export class GraphView {
       } else nodes.appendChild(this.drawLeaf(box));
     };
     visit(tree, 0);
+    const most = Math.max(1, ...this.agg.map((a) => a.residual || 0));
     for (const a of this.agg) {
-      const el = s("path", { class: a.up ? "nbc-edge nbc-edge-up" : "nbc-edge", d: pathData(a.points),
-        "stroke-width": Math.min(4, 1 + Math.log2(a.count) / 2).toFixed(2), "marker-end": a.up ? null : `url(#${this.arrowId})`,
-        "data-u": a.u, "data-v": a.v });
-      el.appendChild(s("title", { text: `${a.count} edge${a.count > 1 ? "s" : ""} · ${fmtBytes(a.bytes)}` }));
+      const res = a.residual != null;
+      const width = res ? residualWidth(a.residual, most) : Math.min(4, 1 + Math.log2(a.count) / 2);
+      // in the two facing columns an upward edge is the backward pass itself: solid, arrow at its top
+      const back = a.up && a.columns;
+      const el = s("path", { class: res ? "nbc-edge nbc-edge-residual" : back ? "nbc-edge nbc-edge-back" : a.up ? "nbc-edge nbc-edge-up" : "nbc-edge",
+        d: pathData(a.points), "stroke-width": width.toFixed(2), "marker-end": a.up ? null : `url(#${this.arrowId})`,
+        "marker-start": back ? `url(#${this.arrowId})` : null,
+        "data-u": a.u, "data-v": a.v, "data-bytes": res ? a.residual : null });
+      el.appendChild(s("title", { text: res ? `residuals saved for the backward pass: ${fmtBytes(a.residual)}`
+        : `${a.count} edge${a.count > 1 ? "s" : ""} · ${fmtBytes(a.bytes)}` }));
       edges.appendChild(el);
+      if (res) {
+        const [p, q] = [a.points[0], a.points[a.points.length - 1]];
+        edges.appendChild(s("text", { class: "nbc-edge-label", x: ((p[0] + q[0]) / 2).toFixed(1), y: ((p[1] + q[1]) / 2 - 4).toFixed(1),
+          "text-anchor": "middle", text: fmtBytes(a.residual) }));
+      }
       this.edgeEls.push([a, el]);
     }
   }
@@ -142,7 +154,7 @@ export class GraphView {
     g.appendChild(s("rect", { x: box.x, y: box.y, width: box.w, height: box.h, rx: 6 }));
     const head = s("g", { class: "nbc-cluster-head", "data-testid": "nbc-group", "data-key": box.key,
       "data-group": box.group.id, "aria-expanded": "true", tabindex: "0", role: "button",
-      "aria-label": `collapse ${box.group.label}` });
+      "aria-label": `collapse ${box.group.label}`, ...this.hooks(null, box.group) });
     head.appendChild(s("rect", { x: box.x, y: box.y, width: box.w, height: HEADER - 4, rx: 6 }));
     head.appendChild(s("text", { x: box.x + PAD, y: box.y + 13, text: box.title }));
     g.appendChild(head);
@@ -154,7 +166,8 @@ export class GraphView {
     const { node, group } = box;
     const fusionNode = node && (node.kind === "fusion" || (node.fusion && this.pg.isCompiled));
     const testid = group ? "nbc-group" : fusionNode ? "nbc-fusion" : "nbc-node";
-    const phase = node ? node.phase : groupPhase(group);
+    const hooks = this.hooks(node, group);
+    const phase = node ? node.phase : hooks["data-phase"] || groupPhase(group);
     const kind = node ? node.kind : "group";
     const cls = ["nbc-unit", `nbc-k-${kind}`];
     if (this.colorBy === "phase" && phase) cls.push(`nbc-p-${phase}`);
@@ -164,7 +177,7 @@ export class GraphView {
     const g = s("g", { class: cls.join(" "), "data-testid": testid, "data-key": box.key, tabindex: "0", role: "button",
       transform: `translate(${box.x.toFixed(1)},${box.y.toFixed(1)})`,
       "data-id": node?.id, "data-op": node?.op, "data-fusion": node?.fusion, "data-group": group?.id,
-      "aria-expanded": group ? "false" : null, "aria-label": box.lines.join(", ") });
+      "aria-expanded": group ? "false" : null, "aria-label": box.lines.join(", "), ...hooks });
     g.appendChild(s("rect", { class: "nbc-bg", width: box.w, height: box.h, rx: group ? 6 : 3 }));
     const face = s("rect", { width: box.w, height: box.h, rx: group ? 6 : 3 });
     if (heat !== undefined) {
@@ -176,6 +189,12 @@ export class GraphView {
     box.lines.forEach((t, i) => g.appendChild(s("text", { x: 7, y: 15 + i * LINE, class: i ? "nbc-sub" : "nbc-main", text: t })));
     this.els.set(box.key, g);
     return g;
+  }
+
+  /** Test hooks on a drawn box (SPEC §8.1): data-kind, data-name and, in the Gradient tab,
+   * data-phase. */
+  hooks(node, group) {
+    return boxHooks(this.pg, node, group, this.colorBy === "phase");
   }
 
   /** Highlighted node ids (related to the selection) and selected ones. */
@@ -382,6 +401,24 @@ export class GraphView {
       if (a.u === key) { el.classList.add("nbc-out"); this.els.get(a.v)?.classList.add("nbc-out"); }
     }
   }
+}
+
+/** A residual edge's stroke width: 1.5 to 7 px by its share of the largest residual. */
+export function residualWidth(bytes, most) {
+  return 1.5 + 5.5 * Math.sqrt(Math.max(0, bytes) / Math.max(1, most));
+}
+
+/** data-kind (group | op | fusion | output | input), data-name (the label) and, with `phases`,
+ * data-phase (forward | backward | mixed) of a box; report/svg.py writes the same. */
+export function boxHooks(pg, node, group, phases) {
+  let kind = "group", name = group?.label, phase = null;
+  if (node) {
+    kind = node.kind === "fusion" || (node.fusion && pg.isCompiled) ? "fusion" : node.kind === "output" ? "output"
+      : node.kind === "param" || node.kind === "const" ? "input" : "op";
+    name = node.label || node.op;
+    phase = node.phase;
+  } else if (group) phase = group.label.endsWith(" (backward)") ? "backward" : groupPhase(group);
+  return { "data-kind": kind, "data-name": name, "data-phase": phases ? phase || null : null };
 }
 
 function ancestorsOfGroup(pg, gid) {

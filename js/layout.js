@@ -14,7 +14,7 @@
 // nbcompile/report/layout.py is a line-by-line port (the static picture draws the same layout);
 // tests/widgets/test_layout_parity.py checks the two agree on real reports.
 
-export const GAP = { node: 18, dummy: 8, layer: 30, port: 16, dummyW: 6 };
+export const GAP = { node: 18, dummy: 8, layer: 30, port: 16, dummyW: 6, column: 96 };
 const SWEEPS = 8;
 const RELAX = 8;
 const TRANSPOSE_MAX = 4; // adjacent-swap passes per sweep
@@ -107,6 +107,58 @@ export function rank(keys, edges) {
 }
 
 /**
+ * Layers of a box drawn as two facing columns (the gradient: forward pass down column 0, the
+ * backward pass up column 1). columns: Map(key -> 0 | 1); partner: Map(column-1 key -> the
+ * column-0 key it mirrors). Column 0 is ranked alone (rank()); a mirrored child takes its
+ * partner's layer; another column-1 child the deepest layer of the column-1 children it touches
+ * (else a layer below all). Edges within one layer are `flat` (drawn sideways), edges upwards
+ * `reversed`. Returns rank()'s fields plus {columns, flat: [[a, b], ...]}.
+ */
+export function mirrorRank(keys, edges, columns, partner, given = null) {
+  const left = keys.filter((k) => columns.get(k) === 0);
+  const inLeft = new Set(left);
+  const layer = new Map(rank(left, edges.filter(([a, b]) => inLeft.has(a) && inLeft.has(b))).layer);
+  const from = given || layer; // `given`: the partners' layers in another box (followRank)
+  let below = 0;
+  for (const L of from.values()) below = Math.max(below, L + 1);
+  const right = keys.filter((k) => columns.get(k) === 1);
+  for (const k of right) if (from.has(partner.get(k))) layer.set(k, from.get(partner.get(k)));
+  const near = new Map();
+  for (const [a, b] of edges) { (near.get(a) || near.set(a, []).get(a)).push(b); (near.get(b) || near.set(b, []).get(b)).push(a); }
+  for (let pass = 0; pass < 2; pass++) {
+    for (const k of right) {
+      if (layer.has(k)) continue;
+      let L = -1;
+      for (const j of near.get(k) || []) if (columns.get(j) === 1 && layer.has(j)) L = Math.max(L, layer.get(j));
+      if (L >= 0 || pass === 1) layer.set(k, L >= 0 ? L : below);
+    }
+  }
+  if (!given) {
+    const used = [...new Set(layer.values())].sort((a, b) => a - b);
+    const dense = new Map(used.map((l, i) => [l, i]));
+    for (const [k, L] of layer) layer.set(k, dense.get(L));
+  }
+  const dag = [], flat = [], reversed = new Set(), seen = new Set();
+  for (const [a, b] of edges) {
+    if (!layer.has(a) || !layer.has(b) || a === b) continue;
+    const la = layer.get(a), lb = layer.get(b);
+    const [u, v] = la <= lb ? [a, b] : [b, a];
+    if (la > lb) reversed.add(edgeKey(a, b));
+    if (seen.has(edgeKey(u, v))) continue;
+    seen.add(edgeKey(u, v));
+    (la === lb ? flat : dag).push([u, v]);
+  }
+  return { layer, dag, reversed, flat, columns };
+}
+
+/** Layers of a backward group's children drawn level with its forward group's (both open, side
+ * by side): each child in its partner's layer of `given` (the forward group's rank), one
+ * straight column. partner: Map(child key -> the forward group's child key). */
+export function followRank(keys, edges, partner, given) {
+  return mirrorRank(keys, edges, new Map(keys.map((k) => [k, 1])), partner, given);
+}
+
+/**
  * Coordinates of one box's children. items: [{key, w, h}] in program order; ranked: rank()'s
  * result for these keys; ports: {top: [child key], bottom: [child key]}.
  * Returns {pos: Map(key -> {x, y}) (top-left corners), width, height, bands: [{top, bottom}]
@@ -120,18 +172,21 @@ export function rank(keys, edges) {
 export function layoutBox(items, ranked, ports = { top: [], bottom: [] }, attach = new Map(), g = GAP) {
   const nodes = [];
   const idx = new Map();
-  const shift = ports.top.length ? 1 : 0;
+  // a backward group and its forward group side by side share their rows (scene.js): the same
+  // top port layer and band heights at least each other's
+  const shift = ports.top.length || ranked.forceTop ? 1 : 0;
+  const columns = ranked.columns || null; // two facing columns (mirrorRank)
   let maxL = -1;
   for (const it of items) {
     const L = ranked.layer.get(it.key) + shift;
     idx.set(it.key, nodes.length);
-    nodes.push({ key: it.key, w: it.w, h: it.h, layer: L, real: true });
+    nodes.push({ key: it.key, w: it.w, h: it.h, layer: L, real: true, col: columns ? columns.get(it.key) || 0 : 0 });
     maxL = Math.max(maxL, L);
   }
   const bottomL = maxL + 1;
-  const portNode = (key, L) => { idx.set(key, nodes.length); nodes.push({ key, w: g.dummyW, h: 0, layer: L, real: false }); };
-  for (const k of ports.top) portNode(topPort(k), 0);
-  for (const k of ports.bottom) portNode(bottomPort(k), bottomL);
+  const portNode = (key, L, k) => { idx.set(key, nodes.length); nodes.push({ key, w: g.dummyW, h: 0, layer: L, real: false, col: nodes[idx.get(k)].col }); };
+  for (const k of ports.top) portNode(topPort(k), 0, k);
+  for (const k of ports.bottom) portNode(bottomPort(k), bottomL, k);
   const nLayers = ports.bottom.length ? bottomL + 1 : bottomL;
   const edges = [];
   for (const [a, b] of ranked.dag) edges.push([a, b]);
@@ -155,7 +210,7 @@ export function layoutBox(items, ranked, ports = { top: [], bottom: [] }, attach
     const dummies = [];
     for (let L = nodes[prev].layer + 1; L < nodes[last].layer; L++) {
       const d = nodes.length;
-      nodes.push({ key: null, w: g.dummyW, h: 0, layer: L, real: false });
+      nodes.push({ key: null, w: g.dummyW, h: 0, layer: L, real: false, col: nodes[last].col });
       link(prev, d, prev === idx.get(a) ? offA : 0, 0);
       dummies.push(d);
       prev = d;
@@ -163,12 +218,15 @@ export function layoutBox(items, ranked, ports = { top: [], bottom: [] }, attach
     link(prev, last, prev === idx.get(a) ? offA : 0, offB);
     chainIdx.set(edgeKey(a, b), dummies);
   }
+  for (const [a, b] of ranked.flat || []) chainIdx.set(edgeKey(a, b), []); // sideways, no layer crossed
   const N = nodes.length;
   for (let i = 0; i < N; i++) { up[i] ||= []; down[i] ||= []; }
   const layers = Array.from({ length: nLayers }, () => []);
   for (let i = 0; i < N; i++) layers[nodes[i].layer].push(i);
   const pos = new Float64Array(N); // index within the layer
-  const renumber = (L) => layers[L].forEach((i, k) => { pos[i] = k; });
+  // two columns: every layer keeps column 0 left of column 1 (a stable partition)
+  const part = (L) => { if (columns) layers[L] = [...layers[L].filter((i) => !nodes[i].col), ...layers[L].filter((i) => nodes[i].col)]; };
+  const renumber = (L) => { part(L); layers[L].forEach((i, k) => { pos[i] = k; }); };
   layers.forEach((_, L) => renumber(L));
 
   const crossings = () => {
@@ -197,7 +255,7 @@ export function layoutBox(items, ranked, ports = { top: [], bottom: [] }, attach
       layers[L].sort((a, b) => bary.get(a) - bary.get(b) || pos[a] - pos[b]);
       renumber(L);
     }
-    transpose(layers, up, down, pos, renumber, tpasses);
+    transpose(layers, up, down, pos, renumber, tpasses, columns && nodes.map((nd) => nd.col));
     const c = crossings();
     if (c < bestC) { bestC = c; best = layers.map((L) => L.slice()); }
   }
@@ -210,7 +268,7 @@ export function layoutBox(items, ranked, ports = { top: [], bottom: [] }, attach
     let cx = 0;
     L.forEach((i, k) => { if (k) cx += sep(L[k - 1], i); x[i] = cx; });
   }
-  for (let pass = 0; pass < relax; pass++) {
+  for (let pass = 0; pass < (columns ? 0 : relax); pass++) {
     const order = [];
     for (let L = 0; L < nLayers; L++) order.push(L);
     if (pass % 2) order.reverse();
@@ -226,12 +284,13 @@ export function layoutBox(items, ranked, ports = { top: [], bottom: [] }, attach
     return true;
   };
   for (const dummies of chainIdx.values()) {
-    if (dummies.length < 2) continue;
+    if (dummies.length < 2 || columns) continue;
     const xs = dummies.map((d) => x[d]).sort((a, b) => a - b);
     for (const tx of [xs[xs.length >> 1], x[dummies[0]], x[dummies[dummies.length - 1]]]) {
       if (dummies.every((d) => fits(d, tx))) { for (const d of dummies) x[d] = tx; break; }
     }
   }
+  if (columns) columnX(layers, nodes, x, sep, g.column);
   let minX = Infinity, maxX = -Infinity;
   for (let i = 0; i < N; i++) { minX = Math.min(minX, x[i] - nodes[i].w / 2); maxX = Math.max(maxX, x[i] + nodes[i].w / 2); }
   if (!N) { minX = 0; maxX = 0; }
@@ -239,7 +298,7 @@ export function layoutBox(items, ranked, ports = { top: [], bottom: [] }, attach
   const bands = [];
   let y = 0;
   for (let L = 0; L < nLayers; L++) {
-    let h = 0;
+    let h = ranked.minBands?.[L] || 0;
     for (const i of layers[L]) if (nodes[i].real) h = Math.max(h, nodes[i].h);
     if (L > 0) y += (L === 1 && shift) || (L === bottomL && ports.bottom.length) ? g.port : g.layer;
     bands.push({ top: y, bottom: y + h });
@@ -258,6 +317,26 @@ export function layoutBox(items, ranked, ports = { top: [], bottom: [] }, attach
   for (const k of ports.bottom) out.portX.bottom.set(k, x[idx.get(bottomPort(k))] - minX);
   for (const [key, dummies] of chainIdx) out.chains.set(key, dummies.map((d) => ({ x: x[d] - minX, layer: nodes[d].layer })));
   return out;
+}
+
+/** Two straight columns: each layer's column-0 boxes side by side, centred on one axis, its
+ * column-1 boxes centred on a second axis a gap right of the widest column-0 row. */
+function columnX(layers, nodes, x, sep, gap) {
+  const width = [0, 0];
+  const rows = layers.map((L) => [0, 1].map((c) => {
+    const row = L.filter((i) => nodes[i].col === c);
+    let cx = 0;
+    row.forEach((i, k) => { if (k) cx += sep(row[k - 1], i); x[i] = cx; });
+    const w = row.length ? cx + (nodes[row[0]].w + nodes[row[row.length - 1]].w) / 2 : 0;
+    width[c] = Math.max(width[c], w);
+    return [row, w];
+  }));
+  for (const pair of rows) {
+    pair.forEach(([row, w], c) => {
+      const left = (c ? width[0] + gap : 0) + (width[c] - w) / 2 + (row.length ? nodes[row[0]].w / 2 : 0);
+      for (const i of row) x[i] += left;
+    });
+  }
 }
 
 const frac = (off, w) => Math.max(-0.45, Math.min(0.45, off / Math.max(w, 1)));
@@ -300,13 +379,14 @@ function gain(nu, nv, pos) {
 }
 
 /** Adjacent swaps that lower the crossings with both neighbour layers (bounded passes). */
-function transpose(layers, up, down, pos, renumber, most) {
+function transpose(layers, up, down, pos, renumber, most, cols = null) {
   for (let pass = 0; pass < most; pass++) {
     let improved = false;
     for (let L = 0; L < layers.length; L++) {
       const layer = layers[L];
       for (let k = 0; k + 1 < layer.length; k++) {
         const u = layer[k], v = layer[k + 1];
+        if (cols && cols[u] !== cols[v]) continue;
         if (gain(up[u], up[v], pos) + gain(down[u], down[v], pos) > 0) {
           layer[k] = v;
           layer[k + 1] = u;

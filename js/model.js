@@ -113,11 +113,31 @@ function buildTree(pg) {
   const drawn = pg.nodes.filter((n) => !pg.labels.has(n.id));
   const explicit = (pg.graph.groups || []).length > 0 && drawn.some((n) => n.group);
   const nodeGroup = new Map();
+  pg.across = new Map(); // node id -> the calls a kernel fused across (it sits on their boundary)
   if (explicit) {
-    for (const g of pg.graph.groups) groups.set(g.id, mkGroup(g.id, g.label, g.kind, g.parent || ""));
+    for (const g of pg.graph.groups) groups.set(g.id, Object.assign(mkGroup(g.id, g.label, g.kind, g.parent || ""), { call: g.call || null }));
     for (const n of drawn) nodeGroup.set(n.id, groups.has(n.group) ? n.group : "");
+    gatherOutputs(pg, drawn, nodeGroup);
   } else {
+    const sites = new Map();
     for (const n of drawn) {
+      const calls = callPaths(pg, n);
+      if (calls.length) sites.set(n.id, callSite(calls));
+    }
+    const shared = new Map(); // kernels on one boundary
+    for (const st of sites.values()) if (st.next.length > 1) shared.set(st.key, (shared.get(st.key) || 0) + 1);
+    // with calls known, more than GATHER kernels outside them are one group, not a row of boxes
+    const outside = sites.size ? drawn.filter((n) => !sites.has(n.id) && n.kind !== "output" && !n.path) : [];
+    if (outside.length > GATHER) {
+      groups.set("x:", mkGroup("x:", "outside your calls", "chunk", ""));
+      for (const n of outside) nodeGroup.set(n.id, "x:");
+    }
+    for (const n of drawn) {
+      if (sites.has(n.id)) {
+        nodeGroup.set(n.id, callGroup(pg, groups, n, sites.get(n.id), shared));
+        continue;
+      }
+      if (nodeGroup.has(n.id)) continue;
       const segs = String(n.path || "").split("/").filter(Boolean);
       let parent = "";
       for (let i = 0; i < segs.length; i++) {
@@ -181,6 +201,61 @@ function buildTree(pg) {
   pg.groups = groups;
   pg.root = root;
   pg.parentOf = parentOf; // unit key -> containing group id ("" = root)
+}
+
+/** The user's call paths of a node (``loss#1/block#3``): its own, else its fusion's. */
+function callPaths(pg, n) {
+  if (Array.isArray(n.calls)) return n.calls;
+  const f = n.fusion ? pg.fusionById.get(n.fusion) : null;
+  return f && Array.isArray(f.functions) ? f.functions : [];
+}
+
+/** Where a kernel's call paths meet: {prefix (their longest common path), next (the calls
+ * below it they come from), key}. */
+function callSite(calls) {
+  const paths = calls.map((c) => String(c).split("/").filter(Boolean));
+  let k = 0;
+  while (paths.every((p) => k < p.length && p[k] === paths[0][k])) k++;
+  const next = [...new Set(paths.filter((p) => p.length > k).map((p) => p[k]))];
+  const prefix = paths[0].slice(0, k);
+  return { prefix, next, key: prefix.join("/") + "\u0001" + next.join(" + ") };
+}
+
+/** The group of a kernel: the call holding all its ops, one group per call (ids "c:" + path).
+ * A kernel whose ops come from several calls sits there, on their boundary, and `pg.across`
+ * names them; several kernels on one boundary are one group of their own ("⇄ a + b"). */
+function callGroup(pg, groups, n, site, shared) {
+  const { prefix, next } = site;
+  let parent = "";
+  for (let i = 0; i < prefix.length; i++) {
+    const gid = "c:" + prefix.slice(0, i + 1).join("/");
+    if (!groups.has(gid)) groups.set(gid, mkGroup(gid, prefix[i], "function", parent));
+    parent = gid;
+  }
+  if (next.length > 1) {
+    pg.across.set(n.id, next);
+    if (shared.get(site.key) > 1) {
+      const gid = "x:" + site.key;
+      if (!groups.has(gid)) groups.set(gid, mkGroup(gid, "⇄ " + next.join(" + "), "across", parent));
+      parent = gid;
+    }
+  }
+  return parent;
+}
+
+/** In a gradient program, or one with more than GATHER outputs, an output (a parameter's
+ * gradient, an updated parameter) made inside one group is drawn in that group: no row of N
+ * output boxes, each gradient at the backward call that made it. */
+const GATHER = 8;
+function gatherOutputs(pg, drawn, nodeGroup) {
+  const loose = drawn.filter((n) => n.kind === "output" && !nodeGroup.get(n.id)).length;
+  if (loose <= GATHER && !drawn.some((n) => n.phase === "backward")) return;
+  for (const n of drawn) {
+    if (n.kind !== "output" || nodeGroup.get(n.id)) continue;
+    const from = new Set((pg.preds.get(n.id) || []).map((p) => nodeGroup.get(p)));
+    const [gid] = from;
+    if (from.size === 1 && gid) nodeGroup.set(n.id, gid);
+  }
 }
 
 function mkGroup(id, label, kind, parent) {

@@ -83,15 +83,19 @@ function download(doc, name, blob) {
 function build(el, report, opts, view) {
   const state = { tab: null, selected: opts.selected || "", query: "" };
   const traced = prepareGraph(report.graphs.traced, report);
-  const compiled = report.graphs.compiled ? prepareGraph(report.graphs.compiled, report) : null;
+  // the other graphs are prepared when first used (a tab, a selection): not before the first paint
   // `graphs.gradient` (the value_and_grad program) when the report has it
-  const gradient = report.graphs.gradient ? prepareGraph(report.graphs.gradient, report) : null;
-  const pgs = { traced, compiled, gradient };
-  const graphOfTab = (tab) => (tab === "compiled" ? "compiled" : tab === "gradient" && gradient ? "gradient" : "traced");
+  const pgs = { traced };
+  for (const name of ["compiled", "gradient"]) {
+    let pg;
+    Object.defineProperty(pgs, name, { enumerable: true,
+      get: () => (pg === undefined ? (pg = report.graphs[name] ? prepareGraph(report.graphs[name], report) : null) : pg) });
+  }
+  const graphOfTab = (tab) => (tab === "compiled" ? "compiled" : tab === "gradient" && report.graphs.gradient ? "gradient" : "traced");
   const heat = timeHeat(report, report.graphs.compiled);
   const diff = report.extras?.changes?.diff || null;
   view.timings.prepared = performance.now() - view.t0;
-  const has = { graph: true, compiled: !!compiled, source: (report.source?.lines || []).length > 0 || (report.sources || []).length > 0,
+  const has = { graph: true, compiled: !!report.graphs.compiled, source: (report.source?.lines || []).length > 0 || (report.sources || []).length > 0,
     gradient: !!report.gradient, stats: true, diff: !!diff, passes: !!report.extras?.passes?.steps?.length };
   // the kernel code panel of the Compiled tab: only with XLA's dump (--passes, or c.passes read)
   const codeHolder = report.extras?.passes ? h("div", { class: "nbc-kcode-holder", "data-testid": "nbc-kernel-code-holder" }) : null;
@@ -239,7 +243,7 @@ function build(el, report, opts, view) {
     let name = null;
     if (info.type === "fusion") name = traced.fusionById.get(info.id)?.name || info.id;
     else if (info.type === "node" && info.graph === "compiled") {
-      const n = compiled?.byId.get(info.id);
+      const n = pgs.compiled?.byId.get(info.id);
       // a fusion, or another kernel the report has code for (not a parameter or the output)
       name = n?.fusion ? traced.fusionById.get(n.fusion)?.name || n.fusion : kernelCodeOf(report, n?.label)?.name || null;
     }

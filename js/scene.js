@@ -10,8 +10,8 @@
 // through the lower end's groups' top ports. Pure and deterministic: nbcompile/report/scene.py is
 // its port for the static picture.
 
-import { bottomPort, edgeKey, layoutBox, rank, topPort } from "./layout.js";
-import { ancestors, topOps } from "./model.js";
+import { bottomPort, edgeKey, followRank, layoutBox, mirrorRank, rank, topPort } from "./layout.js";
+import { ancestors, groupPhase, topOps } from "./model.js";
 import { fmtNum, trunc } from "./util.js";
 
 export const CH = 6.7; // px per character of the 11px monospace label font
@@ -29,16 +29,29 @@ export const CHUNK_LIMIT = 40;
 export const INITIAL_LIMIT = 60;
 export const BUDGET = 400;
 
-/** Group ids to expand first: breadth-first, whole depth levels while they fit `limit` boxes. */
+/** Group ids to expand first: breadth-first, whole depth levels while they fit `limit` boxes;
+ * where a level does not fit, its groups other than chunks when they do (the program's own
+ * groups first: chunks open on demand). A library call the user made (`gelu`, `var`) stays one
+ * collapsed box. */
 export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT) {
   const expanded = new Set();
   let level = [pg.root];
   let count = pg.root.items.length;
-  while (level.length) {
-    const groups = level.flatMap((g) => g.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id)));
-    const extra = groups.reduce((k, g) => k + g.items.length - 1, 0);
+  const extraOf = (groups) => groups.reduce((k, g) => k + g.items.length - 1, 0);
+  const fits = (groups) => {
+    const extra = extraOf(groups);
     const cap = groups.every((g) => g.kind === "chunk") ? Math.min(limit, chunkLimit) : limit;
-    if (!groups.length || (count + extra > cap && !(groups.length === 1 && count + extra <= budget))) break;
+    return groups.length > 0 && (count + extra <= cap || (groups.length === 1 && count + extra <= budget));
+  };
+  while (level.length) {
+    let groups = level.flatMap((g) => g.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id)))
+      .filter((g) => g.call !== "library");
+    if (!fits(groups)) {
+      const own = groups.filter((g) => g.kind !== "chunk");
+      if (own.length === groups.length || !fits(own)) break;
+      groups = own;
+    }
+    const extra = extraOf(groups);
     groups.forEach((g) => expanded.add(g.id));
     count += extra;
     level = groups;
@@ -65,6 +78,8 @@ export function leafText(pg, c) {
     } else {
       lines = [n.label && n.label !== n.op ? `${n.op} ${n.label}` : n.op, (n.shape || "") + where];
     }
+    const across = pg.across?.get(n.id);
+    if (across) lines.push("⇄ across " + across.join(" + "));
     if (ins.length) lines.push("← " + ins.slice(0, 3).join(", ") + (ins.length > 3 ? ` +${ins.length - 3}` : ""));
   } else {
     const g = c.group;
@@ -111,8 +126,24 @@ export function buildScene(pg, expanded) {
   index(tree);
   for (const box of byKey.values()) {
     if (!box.children) continue;
-    box.ranked = rank(box.children.map((c) => c.key), boxEdges.get(box.key) || []);
+    const keys = box.children.map((c) => c.key);
+    box.mirror = mirrorOf(box);
+    box.ranked = box.mirror ? mirrorRank(keys, boxEdges.get(box.key) || [], box.mirror.columns, box.mirror.partner)
+      : rank(keys, boxEdges.get(box.key) || []);
     box.ports = { top: [], bottom: [] };
+  }
+  // A forward group and its backward group both open side by side: the backward group's rows
+  // follow the forward group's (both one straight column), so each child faces its partner.
+  for (const box of byKey.values()) {
+    for (const [bk, fk] of box.mirror?.partner || []) {
+      const F = byKey.get(fk), B = byKey.get(bk);
+      if (!F.children || !B.children || F.mirror || B.mirror) continue;
+      const inner = mirrorOf({ children: [...F.children, ...B.children] })?.partner;
+      if (!inner?.size) continue;
+      F.ranked.columns = new Map(F.children.map((c) => [c.key, 0]));
+      B.ranked = followRank(B.children.map((c) => c.key), boxEdges.get(B.key) || [], inner, F.ranked.layer);
+      B.follow = { lead: F, partner: inner };
+    }
   }
   // Ports: the upper end leaves its groups at the bottom, the lower end enters at the top.
   const addPorts = (chain, side) => {
@@ -121,18 +152,63 @@ export function buildScene(pg, expanded) {
       if (!p.includes(chain[k + 1])) p.push(chain[k + 1]);
     }
   };
+  const pairBytes = new Map(((pg.report?.gradient || {}).pairs || []).map(([f, , b]) => [f, b]));
   for (const a of agg) {
-    a.up = byKey.get(a.box).ranked.reversed.has(edgeKey(a.cu[0], a.cv[0]));
+    const common = byKey.get(a.box);
+    a.up = common.ranked.reversed.has(edgeKey(a.cu[0], a.cv[0]));
+    a.columns = !!(common.mirror || common.follow); // in the facing columns (the backward pass runs up)
+    a.flat = !!common.ranked.flat?.some(([p, q]) => (p === a.cu[0] && q === a.cv[0]) || (p === a.cv[0] && q === a.cu[0]));
+    // from a child of a forward group to a child of its backward group beside it: side to side
+    const follow = byKey.get(a.cv[0]).follow;
+    a.cross = follow?.lead.key === a.cu[0] && a.cu.length === 2 && a.cv.length === 2;
+    if (a.cross) a.flat = true;
+    // a residual: from a forward call to its own backward group (bytes from gradient.pairs)
+    const [fk, bk, pairs] = a.cross ? [a.cu[1], a.cv[1], follow.partner] : [a.cu[0], a.cv[0], common.mirror?.partner];
+    if (pairs?.get(bk) === fk) {
+      const f = byKey.get(fk).group;
+      a.residual = pairBytes.get(f?.label) ?? pairBytes.get(groupPath(pg, f)) ?? a.bytes;
+    }
+    if (a.cross) continue; // no ports: drawn straight across
     const [upper, lower] = a.up ? [a.cv, a.cu] : [a.cu, a.cv];
     addPorts(upper, "bottom");
     addPorts(lower, "top");
   }
   const boxAgg = new Map();
-  for (const a of agg) (boxAgg.get(a.box) || boxAgg.set(a.box, []).get(a.box)).push(a);
+  for (const a of agg) if (!a.cross) (boxAgg.get(a.box) || boxAgg.set(a.box, []).get(a.box)).push(a);
   layoutTree(pg, tree, byKey, boxAgg);
   place(tree, 0, 0);
   for (const a of agg) a.points = route(byKey, a);
   return { root: tree, boxes: byKey, edges: agg, unitOf };
+}
+
+const BACKWARD = " (backward)";
+
+/** Two facing columns for a box holding calls and their backward groups (`block#3` and
+ * `block#3 (backward)`): {columns: Map(key -> 0 forward | 1 backward), partner: Map(backward
+ * key -> forward key)}, or null (also when the backward side is mostly loose ops, not groups). */
+function mirrorOf(box) {
+  const byLabel = new Map();
+  for (const c of box.children) if (c.group) byLabel.set(c.group.label, c.key);
+  const partner = new Map();
+  for (const c of box.children) {
+    const label = c.group?.label || "";
+    if (label.endsWith(BACKWARD) && byLabel.has(label.slice(0, -BACKWARD.length))) partner.set(c.key, byLabel.get(label.slice(0, -BACKWARD.length)));
+  }
+  if (!partner.size) return null;
+  const columns = new Map();
+  for (const c of box.children) {
+    const back = partner.has(c.key) || (c.group ? c.group.label.endsWith(BACKWARD) || groupPhase(c.group) === "backward" : c.node.phase === "backward");
+    columns.set(c.key, back ? 1 : 0);
+  }
+  const loose = box.children.filter((c) => columns.get(c.key) && !partner.has(c.key)).length;
+  return loose > partner.size ? null : { columns, partner };
+}
+
+/** A group's labels from the root down: `loss#1/block#3`. */
+function groupPath(pg, g) {
+  const out = [];
+  for (let c = g; c && c.id !== ""; c = pg.groups.get(c.parent)) out.unshift(c.label);
+  return out.join("/");
 }
 
 function buildTree(pg, expanded, g, key) {
@@ -149,6 +225,25 @@ function layoutTree(pg, box, byKey, boxAgg) {
     if (c.children) layoutTree(pg, c, byKey, boxAgg);
     else Object.assign(c, leafText(pg, c));
   }
+  for (const c of box.children) if (c.follow) alignRows(c.follow.lead, c, byKey, boxAgg);
+  layoutFrame(box, byKey, boxAgg);
+}
+
+/** A forward group F and its backward group B side by side: the same top port layer, each
+ * layer's band as tall as the taller of the two, so their rows line up. */
+function alignRows(F, B, byKey, boxAgg) {
+  F.ranked.forceTop = B.ranked.forceTop = F.ports.top.length > 0 || B.ports.top.length > 0;
+  layoutFrame(F, byKey, boxAgg);
+  layoutFrame(B, byKey, boxAgg);
+  const hf = F.inner.bands.map((b) => b.bottom - b.top), hb = B.inner.bands.map((b) => b.bottom - b.top);
+  const joint = Array.from({ length: Math.max(hf.length, hb.length) }, (_, i) => Math.max(hf[i] || 0, hb[i] || 0));
+  F.ranked.minBands = B.ranked.minBands = joint;
+  layoutFrame(F, byKey, boxAgg);
+  layoutFrame(B, byKey, boxAgg);
+}
+
+/** Lay out one open group's children (already sized) and size the group. */
+function layoutFrame(box, byKey, boxAgg) {
   box.inner = layoutBox(box.children.map((c) => ({ key: c.key, w: c.w, h: c.h })), box.ranked, box.ports,
     attachments(box, byKey, boxAgg.get(box.key) || []));
   const root = box.key === "root";
@@ -207,6 +302,12 @@ function place(box, x, y) {
 /** The polyline of one edge, in absolute coordinates (see the file comment). */
 function route(byKey, a) {
   const [upper, lower] = a.up ? [a.cv, a.cu] : [a.cu, a.cv];
+  if (a.flat && (a.cross || (upper.length === 1 && lower.length === 1))) {
+    // sideways between two boxes of one row (a residual): from the facing sides
+    const p = byKey.get(upper[upper.length - 1]), q = byKey.get(lower[lower.length - 1]);
+    const ltr = p.x <= q.x;
+    return [[ltr ? p.x + p.w : p.x, p.y + p.h / 2], [ltr ? q.x : q.x + q.w, q.y + q.h / 2]];
+  }
   const pts = [];
   const push = (x, y) => {
     const last = pts[pts.length - 1];

@@ -34,6 +34,7 @@ CHUNK_MAX = 100
 CHUNK = 50
 CHUNK_FANOUT = 20
 MAX_DEPTH = 64
+GATHER = 8  # more outputs than this at the top: each drawn in the group that made it
 _SCALAR = re.compile(r"^[a-z0-9]+\[\]$", re.IGNORECASE)
 _UNITS = ["", "K", "M", "G", "T", "P"]
 
@@ -55,6 +56,7 @@ class Group:
     )
     line_min: float = float("inf")
     line_max: float = float("-inf")
+    call: str | None = None  # "call" (the user's function) | "library" (a library call) | None
 
 
 @dataclass
@@ -72,6 +74,9 @@ class PreparedGraph:
     groups: dict[str, Group] = field(default_factory=dict)
     root: Group | None = None
     parent_of: dict[str, str] = field(default_factory=dict)
+    #: node id -> the calls a kernel was fused across (it is drawn on their boundary)
+    across: dict[str, list[str]] = field(default_factory=dict)
+    report: dict[str, Any] | None = None
 
 
 def fmt_num(x: Any) -> str:
@@ -139,6 +144,7 @@ def prepare_graph(graph: dict[str, Any], report: dict[str, Any]) -> PreparedGrap
         edges=edges,
         fusion_by_id={f["id"]: f for f in report.get("fusions") or []},
         is_compiled=graph is (report.get("graphs") or {}).get("compiled"),
+        report=report,
     )
     _build_tree(pg)
     return pg
@@ -153,12 +159,39 @@ def _build_tree(pg: PreparedGraph) -> None:
     node_group: dict[str, str] = {}
     if explicit:
         for g in pg.graph["groups"]:
-            groups[g["id"]] = Group(g["id"], g.get("label"), g.get("kind"), g.get("parent") or "")
+            groups[g["id"]] = Group(
+                g["id"], g.get("label"), g.get("kind"), g.get("parent") or "", call=g.get("call")
+            )
         _fold_deep(groups)
         for n in drawn:
             node_group[n["id"]] = n["group"] if n.get("group") in groups else ""
+        _gather_outputs(pg, drawn, node_group)
     else:
+        sites = {}
         for n in drawn:
+            calls = _call_paths(pg, n)
+            if calls:
+                sites[n["id"]] = _call_site(calls)
+        shared: dict[str, int] = {}  # kernels on one boundary
+        for _prefix, nxt, key in sites.values():
+            if len(nxt) > 1:
+                shared[key] = shared.get(key, 0) + 1
+        # with calls known, more than GATHER kernels outside them are one group, not a row
+        outside = [
+            n
+            for n in drawn
+            if sites and n["id"] not in sites and n.get("kind") != "output" and not n.get("path")
+        ]
+        if len(outside) > GATHER:
+            groups["x:"] = Group("x:", "outside your calls", "chunk", "")
+            for n in outside:
+                node_group[n["id"]] = "x:"
+        for n in drawn:
+            if n["id"] in sites:
+                node_group[n["id"]] = _call_group(pg, groups, n, sites[n["id"]], shared)
+                continue
+            if n["id"] in node_group:
+                continue
             segs = [s for s in str(n.get("path") or "").split("/") if s]
             if len(segs) > MAX_DEPTH:
                 rest = segs[MAX_DEPTH - 1 :]
@@ -229,6 +262,70 @@ def _build_tree(pg: PreparedGraph) -> None:
             pg.parent_of[("n:" if typ == "node" else "g:") + iid] = g.id
     pg.groups = groups
     pg.root = root
+
+
+def _call_paths(pg: PreparedGraph, n: dict[str, Any]) -> list[str]:
+    """The user's call paths of a node (``callPaths``): its own, else its fusion's."""
+    if isinstance(n.get("calls"), list):
+        return n["calls"]
+    f = pg.fusion_by_id.get(n["fusion"]) if n.get("fusion") else None
+    return f["functions"] if f and isinstance(f.get("functions"), list) else []
+
+
+def _call_site(calls: list[str]) -> tuple[list[str], list[str], str]:
+    """Where a kernel's call paths meet (``callSite``): (their longest common path, the calls
+    below it they come from, a key)."""
+    paths = [[s for s in str(c).split("/") if s] for c in calls]
+    k = 0
+    while all(k < len(p) and p[k] == paths[0][k] for p in paths):
+        k += 1
+    nxt = list(dict.fromkeys(p[k] for p in paths if len(p) > k))
+    prefix = paths[0][:k]
+    return prefix, nxt, "/".join(prefix) + "\u0001" + " + ".join(nxt)
+
+
+def _call_group(
+    pg: PreparedGraph,
+    groups: dict[str, Group],
+    n: dict[str, Any],
+    site: tuple[list[str], list[str], str],
+    shared: dict[str, int],
+) -> str:
+    """A kernel's group (``callGroup``): the call holding all its ops; a kernel fused across
+    calls sits there, on their boundary, ``pg.across`` naming them; several kernels on one
+    boundary are one group of their own (``⇄ a + b``)."""
+    prefix, nxt, key = site
+    parent = ""
+    for i in range(len(prefix)):
+        gid = "c:" + "/".join(prefix[: i + 1])
+        if gid not in groups:
+            groups[gid] = Group(gid, prefix[i], "function", parent)
+        parent = gid
+    if len(nxt) > 1:
+        pg.across[n["id"]] = nxt
+        if shared.get(key, 0) > 1:
+            gid = "x:" + key
+            if gid not in groups:
+                groups[gid] = Group(gid, "⇄ " + " + ".join(nxt), "across", parent)
+            parent = gid
+    return parent
+
+
+def _gather_outputs(pg: PreparedGraph, drawn: list[dict[str, Any]], node_group: dict[str, str]):
+    """In a gradient program, or one with more than ``GATHER`` outputs, an output made inside
+    one group is drawn in it (``gatherOutputs``): no row of N output boxes."""
+    loose = sum(1 for n in drawn if n.get("kind") == "output" and not node_group.get(n["id"]))
+    if loose <= GATHER and not any(n.get("phase") == "backward" for n in drawn):
+        return
+    preds: dict[str, list[str]] = {}
+    for e in pg.edges:
+        preds.setdefault(e["dst"], []).append(e["src"])
+    for n in drawn:
+        if n.get("kind") != "output" or node_group.get(n["id"]):
+            continue
+        found = list(dict.fromkeys(node_group.get(p) for p in preds.get(n["id"], [])))
+        if len(found) == 1 and found[0]:
+            node_group[n["id"]] = found[0]
 
 
 def _fold_deep(groups: dict[str, Group]) -> None:

@@ -23,12 +23,14 @@ __all__ = [
     "Ranked",
     "bottom_port",
     "edge_key",
+    "follow_rank",
     "layout_box",
+    "mirror_rank",
     "rank",
     "top_port",
 ]
 
-GAP = {"node": 18.0, "dummy": 8.0, "layer": 30.0, "port": 16.0, "dummyW": 6.0}
+GAP = {"node": 18.0, "dummy": 8.0, "layer": 30.0, "port": 16.0, "dummyW": 6.0, "column": 96.0}
 SWEEPS = 8
 RELAX = 8
 TRANSPOSE_MAX = 4
@@ -59,6 +61,11 @@ class Ranked:
     layer: dict[str, int]
     dag: list[tuple[str, str]]
     reversed: set[str]
+    flat: list[tuple[str, str]] = field(default_factory=list)  # edges within one layer
+    columns: dict[str, int] | None = None  # two facing columns (mirror_rank)
+    #: rows shared with a box beside it (scene.py): a top port layer, minimum band heights
+    force_top: bool = False
+    min_bands: list[float] | None = None
 
 
 @dataclass
@@ -151,6 +158,70 @@ def rank(keys: list[str], edges: list[tuple[str, str]]) -> Ranked:
     )
 
 
+def mirror_rank(
+    keys: list[str],
+    edges: list[tuple[str, str]],
+    columns: dict[str, int],
+    partner: dict[str, str],
+    given: dict[str, int] | None = None,
+) -> Ranked:
+    """Layers of a box drawn as two facing columns (``mirrorRank`` in js/layout.js): column 0
+    ranked alone, a mirrored column-1 child in its partner's layer, another in the deepest layer
+    of the column-1 children it touches (else below all); edges within a layer are ``flat``."""
+    left = [k for k in keys if columns.get(k) == 0]
+    in_left = set(left)
+    layer = dict(rank(left, [(a, b) for a, b in edges if a in in_left and b in in_left]).layer)
+    src = layer if given is None else given  # given: the partners' layers in another box
+    below = 0
+    for lay in src.values():
+        below = max(below, lay + 1)
+    right = [k for k in keys if columns.get(k) == 1]
+    for k in right:
+        if partner.get(k) in src:
+            layer[k] = src[partner[k]]
+    near: dict[str, list[str]] = {}
+    for a, b in edges:
+        near.setdefault(a, []).append(b)
+        near.setdefault(b, []).append(a)
+    for p in range(2):
+        for k in right:
+            if k in layer:
+                continue
+            found = -1
+            for j in near.get(k, []):
+                if columns.get(j) == 1 and j in layer:
+                    found = max(found, layer[j])
+            if found >= 0 or p == 1:
+                layer[k] = found if found >= 0 else below
+    if given is None:
+        dense = {v: i for i, v in enumerate(sorted(set(layer.values())))}
+        layer = {k: dense[v] for k, v in layer.items()}
+    dag: list[tuple[str, str]] = []
+    flat: list[tuple[str, str]] = []
+    reversed_: set[str] = set()
+    seen: set[str] = set()
+    for a, b in edges:
+        if a not in layer or b not in layer or a == b:
+            continue
+        la, lb = layer[a], layer[b]
+        u, v = (a, b) if la <= lb else (b, a)
+        if la > lb:
+            reversed_.add(edge_key(a, b))
+        if edge_key(u, v) in seen:
+            continue
+        seen.add(edge_key(u, v))
+        (flat if la == lb else dag).append((u, v))
+    return Ranked(layer, dag, reversed_, flat, columns)
+
+
+def follow_rank(
+    keys: list[str], edges: list[tuple[str, str]], partner: dict[str, str], given: dict[str, int]
+) -> Ranked:
+    """Layers of a backward group's children level with its forward group's (``followRank``):
+    each child in its partner's layer of ``given``, one straight column."""
+    return mirror_rank(keys, edges, dict.fromkeys(keys, 1), partner, given)
+
+
 def layout_box(
     items: list[tuple[str, float, float]],
     ranked: Ranked,
@@ -168,10 +239,13 @@ def layout_box(
     layer_ix: list[int] = []
     real: list[bool] = []
     idx: dict[str, int] = {}
-    shift = 1 if ports["top"] else 0
+    shift = 1 if ports["top"] or ranked.force_top else 0
     max_l = -1
+    columns = ranked.columns  # two facing columns (mirror_rank)
+    col: list[int] = []
 
-    def add(key: Any, w: float, h: float, lay: int, is_real: bool) -> int:
+    def add(key: Any, w: float, h: float, lay: int, is_real: bool, c: int = 0) -> int:
+        col.append(c)
         keys.append(key)
         widths.append(w)
         heights.append(h)
@@ -181,13 +255,13 @@ def layout_box(
 
     for key, w, h in items:
         lay = ranked.layer[key] + shift
-        idx[key] = add(key, w, h, lay, True)
+        idx[key] = add(key, w, h, lay, True, (columns.get(key) or 0) if columns else 0)
         max_l = max(max_l, lay)
     bottom_l = max_l + 1
     for k in ports["top"]:
-        idx[top_port(k)] = add(top_port(k), g["dummyW"], 0.0, 0, False)
+        idx[top_port(k)] = add(top_port(k), g["dummyW"], 0.0, 0, False, col[idx[k]])
     for k in ports["bottom"]:
-        idx[bottom_port(k)] = add(bottom_port(k), g["dummyW"], 0.0, bottom_l, False)
+        idx[bottom_port(k)] = add(bottom_port(k), g["dummyW"], 0.0, bottom_l, False, col[idx[k]])
     n_layers = bottom_l + 1 if ports["bottom"] else bottom_l
     edges = list(ranked.dag)
     edges += [(top_port(k), k) for k in ports["top"]]
@@ -210,7 +284,7 @@ def layout_box(
         off_a, off_b = attach.get(edge_key(a, b), (0.0, 0.0))
         dummies = []
         for lay in range(layer_ix[prev] + 1, layer_ix[last]):
-            d = add(None, g["dummyW"], 0.0, lay, False)
+            d = add(None, g["dummyW"], 0.0, lay, False, col[last])
             up.append([])
             down.append([])
             link(prev, d, off_a if prev == first else 0.0, 0.0)
@@ -218,6 +292,8 @@ def layout_box(
             prev = d
         link(prev, last, off_a if prev == first else 0.0, off_b)
         chain_idx[edge_key(a, b)] = dummies
+    for a, b in ranked.flat:
+        chain_idx[edge_key(a, b)] = []  # sideways, no layer crossed
     n = len(keys)
     layers: list[list[int]] = [[] for _ in range(n_layers)]
     for i in range(n):
@@ -225,6 +301,10 @@ def layout_box(
     pos = [0.0] * n
 
     def renumber(lay: int) -> None:
+        if columns:  # every layer keeps column 0 left of column 1 (a stable partition)
+            layers[lay] = [i for i in layers[lay] if not col[i]] + [
+                i for i in layers[lay] if col[i]
+            ]
         for k, i in enumerate(layers[lay]):
             pos[i] = k
 
@@ -258,7 +338,7 @@ def layout_box(
                 bary[i] = s / len(lst)
             layers[lay].sort(key=lambda i: (bary[i], pos[i]))
             renumber(lay)
-        _transpose(layers, up, down, pos, renumber, tpasses)
+        _transpose(layers, up, down, pos, renumber, tpasses, col if columns else None)
         c = crossings()
         if c < best_c:
             best_c = c
@@ -278,7 +358,7 @@ def layout_box(
             if k:
                 cx += sep(layer[k - 1], i)
             x[i] = cx
-    for p in range(relax):
+    for p in range(0 if columns else relax):
         for lay in range(n_layers) if p % 2 == 0 else range(n_layers - 1, -1, -1):
             _relax_layer(layers[lay], x, up, down, sep)
     # Straighten long edges: move a whole dummy chain to one x where every layer has room.
@@ -294,7 +374,7 @@ def layout_box(
         return not (k + 1 < len(layer) and x[layer[k + 1]] - tx < sep(d, layer[k + 1]) - 1e-9)
 
     for dummies in chain_idx.values():
-        if len(dummies) < 2:
+        if len(dummies) < 2 or columns:
             continue
         xs = sorted(x[d] for d in dummies)
         for tx in (xs[len(xs) >> 1], x[dummies[0]], x[dummies[-1]]):
@@ -302,6 +382,8 @@ def layout_box(
                 for d in dummies:
                     x[d] = tx
                 break
+    if columns:
+        _column_x(layers, col, widths, x, sep, g["column"])
     min_x, max_x = float("inf"), float("-inf")
     for i in range(n):
         min_x = min(min_x, x[i] - widths[i] / 2)
@@ -310,8 +392,9 @@ def layout_box(
         min_x = max_x = 0.0
     bands: list[tuple[float, float]] = []
     y = 0.0
+    least = ranked.min_bands or []
     for lay in range(n_layers):
-        h = 0.0
+        h = least[lay] if lay < len(least) else 0.0
         for i in layers[lay]:
             if real[i]:
                 h = max(h, heights[i])
@@ -343,3 +426,36 @@ def layout_box(
     for key, dummies in chain_idx.items():
         out.chains[key] = [(x[d] - min_x, layer_ix[d]) for d in dummies]
     return out
+
+
+def _column_x(
+    layers: list[list[int]],
+    col: list[int],
+    widths: list[float],
+    x: list[float],
+    sep: Any,
+    gap: float,
+) -> None:
+    """Two straight columns (``columnX``): each layer's column-0 boxes side by side on one
+    axis, its column-1 boxes on a second axis a gap right of the widest column-0 row."""
+    width = [0.0, 0.0]
+    rows = []
+    for layer in layers:
+        pair = []
+        for c in (0, 1):
+            row = [i for i in layer if col[i] == c]
+            cx = 0.0
+            for k, i in enumerate(row):
+                if k:
+                    cx += sep(row[k - 1], i)
+                x[i] = cx
+            w = cx + (widths[row[0]] + widths[row[-1]]) / 2 if row else 0.0
+            width[c] = max(width[c], w)
+            pair.append((row, w))
+        rows.append(pair)
+    for pair in rows:
+        for c, (row, w) in enumerate(pair):
+            left = (width[0] + gap if c else 0.0) + (width[c] - w) / 2
+            left += widths[row[0]] / 2 if row else 0.0
+            for i in row:
+                x[i] += left

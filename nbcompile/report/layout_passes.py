@@ -50,6 +50,7 @@ def transpose(
     pos: list[float],
     renumber: Any,
     most: int,
+    cols: list[int] | None = None,
 ) -> None:
     # Swapping u and v (neighbours in a layer) changes the crossings of their edges with each
     # other only: (pairs a of u, b of v with a right of b) - (pairs with a left of b).
@@ -58,6 +59,8 @@ def transpose(
         for layer in layers:
             for k in range(len(layer) - 1):
                 u, v = layer[k], layer[k + 1]
+                if cols is not None and cols[u] != cols[v]:
+                    continue  # two facing columns never swap across
                 diff = gain(up[u], up[v], pos) + gain(down[u], down[v], pos)
                 if diff > 0:
                     layer[k], layer[k + 1] = v, u

@@ -13,8 +13,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .graphmodel import Group, PreparedGraph, ancestors, fmt_num, top_ops, trunc
-from .layout import BoxLayout, Ranked, bottom_port, edge_key, layout_box, rank, top_port
+from .graphmodel import Group, PreparedGraph, ancestors, fmt_num, group_phase, top_ops, trunc
+from .layout import (
+    BoxLayout,
+    Ranked,
+    bottom_port,
+    edge_key,
+    follow_rank,
+    layout_box,
+    mirror_rank,
+    rank,
+    top_port,
+)
 
 __all__ = [
     "CH",
@@ -56,6 +66,10 @@ class Box:
     ranked: Ranked | None = None
     ports: dict[str, list[str]] = field(default_factory=lambda: {"top": [], "bottom": []})
     inner: BoxLayout | None = None
+    #: two facing columns (a call and its backward group): (columns, partner), see _mirror_of
+    mirror: tuple[dict[str, int], dict[str, str]] | None = None
+    #: an open backward group beside its open forward group: (that group, child partners)
+    follow: tuple[Box, dict[str, str]] | None = None
 
 
 @dataclass
@@ -69,6 +83,10 @@ class SceneEdge:
     cv: list[str] = field(default_factory=list)
     up: bool = False
     points: list[tuple[float, float]] = field(default_factory=list)
+    flat: bool = False  # between two children of one layer, drawn sideways
+    columns: bool = False  # between children of a box drawn as two facing columns
+    residual: float | None = None  # a forward call to its backward group: the residual bytes
+    cross: bool = False  # from a forward group's child to its backward group's, side to side
 
 
 @dataclass
@@ -80,19 +98,30 @@ class Scene:
 
 
 def initial_expansion(pg: PreparedGraph, limit: int, budget: int) -> set[str]:
-    """Group ids expanded first: whole depth levels while they fit ``limit`` boxes."""
+    """Group ids expanded first: whole depth levels while they fit ``limit`` boxes; where a
+    level does not fit, its groups other than chunks when they do (``initialExpansion``). A
+    library call the user made (``gelu``, ``var``) stays one collapsed box."""
     expanded: set[str] = set()
     assert pg.root is not None
     level = [pg.root]
     count = len(pg.root.items)
-    while level:
-        groups = [pg.groups[iid] for g in level for typ, iid, _ in g.items if typ == "group"]
+
+    def fits(groups: list[Group]) -> bool:
         extra = sum(len(g.items) - 1 for g in groups)
         cap = min(limit, CHUNK_LIMIT) if all(g.kind == "chunk" for g in groups) else limit
-        if not groups or (
-            count + extra > cap and not (len(groups) == 1 and count + extra <= budget)
-        ):
-            break
+        return bool(groups) and (
+            count + extra <= cap or (len(groups) == 1 and count + extra <= budget)
+        )
+
+    while level:
+        groups = [pg.groups[iid] for g in level for typ, iid, _ in g.items if typ == "group"]
+        groups = [g for g in groups if g.call != "library"]
+        if not fits(groups):
+            own = [g for g in groups if g.kind != "chunk"]
+            if len(own) == len(groups) or not fits(own):
+                break
+            groups = own
+        extra = sum(len(g.items) - 1 for g in groups)
         expanded.update(g.id for g in groups)
         count += extra
         level = groups
@@ -134,6 +163,9 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
         else:
             label = n.get("label")
             lines = [f"{op} {label}" if label and label != op else str(op), shape + where]
+        across = pg.across.get(n["id"])
+        if across:
+            lines.append("⇄ across " + " + ".join(across))
         if ins:
             lines.append("← " + ", ".join(ins[:3]) + (f" +{len(ins) - 3}" if len(ins) > 3 else ""))
     else:
@@ -190,7 +222,29 @@ def build_scene(pg: PreparedGraph, expanded: set[str]) -> Scene:
     index(tree)
     for box in by_key.values():
         if box.children is not None:
-            box.ranked = rank([c.key for c in box.children], box_edges.get(box.key, []))
+            keys = [c.key for c in box.children]
+            box.mirror = _mirror_of(box)
+            box.ranked = (
+                mirror_rank(keys, box_edges.get(box.key, []), *box.mirror)
+                if box.mirror
+                else rank(keys, box_edges.get(box.key, []))
+            )
+    # an open forward group and its open backward group side by side: the backward group's
+    # rows follow the forward group's (both one straight column)
+    for box in list(by_key.values()):
+        for bk, fk in (box.mirror[1] if box.mirror else {}).items():
+            f, b = by_key[fk], by_key[bk]
+            if f.children is None or b.children is None or f.mirror or b.mirror:
+                continue
+            found = _mirror_of(Box("", children=[*f.children, *b.children]))
+            if not found or not found[1]:
+                continue
+            assert f.ranked is not None
+            f.ranked.columns = {c.key: 0 for c in f.children}
+            b.ranked = follow_rank(
+                [c.key for c in b.children], box_edges.get(b.key, []), found[1], f.ranked.layer
+            )
+            b.follow = (f, found[1])
 
     def add_ports(chain: list[str], side: str) -> None:
         for k in range(len(chain) - 1):
@@ -198,21 +252,93 @@ def build_scene(pg: PreparedGraph, expanded: set[str]) -> Scene:
             if chain[k + 1] not in p:
                 p.append(chain[k + 1])
 
+    pair_bytes = {p[0]: p[2] for p in (report_gradient(pg).get("pairs") or [])}
     for a in edges:
-        ranked = by_key[a.box].ranked
+        common = by_key[a.box]
+        ranked = common.ranked
         assert ranked is not None
         a.up = edge_key(a.cu[0], a.cv[0]) in ranked.reversed
+        a.columns = common.mirror is not None or common.follow is not None
+        a.flat = any(
+            (p == a.cu[0] and q == a.cv[0]) or (p == a.cv[0] and q == a.cu[0])
+            for p, q in ranked.flat
+        )
+        # from a child of a forward group to a child of its backward group beside it
+        follow = by_key[a.cv[0]].follow
+        a.cross = bool(follow and follow[0].key == a.cu[0] and len(a.cu) == len(a.cv) == 2)
+        if a.cross:
+            a.flat = True
+        fk, bk, pairs = (
+            (a.cu[1], a.cv[1], follow[1])
+            if a.cross and follow
+            else (a.cu[0], a.cv[0], common.mirror[1] if common.mirror else None)
+        )
+        if pairs is not None and pairs.get(bk) == fk:
+            f = by_key[fk].group
+            label = f.label if f else None
+            a.residual = (
+                pair_bytes[label]
+                if label in pair_bytes
+                else pair_bytes.get(_group_path(pg, f), a.bytes)
+            )
+        if a.cross:
+            continue  # no ports: drawn straight across
         upper, lower = (a.cv, a.cu) if a.up else (a.cu, a.cv)
         add_ports(upper, "bottom")
         add_ports(lower, "top")
     box_agg: dict[str, list[SceneEdge]] = {}
     for a in edges:
-        box_agg.setdefault(a.box, []).append(a)
+        if not a.cross:
+            box_agg.setdefault(a.box, []).append(a)
     _layout_tree(pg, tree, by_key, box_agg)
     _place(tree, 0.0, 0.0)
     for a in edges:
         a.points = _route(by_key, a)
     return Scene(tree, by_key, edges, unit_of)
+
+
+BACKWARD = " (backward)"
+
+
+def report_gradient(pg: PreparedGraph) -> dict[str, Any]:
+    """The report's ``gradient`` section (pairs: forward group, backward group, bytes)."""
+    return pg.report.get("gradient") or {} if pg.report else {}
+
+
+def _mirror_of(box: Box) -> tuple[dict[str, int], dict[str, str]] | None:
+    """Two facing columns for a box holding calls and their backward groups (``mirrorOf``);
+    None also when the backward side is mostly loose ops, not groups."""
+    by_label: dict[str, str] = {}
+    for c in box.children or []:
+        if c.group is not None:
+            by_label[c.group.label] = c.key
+    partner: dict[str, str] = {}
+    for c in box.children or []:
+        label = c.group.label if c.group is not None else ""
+        if label.endswith(BACKWARD) and label[: -len(BACKWARD)] in by_label:
+            partner[c.key] = by_label[label[: -len(BACKWARD)]]
+    if not partner:
+        return None
+    columns: dict[str, int] = {}
+    for c in box.children or []:
+        if c.key in partner:
+            back = True
+        elif c.group is not None:
+            back = c.group.label.endswith(BACKWARD) or group_phase(c.group) == "backward"
+        else:
+            back = (c.node or {}).get("phase") == "backward"
+        columns[c.key] = 1 if back else 0
+    loose = sum(1 for c in box.children or [] if columns[c.key] and c.key not in partner)
+    return None if loose > len(partner) else (columns, partner)
+
+
+def _group_path(pg: PreparedGraph, g: Group | None) -> str:
+    """A group's labels from the root down: ``loss#1/block#3``."""
+    out: list[str] = []
+    while g is not None and g.id != "":
+        out.insert(0, g.label)
+        g = pg.groups.get(g.parent or "")
+    return "/".join(out)
 
 
 def _build_tree(pg: PreparedGraph, expanded: set[str], g: Group, key: str) -> Box:
@@ -239,6 +365,36 @@ def _layout_tree(
             _layout_tree(pg, c, by_key, box_agg)
         else:
             c.lines, c.w, c.h = leaf_text(pg, c)
+    for c in box.children:
+        if c.follow is not None:
+            _align_rows(c.follow[0], c, by_key, box_agg)
+    _layout_frame(box, by_key, box_agg)
+
+
+def _align_rows(
+    f: Box, b: Box, by_key: dict[str, Box], box_agg: dict[str, list[SceneEdge]]
+) -> None:
+    """A forward group and its backward group side by side (``alignRows``): the same top port
+    layer, each layer's band as tall as the taller of the two, so their rows line up."""
+    assert f.ranked is not None and b.ranked is not None
+    f.ranked.force_top = b.ranked.force_top = bool(f.ports["top"] or b.ports["top"])
+    _layout_frame(f, by_key, box_agg)
+    _layout_frame(b, by_key, box_agg)
+    assert f.inner is not None and b.inner is not None
+    hf = [bot - top for top, bot in f.inner.bands]
+    hb = [bot - top for top, bot in b.inner.bands]
+    joint = [
+        max(hf[i] if i < len(hf) else 0.0, hb[i] if i < len(hb) else 0.0)
+        for i in range(max(len(hf), len(hb)))
+    ]
+    f.ranked.min_bands = b.ranked.min_bands = joint
+    _layout_frame(f, by_key, box_agg)
+    _layout_frame(b, by_key, box_agg)
+
+
+def _layout_frame(box: Box, by_key: dict[str, Box], box_agg: dict[str, list[SceneEdge]]) -> None:
+    """Lay out one open group's children (already sized) and size the group (``layoutFrame``)."""
+    assert box.children is not None and box.group is not None and box.ranked is not None
     box.inner = layout_box(
         [(c.key, c.w, c.h) for c in box.children],
         box.ranked,
@@ -308,6 +464,14 @@ def _place(box: Box, x: float, y: float) -> None:
 
 def _route(by_key: dict[str, Box], a: SceneEdge) -> list[tuple[float, float]]:
     upper, lower = (a.cv, a.cu) if a.up else (a.cu, a.cv)
+    if a.flat and (a.cross or (len(upper) == 1 and len(lower) == 1)):
+        # sideways between two boxes of one row (a residual): from the facing sides
+        p, q = by_key[upper[-1]], by_key[lower[-1]]
+        ltr = p.x <= q.x
+        return [
+            (p.x + p.w if ltr else p.x, p.y + p.h / 2),
+            (q.x if ltr else q.x + q.w, q.y + q.h / 2),
+        ]
     pts: list[tuple[float, float]] = []
 
     def push(x: float, y: float) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from .charts import fmt_bytes
 from .graphmodel import group_phase, prepare_graph
 from .scene import HEADER, LINE, PAD, Scene, build_scene, initial_expansion, path_data
 
@@ -48,9 +49,45 @@ _STYLE = (
     "text.m{font-weight:bold;fill:#111}text.t{font-size:13px;font-weight:bold;fill:#222}"
     "text.n{font-size:10px;fill:#666}.E path{fill:none;stroke:#777;stroke-opacity:.6;"
     "marker-end:url(#a)}.E path.u{stroke-opacity:.3;stroke-dasharray:3 3;marker-end:none}"
+    ".E path.b{stroke:#f4511e;marker-end:none;marker-start:url(#a)}"
+    ".E path.r{stroke:#8e24aa;stroke-opacity:.5}.E text{font-size:10px;fill:#8e24aa}"
     "rect.c{fill:#80808012;stroke:#bdbdbd}"
     "rect.h{fill:#80808029}"
 )
+
+
+def residual_width(nbytes: float, most: float) -> float:
+    """A residual edge's stroke width (``residualWidth``): 1.5 to 7 px by its share of the
+    largest residual."""
+    return 1.5 + 5.5 * (max(0.0, nbytes) / max(1.0, most)) ** 0.5
+
+
+def _group_phase(group: Any) -> str | None:
+    if group is None:
+        return None
+    return "backward" if group.label.endswith(" (backward)") else group_phase(group)
+
+
+def box_hooks(pg: Any, node: dict[str, Any] | None, group: Any, phases: bool) -> str:
+    """The test hooks of a drawn box (``boxHooks``, SPEC §8.1) as SVG attributes: data-kind
+    (group | op | fusion | output | input), data-name (its label) and, with ``phases``,
+    data-phase (forward | backward | mixed)."""
+    if node is not None:
+        k = node.get("kind")
+        kind = (
+            "fusion"
+            if k == "fusion" or (node.get("fusion") and pg.is_compiled)
+            else "output"
+            if k == "output"
+            else "input"
+            if k in ("param", "const")
+            else "op"
+        )
+        name, phase = node.get("label") or node.get("op"), node.get("phase")
+    else:
+        kind, name, phase = "group", group.label if group else "", _group_phase(group)
+    out = f' data-kind="{kind}" data-name="{escape(str(name or ""))}"'
+    return out + (f' data-phase="{phase}"' if phases and phase else "")
 
 
 def heat_colour(share: float) -> tuple[str, str]:
@@ -139,17 +176,36 @@ def graph_svg(
         if box.children is None or box.key == "root":
             continue
         out.append(
+            f"<g{box_hooks(pg, None, box.group, color == 'phase')}>"
             f'<rect class="c" x="{f(box.x)}" y="{f(box.y)}" width="{f(box.w)}" '
             f'height="{f(box.h)}" rx="6"/><rect class="h" x="{f(box.x)}" y="{f(box.y)}" '
             f'width="{f(box.w)}" height="{HEADER - 4}" rx="6"/>'
-            f'<text x="{f(box.x + PAD)}" y="{f(box.y + 13)}">{escape(box.title)}</text>'
+            f'<text x="{f(box.x + PAD)}" y="{f(box.y + 13)}">{escape(box.title)}</text></g>'
         )
     out.append('<g class="E">')  # edges: style from the class, only what differs per edge
+    most = max([1.0, *(e.residual or 0 for e in scene.edges)])
     for e in scene.edges:
-        sw = min(4.0, 1 + (e.count.bit_length() - 1) / 2)
+        res = e.residual is not None
+        sw = (
+            residual_width(e.residual or 0, most)
+            if res
+            else min(4.0, 1 + (e.count.bit_length() - 1) / 2)
+        )
         width_attr = f' stroke-width="{f(sw)}"' if sw != 1 else ""
-        up = ' class="u"' if e.up else ""
-        out.append(f'<path{up} d="{path_data(e.points)}"{width_attr}/>')
+        # in two facing columns an upward edge is the backward pass itself (arrow at its top)
+        cls = " r" if res else " b" if e.up and e.columns else " u" if e.up else ""
+        data = f' data-bytes="{e.residual:.0f}"' if res else ""
+        out.append(
+            f'<path class="{cls.strip()}" d="{path_data(e.points)}"{width_attr}{data}/>'
+            if cls
+            else f'<path d="{path_data(e.points)}"{width_attr}/>'
+        )
+        if res:
+            (x0, y0), (x1, y1) = e.points[0], e.points[-1]
+            out.append(
+                f'<text x="{f((x0 + x1) / 2)}" y="{f((y0 + y1) / 2 - 4)}" text-anchor="middle">'
+                f"{escape(fmt_bytes(e.residual))}</text>"
+            )
     out.append("</g>")
     for box in scene.boxes.values():
         if box.children is not None:
@@ -160,7 +216,7 @@ def graph_svg(
             )
             phase = box.node.get("phase")
         else:
-            kind, phase = "group", group_phase(box.group) if box.group else None
+            kind, phase = "group", _group_phase(box.group)
         paint = f'class="f-{kind if kind in _FILL else "op"}"'
         if color == "phase" and phase in _PHASE:
             paint = f'class="f-{phase}"'
@@ -178,7 +234,8 @@ def graph_svg(
             paint = f'class="f-{status[box.node["id"]]}"'
         dash = ' stroke-dasharray="4 2"' if kind == "group" else ""
         out.append(
-            f'<g transform="translate({f(box.x)},{f(box.y)})"><rect width="{f(box.w)}" '
+            f'<g transform="translate({f(box.x)},{f(box.y)})"'
+            f'{box_hooks(pg, box.node, box.group, color == "phase")}><rect width="{f(box.w)}" '
             f'height="{f(box.h)}" rx="{6 if kind == "group" else 3}" {paint}{dash}/>'
         )
         for i, t in enumerate(box.lines):

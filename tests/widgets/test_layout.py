@@ -90,8 +90,12 @@ def check_scene(pg: Any, scene: Scene) -> None:
             (scene.boxes[e.v], scene.boxes[e.u]) if e.up else (scene.boxes[e.u], scene.boxes[e.v])
         )
         (x0, y0), (x1, y1) = e.points[0], e.points[-1]
-        assert upper.x <= x0 <= upper.x + upper.w and abs(y0 - (upper.y + upper.h)) < 1e-6
-        assert lower.x <= x1 <= lower.x + lower.w and abs(y1 - lower.y) < 1e-6
+        if e.flat and len(e.points) == 2:  # two boxes of one layer: from side to facing side
+            assert x0 in (upper.x, upper.x + upper.w) and upper.y <= y0 <= upper.y + upper.h
+            assert x1 in (lower.x, lower.x + lower.w) and lower.y <= y1 <= lower.y + lower.h
+        else:
+            assert upper.x <= x0 <= upper.x + upper.w and abs(y0 - (upper.y + upper.h)) < 1e-6
+            assert lower.x <= x1 <= lower.x + lower.w and abs(y1 - lower.y) < 1e-6
         allowed = {e.u, e.v} | {"g:" + g for g in ancestors(pg, e.u) + ancestors(pg, e.v)}
         curve = _as_drawn(path_data(e.points))
         for key, b in boxes.items():
