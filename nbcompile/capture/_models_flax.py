@@ -58,6 +58,20 @@ class NnxSplit:
         return ("nnx", self.graphdef, self._key_impls)
 
 
+def training_layers(model: Any) -> list[str]:
+    """``model``'s NNX layers still in training mode, as ``"path (Class)"``: a ``Dropout`` that
+    drops (``deterministic=False``, rate > 0) or a ``BatchNorm`` on batch statistics
+    (``use_running_average=False``). ``model.eval()`` switches both off."""
+    found = []
+    for path, sub in nnx.iter_modules(model):
+        name = ".".join(str(p) for p in path) or type(sub).__name__
+        if isinstance(sub, nnx.Dropout) and not sub.deterministic and sub.rate > 0:
+            found.append(f"{name} (Dropout)")
+        elif isinstance(sub, nnx.BatchNorm) and not sub.use_running_average:
+            found.append(f"{name} (BatchNorm)")
+    return found
+
+
 def _split_variables(variables: Any) -> tuple[Any, dict[str, Any]]:
     if not isinstance(variables, Mapping):
         raise CaptureError(

@@ -44,7 +44,15 @@ from ..errors import CaptureError
 from ._models_scopes import module_paths, scope_path
 from .names import call_arg_names
 
-__all__ = ["Adapted", "MissingLibraryError", "adapt", "model_kind", "module_paths", "scope_path"]
+__all__ = [
+    "Adapted",
+    "MissingLibraryError",
+    "adapt",
+    "model_kind",
+    "module_paths",
+    "scope_path",
+    "training_layers",
+]
 
 
 class MissingLibraryError(CaptureError):
@@ -147,6 +155,18 @@ class Adapted:
     def weights_argnums(self) -> tuple[int, ...]:
         """Arguments holding trained values (parameters and state): what a frozen model stores."""
         return tuple(sorted(self.params_argnums + self.state_argnums))
+
+
+def training_layers(models: tuple[Any, ...]) -> list[str]:
+    """Layers of ``models`` still in training mode (Flax NNX ``Dropout``/``BatchNorm``), as
+    ``"path (Class)"``: what a model traced now computes as in training."""
+    found: list[str] = []
+    for model in models:
+        if model_kind(model) == "flax-nnx":
+            from ._models_flax import training_layers as nnx_training_layers
+
+            found += nnx_training_layers(model)
+    return found
 
 
 def _splitter(kind: str, model: Any) -> Any:

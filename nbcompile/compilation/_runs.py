@@ -9,6 +9,7 @@ or changes the user's arrays; the rebound function itself still donates, as aske
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -179,6 +180,7 @@ class Runs:
         self, path: str, *, constants: bool = False, progress: Progress | None = None
     ) -> Any:
         """Write the frozen single-file model with the *live* weights (``--freeze``)."""
+        from ..capture.models import training_layers
         from ..frozen import freeze as freeze_model
 
         if not self.runnable and not self.target.present:
@@ -208,6 +210,16 @@ class Runs:
             name=self.name,
             reference_ops=reference,
         )
+        layers = training_layers(self.adapted.models)
+        if layers:  # freezing writes what was traced: say when that was training behaviour
+            self._frozen = dataclasses.replace(
+                self._frozen,
+                notes=(
+                    f"frozen in training mode: {', '.join(layers)} froze their training "
+                    "behaviour (a fixed dropout mask from the stored key, statistics of each "
+                    "batch); call model.eval() before freezing for inference",
+                ),
+            )
         return self._frozen
 
     def run_profile(self, calls: int = 20) -> Any:

@@ -51,6 +51,8 @@ class FreezeResult:
     #: "symbolic": the inputs' leading dimension is the symbolic batch ``b`` (any size);
     #: "static": the model takes exactly the example's shapes.
     batch: str = "static"
+    #: what the writer should know about the program it froze (e.g. a model in training mode)
+    notes: tuple[str, ...] = ()
 
     @property
     def ops_removed(self) -> int | None:
@@ -61,6 +63,7 @@ class FreezeResult:
         data = asdict(self)
         data["platforms"] = list(self.platforms)
         data["custom_calls"] = list(self.custom_calls)
+        data["notes"] = list(self.notes)
         data["ops_removed"] = self.ops_removed
         return data
 
@@ -88,6 +91,7 @@ class FreezeResult:
             lines.append(
                 f"  training graph: {self.reference_ops} ops ({self.ops_removed} removed by freezing)"
             )
+        lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -25,9 +25,21 @@ def loss(params, x, y):
     return jnp.mean((pred - y) ** 2)
 loss(params, x, y)
 
+# %% md
+# ## The backward graph JAX built
+# Below, every op of the backward half of the traced gradient program, in the order JAX's
+# autodiff emitted it — from the last forward line back to the first — with the cell line of
+# the forward op it differentiates and what it reads: forward values (*residuals*) and inputs.
+
 # %% code
 c = loss.compilation
 g = c.gradient
+G = c.grad.graph
+back = [n for n in G.nodes if n.phase == "backward" and n.kind == "op"]
+for n in back:
+    reads = [G.node(e.src) for e in G.edges if e.dst == n.id]
+    saved = [r.op for r in reads if r.phase == "forward"] + [r.label for r in reads if r.kind == "param"]
+    print(f"  line {n.line}  {n.op:<17} {n.shape:<11} {'reads ' + ', '.join(saved) if saved else ''}")
 print(f"JAX's traced gradient program: forward ops {g.forward_ops}, backward ops {g.backward_ops}")
 print("XLA's compiled kernels by phase:", g.kernels,
       f"({sum(g.kernels.values())} kernels for {g.forward_ops + g.backward_ops} traced ops)")
@@ -36,10 +48,34 @@ for r in g.residuals:
     print(f"residual {r.shape:>12} {r.bytes:>6} B  from line {r.line} ({r.primitive})")
 print("residual memory:", sum(r.bytes for r in g.residuals), "bytes")
 
+# %% md
+# Each matrix product `a @ w` has a backward product per differentiated operand: `dw = aᵀ · d`
+# always, and `da = d · wᵀ` only when `a` depends on what we differentiate. `h` does, `x` does
+# not (the gradient is taken for `params` only): so the first layer's product gets one backward
+# product and the second gets two. Counted in XLA's flops (a product of `m×k` by `k×n` is
+# `2mkn`), the gradient program should cost about the forward matmuls plus those three more —
+# predicted here from the shapes, before reading XLA's figure:
+
 # %% code
-# The backward graph is real work that XLA compiled into kernels of its own, residual bytes add
-# up, and the gradient is right.
-assert g.backward_ops > 0 and g.forward_ops > 0
+B, D, H = x.shape[0], x.shape[1], params["w1"].shape[1]
+mm1, mm2 = 2 * B * D * H, 2 * B * H * 1                  # the two forward matrix products
+predicted_forward = mm1 + mm2
+predicted_grad = predicted_forward + mm1 + 2 * mm2       # dw1; dw2 and dh
+dots = {}
+for n in back:
+    if n.op == "dot_general":
+        dots[n.line] = dots.get(n.line, 0) + 1
+forward_flops, grad_flops = c.summary()["flops"], c.grad.summary()["flops"]
+print(f"backward matrix products per forward line: {dots}")
+print(f"forward: predicted {predicted_forward:,} flops, XLA {forward_flops:,.0f}")
+print(f"gradient program: predicted {predicted_grad:,} flops, XLA {grad_flops:,.0f} "
+      f"(×{grad_flops / forward_flops:.2f} the forward)")
+
+# %% code
+# The backward graph is what autodiff derives from the forward code, its cost is predictable
+# from the shapes, XLA compiled and fused it, and the gradient is right.
+assert sorted(dots.values()) == [1, 2]                   # first layer: dw only; second: dw, dh
+assert abs(grad_flops / predicted_grad - 1) < 0.2 and abs(forward_flops / predicted_forward - 1) < 0.2
 assert g.kernels.get("backward", 0) + g.kernels.get("mixed", 0) > 0
 assert sum(g.kernels.values()) > c.summary()["kernels"]  # the gradient program is bigger
 assert sum(g.kernels.values()) < g.forward_ops + g.backward_ops  # and XLA fused it
@@ -57,7 +93,9 @@ for name, w in params.items():
 # %% md
 # ## What you saw
 # - `--grad` compiled the forward *and* the backward program; the backward ops were built by
-#   JAX's autodiff from the forward code (`transpose(jvp(...))` in the traced graph), then XLA
-#   optimised and fused them into fewer kernels.
+#   JAX's autodiff from the forward code (`transpose(jvp(...))` in the traced graph), last line
+#   first, then XLA optimised and fused them into fewer kernels.
+# - The gradient's cost followed from the shapes: one backward product per differentiated
+#   operand of each forward product; XLA's flop count matched the prediction.
 # - Residuals are the price of reverse mode: forward values kept in memory for the backward pass.
 # - The compiled gradient matches central finite differences.

@@ -109,6 +109,39 @@ assert intensity < v5e.ridge and memory_time > compute_time
 assert abs(memory_time - tpu.cost["optimal_seconds"]) < 0.3 * tpu.cost["optimal_seconds"]
 
 # %% md
+# **Crossing the ridge.** A small batch cannot keep a TPU's matrix unit busy: every weight
+# byte read is used by only `B` rows. Sweep the batch of one `B×D @ D×D` layer in bf16 (2
+# bytes a value), as the scaling book does: its intensity is `2·B·D² / (2·(2·B·D + D²))
+# = B·D / (2·B + D)` FLOP/byte, about `B` while `B ≪ D`, so it should cross the ridge near
+# `B = ridge·D / (D − 2·ridge)`. Predict that batch first, then read XLA's counts for each
+# batch (shapes only, nothing allocated) and check the roofline's prediction of XLA's time
+# estimate — the larger of bytes ÷ bandwidth and FLOPs ÷ peak — on both sides of the ridge.
+
+# %% code
+D = 8192
+w_spec = jax.ShapeDtypeStruct((D, D), jnp.bfloat16)
+crossing_pred = v5e.ridge * D / (D - 2 * v5e.ridge)
+print(f"predicted: intensity reaches the ridge ({v5e.ridge:.0f} FLOP/byte) at batch {crossing_pred:.0f}")
+sweep = {}
+for B in (64, 128, 256, 384, 512, 1024):
+    cost = nbcompile.compile(lambda w, a: a @ w, w_spec, jax.ShapeDtypeStruct((B, D), jnp.bfloat16),
+                             backend="tpu", topology="v5e:2x2").cost
+    roof = max(cost["bytes_accessed"] / v5e.bytes_per_s.value, cost["flops"] / v5e.flops_per_s.value)
+    sweep[B] = (cost["flops"] / cost["bytes_accessed"], roof, cost["optimal_seconds"])
+    i, r, o = sweep[B]
+    print(f"batch {B:>5}: {i:6.1f} FLOP/byte (hand count {B * D / (2 * B + D):6.1f}) "
+          f"{'compute' if i > v5e.ridge else 'memory':>7}-bound; roofline {r * 1e6:7.1f} µs, "
+          f"XLA's estimate {o * 1e6:7.1f} µs")
+crossing = min(B for B, (i, _, _) in sweep.items() if i > v5e.ridge)
+print(f"XLA's counts cross the ridge at batch {crossing} (predicted {crossing_pred:.0f}; XLA counts "
+      f"more bytes than the hand count as the batch grows)")
+
+# %% code
+assert all(abs(o / r - 1) < 0.2 for _, r, o in sweep.values())   # the roofline predicts XLA's time
+assert crossing_pred / 2 < crossing < 2 * crossing_pred            # and where the ridge is crossed
+assert sweep[64][0] < v5e.ridge < sweep[1024][0]
+
+# %% md
 # ## GPU targets
 # With the CUDA plugin (`pip install "jax[cuda12]"`, a large download) nbcompile compiles for a
 # GPU deviceless, from a description of the chip. Compare two generations: on an H100 XLA writes
@@ -158,7 +191,9 @@ assert ops & {"all-reduce", "all-gather", "reduce-scatter"}, ops
 #   arrays for the vector units, prefetches a weight asynchronously and runs matmuls as
 #   convolutions; the CPU program does none of these.
 # - XLA's TPU cost model puts this model below the chip's ridge: memory-bound, and its time
-#   estimate is close to bytes ÷ HBM bandwidth.
+#   estimate is close to bytes ÷ HBM bandwidth. Sweeping a bf16 layer's batch, the intensity
+#   crossed the ridge near the predicted batch, and the roofline — the larger of the memory and
+#   the compute time — predicted XLA's estimate on both sides.
 # - GPU generations differ too (XLA's own Triton kernels vs cuBLAS), compiled deviceless with
 #   the CUDA plugin.
 # - On a mesh, XLA inserted the collectives that tie the devices together.

@@ -4,8 +4,8 @@
 # **You will learn** what a *frozen* model is: the compiled program and its trained weights in
 # one file that serves predictions in a fresh process — without your source code, your
 # training data or this notebook — giving the same output for the same input. And that freezing
-# for inference strips the training-only work: dropout's random numbers and batch norm's
-# batch statistics.
+# writes exactly what was traced: dropout's random numbers and batch norm's batch statistics
+# are gone only if the model was in eval mode when you froze it.
 
 # %% code
 %load_ext nbcompile
@@ -13,7 +13,6 @@ import collections, os, re, subprocess, sys, tempfile
 import jax, jax.numpy as jnp, numpy as np
 from flax import nnx
 import nbcompile
-from nbcompile.debug import equation_ids
 
 out = tempfile.mkdtemp()  # every file this notebook writes goes here
 rng = np.random.default_rng(0)
@@ -91,12 +90,16 @@ print("program:", model.metadata["program"]["stablehlo_ops"], "StableHLO ops; we
 assert np.array_equal(np.asarray(model(x_new)), here)
 
 # %% md
-# ## Freezing strips the training-only work
+# ## Freezing writes what was traced: switch to eval mode first
 # A model with **dropout** and **batch norm** computes differently in training: dropout draws
 # random numbers to zero activations, and batch norm normalises with the statistics of the
-# current batch (updating its running averages as a side effect). For inference both are
-# fixed: no random numbers, the stored running averages. Compile the training-mode forward
-# pass, then freeze the inference one, and count.
+# current batch (updating its running averages as a side effect). For inference both must be
+# fixed — no random numbers, the stored running averages — and that is what `net.eval()`
+# does, *not* freezing: `freeze` writes the program it traced, whatever mode the model was in.
+# Freeze the same model twice, in training mode and in eval mode, and count the random-bit ops
+# (`xor`, shifts: the threefry generator) and the reductions in each file's program. Freezing
+# a model in training mode is allowed (it may be what you want), so `freeze` only adds a note
+# naming the layers still in training mode — read it.
 
 # %% code
 class Net(nnx.Module):
@@ -110,51 +113,63 @@ class Net(nnx.Module):
         return self.l2(self.drop(jax.nn.relu(self.bn(self.l1(x)))))
 
 net = Net(nnx.Rngs(0))
-RANDOM = {"random_bits", "random_fold_in", "random_split", "threefry2x32", "rng_bit_generator"}
+BITS = ("xor", "shift_left", "shift_right_logical", "rng_bit_generator")
 
-def census(c):
-    """Random-number primitives and reductions over the batch axis in a compiled program."""
-    eqns = [e for _, e in equation_ids(c.jaxpr)]
-    return (sum(e.primitive.name in RANDOM for e in eqns),
-            sum(e.primitive.name == "reduce_sum" and 0 in e.params["axes"] for e in eqns))
+def file_census(m):
+    """Random-bit ops and reductions in a frozen file's program (its StableHLO text)."""
+    ops = collections.Counter(re.findall(r"stablehlo\.([a-z_]+)", m.exported.mlir_module()))
+    return sum(ops[k] for k in BITS), ops["reduce"]
+
+notes = {}
+
+def freeze_and_load(c, name):
+    notes[name] = c.freeze(os.path.join(out, name)).notes
+    return nbcompile.load(os.path.join(out, name))
 
 net.train()
-training = nbcompile.compile(net, X)
 mean_before = np.asarray(net.bn.mean[...]).copy()
 a, b = np.asarray(net(X)), np.asarray(net(X))  # two training-mode calls, run eagerly
 moved = float(np.abs(np.asarray(net.bn.mean[...]) - mean_before).max())
-net.eval()
-inference = nbcompile.compile(net, X)
-frozen_path = os.path.join(out, "net.nbc")
-inference.freeze(frozen_path)
-frozen = nbcompile.load(frozen_path)
-text = frozen.exported.mlir_module()
-file_ops = collections.Counter(re.findall(r"stablehlo\.([a-z_]+)", text))
-train_ops = collections.Counter(re.findall(r"stablehlo\.([a-z_]+)", training.stablehlo))
-bits = ("xor", "shift_left", "shift_right_logical", "rng_bit_generator")
+frozen_train = freeze_and_load(nbcompile.compile(net, X), "net_train.nbc")
 
-for name, c in (("training", training), ("inference", inference)):
-    rand, batch = census(c)
-    print(f"{name:>9}: {rand} random-number primitives, {batch} reductions over the batch, "
-          f"{c.summary()['stablehlo_ops']} StableHLO ops")
-print(f"frozen file's program: {sum(file_ops[k] for k in bits)} random-bit ops "
-      f"(training program: {sum(train_ops[k] for k in bits)}), {file_ops['reduce']} reduce "
-      f"(training: {train_ops['reduce']})")
-print(f"training mode, same input twice: outputs differ by up to {np.abs(a - b).max():.3f}; "
-      f"the running mean moved by {moved:.4f}")
-c1, c2 = np.asarray(frozen(X)), np.asarray(frozen(X))
-print(f"frozen, same input twice: differ by {np.abs(c1 - c2).max()}; vs the eval-mode model: "
-      f"{np.abs(c1 - np.asarray(net(X))).max():.1e}")
+net.eval()                                        # the step that removes the training work
+frozen = freeze_and_load(nbcompile.compile(net, X), "net.nbc")
+for name, note in notes.items():
+    print(f"freeze's note on {name}: {note[0] if note else 'none'}")
+
+for name, m in (("training mode", frozen_train), ("eval mode", frozen)):
+    bits, reduces = file_census(m)
+    print(f"frozen in {name:<13}: {bits:>3} random-bit ops, {reduces} reductions, "
+          f"{m.metadata['program']['stablehlo_ops']} StableHLO ops")
+print(f"training mode, eager, same input twice: outputs differ by up to {np.abs(a - b).max():.3f};"
+      f" the running mean moved by {moved:.4f}")
 
 # %% code
-assert census(training)[0] > 0 and census(inference)[0] == 0          # dropout's RNG: gone
-assert census(training)[1] >= 2 and census(inference)[1] == 0         # batch statistics: gone
-assert sum(train_ops[k] for k in bits) > 0 and sum(file_ops[k] for k in bits) == 0
-assert train_ops["reduce"] >= 2 and file_ops["reduce"] == 0
-assert inference.summary()["stablehlo_ops"] < training.summary()["stablehlo_ops"]
-assert np.abs(a - b).max() > 0 and moved > 0                          # training varies...
-assert np.array_equal(c1, c2)                                         # ...the frozen model not
-np.testing.assert_allclose(c1, np.asarray(net(X)), rtol=1e-5, atol=1e-6)
+assert file_census(frozen_train)[0] > 0 and file_census(frozen_train)[1] >= 2  # freezing kept them
+assert file_census(frozen)[0] == 0 and file_census(frozen)[1] == 0              # eval mode removed them
+assert np.abs(a - b).max() > 0 and moved > 0
+assert "drop (Dropout)" in notes["net_train.nbc"][0] and notes["net.nbc"] == ()
+
+# %% md
+# The file frozen in training mode is not even a usable training model: its dropout key is a
+# stored weight, so it drops the *same* units on every call, and each example's output depends
+# on the rest of its batch (batch statistics). The eval-mode file gives the same output every
+# call, equal to the eval-mode model, and an example's output does not depend on its batch:
+
+# %% code
+t1, t2 = np.asarray(frozen_train(X)), np.asarray(frozen_train(X))
+c1, c2 = np.asarray(frozen(X)), np.asarray(frozen(X))
+here_eval = np.asarray(net(X))
+print(f"training-mode file: same input twice differs by {np.abs(t1 - t2).max()}; vs the "
+      f"eval-mode model {np.abs(t1 - here_eval).max():.3f}; first 5 rows alone vs in the batch "
+      f"{np.abs(np.asarray(frozen_train(X[:5])) - t1[:5]).max():.3f}")
+print(f"eval-mode file:     same input twice differs by {np.abs(c1 - c2).max()}; vs the "
+      f"eval-mode model {np.abs(c1 - here_eval).max():.1e}; first 5 rows alone vs in the batch "
+      f"{np.abs(np.asarray(frozen(X[:5])) - c1[:5]).max():.1e}")
+assert np.array_equal(c1, c2)
+np.testing.assert_allclose(c1, here_eval, rtol=1e-5, atol=1e-6)
+np.testing.assert_allclose(np.asarray(frozen(X[:5])), c1[:5], rtol=1e-5, atol=1e-6)
+assert np.abs(t1 - here_eval).max() > 1e-3
 
 # %% md
 # ## Weights as constants: the TensorFlow-style freeze
@@ -174,55 +189,15 @@ assert const.weights == {} and const.metadata["constants_mode"]
 assert np.array_equal(np.asarray(const(x_new)), here)
 
 # %% md
-# ## A file from elsewhere is a program you have not seen
-# Loading a `.nbc` file runs its program, and a file from someone else may be hostile. The
-# loader trusts nothing the file says about itself: it reads the program first in a forked
-# child process (a crash there refuses the file instead of killing this kernel), checks every
-# native kernel the program calls against JAX's own lowering, and, before the first call at
-# each new input shape, lowers and shape-refines the program in a child again. A file this
-# machine froze skips the children: `freeze` recorded its program as checked when it wrote it.
-# Below, the same file loaded as this machine's own, then as if it came from another machine
-# (an empty folder of checked programs), each loaded and called on a new batch size.
-
-# %% code
-import tempfile
-import time
-
-def load_and_call(p, batch):
-    t0 = time.perf_counter()
-    m = nbcompile.load(p)
-    y = np.asarray(m(np.ones((batch, 8), np.float32)))
-    return m, y, time.perf_counter() - t0
-
-mine, y_mine, t_mine = load_and_call(path, 3)
-saved_dir = os.environ.get("NBCOMPILE_CHECKED_DIR")
-os.environ["NBCOMPILE_CHECKED_DIR"] = tempfile.mkdtemp()  # a machine that never saw this file
-try:
-    foreign, y_foreign, t_foreign = load_and_call(path, 3)
-    again, _, t_again = load_and_call(path, 3)  # its checks were recorded: no child this time
-finally:
-    if saved_dir is None:
-        del os.environ["NBCOMPILE_CHECKED_DIR"]
-    else:
-        os.environ["NBCOMPILE_CHECKED_DIR"] = saved_dir
-print(f"frozen here:     written_here={mine.metadata['written_here']}, load + first call "
-      f"{t_mine * 1e3:.0f} ms (measured)")
-print(f"from elsewhere:  written_here={foreign.metadata['written_here']}, load + first call "
-      f"{t_foreign * 1e3:.0f} ms (measured; probe and first-call lowering in children), "
-      f"loaded again {t_again * 1e3:.0f} ms (measured; checks recorded)")
-
-# %% code
-assert mine.metadata["written_here"] and not foreign.metadata["written_here"]
-assert np.array_equal(y_mine, y_foreign)  # the checks change when it runs, not what it computes
-
-# %% md
 # ## What you saw
 # - One file held the architecture and the trained weights; a fresh process served
 #   predictions from it without the source, bit-identical to the notebook.
-# - Frozen for inference, a model with dropout and batch norm lost its random-number
-#   generation and its batch statistics: fewer ops, and the same output every call, where the
-#   training-mode model changed its output and its running averages on every call.
+# - Freezing writes what was traced. Frozen in training mode, a model with dropout and batch
+#   norm kept its random-bit ops and batch reductions (and dropped the same units every call),
+#   and `freeze` said so in a note naming those layers; `net.eval()` before freezing removed
+#   them: the same output every call, equal to the eval-mode model, whatever the batch.
 # - Weights can be arguments (a weight section, swappable) or baked-in constants (no weight
 #   section, foldable).
-# - A file from elsewhere is checked in child processes before its program first runs here
-#   (docs/format.md, "Threat model"); a file this machine froze is not checked again.
+# - A `.nbc` file from someone else is a program you have not seen: how the loader checks it
+#   in child processes before it first runs (and why a file this machine froze is not checked
+#   again) is in docs/format.md, "What `load` checks" and "Threat model".

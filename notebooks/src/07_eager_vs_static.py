@@ -4,7 +4,8 @@
 # **You will learn** when compiling makes a model faster and why — the cost of dispatching
 # small ops one by one is a different effect from fusion — measured on this machine; and why a
 # compiled graph is harder to debug than eager code, and which tool shows what: `print`,
-# `jax.debug.print`, `jax_debug_nans`, `checkify` and `--debug`.
+# `jax.debug.print`, `jax_debug_nans`, `checkify` and `--debug`; and what to do when Python
+# needs a value that is still a tracer.
 
 # %% code
 %load_ext nbcompile
@@ -98,24 +99,37 @@ assert m.speedup < b.speedup                  # so compiling buys less
 # %% md
 # ## Debugging a static graph is harder
 # Inside a compiled function your Python runs once, at trace time, on *tracers* — placeholders
-# with a shape and dtype but no values. A `print` shows a tracer, not numbers:
+# with a shape and dtype but no values. A `print` shows a tracer, not numbers, and prints
+# nothing at all on the next call: the compiled program has no Python left in it. Record what
+# the function's own Python saw on each call:
 
 # %% code
+seen = []  # on each run of the function's Python: was `ratio` a tracer?
+
 def unstable(x):
     big = jnp.exp(x * 100.0)          # overflows to inf for large x
     ratio = big / big                 # inf / inf = NaN ... or is it?
-    print("ratio is", repr(ratio)[:60])
+    print("ratio is", str(ratio)[:40].replace("\n", " "))
+    seen.append(isinstance(ratio, jax.core.Tracer))
     return jnp.tanh(ratio).mean()
 
-compiled_out = float(jax.jit(unstable)(x))
+step = jax.jit(unstable)
+compiled_out = float(step(x))
+compiled_again = float(step(x))       # no print: the compiled program has no Python in it
 eager_out = float(unstable(x))
-print(f"compiled: {compiled_out} | eager: {eager_out}")
+print(f"compiled: {compiled_out} (twice, one print) | eager: {eager_out}; tracer seen: {seen}")
+
+# %% code
+assert seen == [True, False]          # print inside the compiled function saw a tracer, once
 assert np.isfinite(compiled_out) and np.isnan(eager_out)
 
 # %% md
 # And the compiled program does not compute what the code says, operation by operation: XLA
 # rewrote `exp(a) / exp(a)` into `exp(a - a)` — equal in exact arithmetic, so no NaN where
 # `exp` overflows. The eager run gives NaN, the compiled run a number. Which tool sees what?
+# `jax.debug.print` is a print that is *part of the program*: it runs on every call with the
+# values the compiled program computes (`jax.debug.breakpoint()` likewise stops inside the
+# compiled program with those values; it waits for input, so it is not run here).
 
 # %% code
 def unstable(x):
@@ -136,22 +150,27 @@ except FloatingPointError as e:
     found["jax_debug_nans, eager"] = f"raised: {str(e).splitlines()[0][:70]}"
 finally:
     jax.config.update("jax_debug_nans", False)
-err, _ = jax.jit(checkify.checkify(unstable, errors=checkify.float_checks))(x)
-found["checkify (float checks)"] = err.get() or "no error"
+for name, errors in (("NaN checks", checkify.nan_checks), ("division checks", checkify.div_checks)):
+    err, _ = jax.jit(checkify.checkify(unstable, errors=errors))(x)
+    found[f"checkify ({name})"] = err.get() or "no error"
 for tool, result in found.items():
-    print(f"{tool:<26} {result}")
+    print(f"{tool:<28} {result}")
 
 # %% md
 # `jax.debug.print` runs *inside* the compiled program: it reports the rewritten program's
 # values (no NaN). `jax_debug_nans` checks a compiled function's *outputs*: finite here, so it
-# says nothing; eagerly it stops at the `div`. `checkify` inserts checks before XLA optimises
-# and catches the `exp` underflowing to zero in the divisor. `--debug` runs the program op by
-# op, stops at the first NaN with its line — and then compares with the compiled program,
-# naming the HLO ops that compute the value differently:
+# says nothing; eagerly it stops at the `div`. `checkify`'s checks are compiled into the program
+# too, and XLA optimises them with the rest: its NaN check on `big / big` found nothing, since
+# the rewritten division makes no NaN. It caught the bug with its *division* check — the
+# divisor `exp(...)` underflows to zero for very negative inputs, and that check tests the
+# divisor, which no rewrite removes. `--debug` runs the program op by op, stops at the first
+# NaN with its line — and then compares with the compiled program, naming the HLO ops that
+# compute the value differently:
 
 # %% code
 assert "raised" not in found["jax_debug_nans, compiled"] and "raised" in found["jax_debug_nans, eager"]
-assert found["checkify (float checks)"] != "no error"
+assert found["checkify (NaN checks)"] == "no error"
+assert "division by zero" in found["checkify (division checks)"]
 
 # %% code
 %%compile --debug -q
@@ -190,11 +209,61 @@ np.testing.assert_allclose(float(dbg.outputs[0]), float(healthy(x)), rtol=1e-5)
 assert not dbg.divergence.differs
 
 # %% md
+# ## A traced value where Python needs a concrete one
+# Because the function's Python runs on tracers, Python control flow on an argument fails:
+# `if use_relu:` asks a tracer for `True` or `False`, and it has no value yet. JAX raises a
+# `ConcretizationTypeError` (here its subclass for `bool()`); nbcompile names the line and the
+# fix. Calling `nbcompile.compile` (the `%%compile` magic's Python API) inside `try` lets the
+# notebook go on after the error:
+
+# %% code
+def layer(x, use_relu):
+    h = x @ p["q"]
+    if use_relu:
+        h = jnp.maximum(h, 0.0)
+    return h.sum()
+
+try:
+    jax.jit(layer)(x, True)
+except jax.errors.ConcretizationTypeError as e:
+    jax_error = e
+print(f"JAX: {type(jax_error).__name__} — {str(jax_error).splitlines()[0]}")
+try:
+    nbcompile.compile(layer, x, True)
+except nbcompile.NbcompileError as e:
+    nbc_error = e
+print(f"nbcompile: {nbc_error}")
+assert isinstance(jax_error, jax.errors.ConcretizationTypeError)
+assert nbc_error.code == "NBC201" and "--static" in nbc_error.hint
+
+# %% md
+# `use_relu` is a configuration value, not data: mark it static and the `if` runs in Python at
+# trace time, on the real value — each new value compiles a program of its own.
+
+# %% code
+%%compile --static use_relu -q
+def layer(x, use_relu):
+    h = x @ p["q"]
+    if use_relu:
+        h = jnp.maximum(h, 0.0)
+    return h.sum()
+layer(x, True)
+
+# %% code
+np.testing.assert_allclose(float(layer(x, True)), float(jnp.maximum(x @ p["q"], 0.0).sum()), rtol=1e-5)
+print("with --static use_relu:", layer.compilation.summary()["kernels"], "kernels; ReLU on:",
+      float(layer(x, True)), "| off:", float(layer(x, False)))
+
+# %% md
 # ## What you saw
 # - Against the ordinary eager call, compiling the attention block paid off: many small ops, each
 #   paying a dispatch cost, became one call — and fusion, measured apart, bought the rest. A
 #   matmul-bound MLP dispatches few ops and gained less; the report said why.
-# - A compiled function's Python sees tracers, and XLA's rewrites can change numerics: here the
-#   compiled program had no NaN where eager code did. `jax.debug.print` and `jax_debug_nans`
-#   see the compiled values; `checkify` checks before XLA rewrites; `--debug` found the NaN at
-#   its line op by op and named the HLO rewrite that made the compiled program differ.
+# - A compiled function's Python runs once, on tracers: `print` showed a tracer, and nothing on
+#   the next call. XLA's rewrites can change numerics: here the compiled program had no NaN
+#   where eager code did. `jax.debug.print` and `jax_debug_nans` see the compiled values;
+#   `checkify`'s checks are compiled too — its NaN check saw nothing, its division check caught
+#   the zero divisor; `--debug` found the NaN at its line op by op and named the HLO rewrite
+#   that made the compiled program differ.
+# - Python control flow on a traced argument raises a `ConcretizationTypeError`; nbcompile
+#   names the line, and `--static` makes a configuration argument a Python value again.

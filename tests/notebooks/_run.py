@@ -25,14 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 TIMES = ROOT / "build" / "notebook-times.json"
 #: Tutorials with a test module of their own, which executes them (and checks more).
-DEDICATED = {"09_where_the_time_goes": "test_tutorial_profile.py",
-             "10_will_it_fit": "test_tutorial_memory.py"}
+DEDICATED = {
+    "09_where_the_time_goes": "test_tutorial_profile.py",
+    "10_will_it_fit": "test_tutorial_memory.py",
+}
 #: What must never appear in a tutorial's output: a traceback, libtpu's or a plugin's start-up
 #: noise (seen with the [tpu] extra / CUDA plugin and no device before %load_ext captured it),
 #: JAX's persistent-cache log lines (seen while nbcompile explained recompiles).
-NOISE = re.compile(r"Traceback|Source Location Trace|E0000 |W0000 |Jax plugin configuration error"
-                   r"|TPU_ACCELERATOR_TYPE|Unable to initialize backend"
-                   r"|(?i:persistent compilation cache|persistent cache entry)")
+NOISE = re.compile(
+    r"Traceback|Source Location Trace|E0000 |W0000 |Jax plugin configuration error"
+    r"|TPU_ACCELERATOR_TYPE|Unable to initialize backend"
+    r"|(?i:persistent compilation cache|persistent cache entry)"
+)
 # The test process runs JAX on the CPU; the kernels see what a user's notebook sees.
 _TEST_ONLY_ENV = ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL")
 
@@ -43,10 +47,22 @@ def _kernel_manager(work: Path) -> AsyncKernelManager:
     ``PYTHONPATH``), whatever kernel specs are installed."""
     spec = work / "kernels" / "nbcompile-tests"
     spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": ["python", "-Xfrozen_modules=off", "-m", "ipykernel_launcher",
-                 "-f", "{connection_file}"],
-        "display_name": "nbcompile tests", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [
+                    "python",
+                    "-Xfrozen_modules=off",
+                    "-m",
+                    "ipykernel_launcher",
+                    "-f",
+                    "{connection_file}",
+                ],
+                "display_name": "nbcompile tests",
+                "language": "python",
+            }
+        )
+    )
     ksm = KernelSpecManager(kernel_dirs=[str(spec.parent)], ensure_native_kernel=False)
     return AsyncKernelManager(kernel_name="nbcompile-tests", kernel_spec_manager=ksm)
 
@@ -59,8 +75,13 @@ def execute(path: Path, work: Path, timeout: int = 300) -> tuple[nbformat.Notebo
     nb = nbformat.read(copy, as_version=4)
     env = {k: v for k, v in os.environ.items() if k not in _TEST_ONLY_ENV}
     start = time.perf_counter()
-    client = NotebookClient(nb, km=_kernel_manager(work), timeout=timeout, allow_errors=False,
-                            resources={"metadata": {"path": str(work)}})
+    client = NotebookClient(
+        nb,
+        km=_kernel_manager(work),
+        timeout=timeout,
+        allow_errors=False,
+        resources={"metadata": {"path": str(work)}},
+    )
     client.execute(env=env, cleanup_kc=True)  # shut the kernel down: the manager is ours
     seconds = time.perf_counter() - start
     TIMES.parent.mkdir(exist_ok=True)
@@ -89,3 +110,50 @@ def noise(nb: nbformat.NotebookNode) -> list[str]:
     """Lines of the outputs that are a traceback or backend start-up noise."""
     text = outputs_text(nb)
     return [line for line in text.splitlines() if NOISE.search(line)]
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def execute_ablated(
+    path: Path,
+    work: Path,
+    replace: dict[str, str],
+    until: str,
+    only: tuple[str, ...] | None = None,
+    timeout: int = 300,
+) -> str | None:
+    """Run a copy of the notebook at ``path`` with a claim's cause removed: each ``old`` in
+    ``replace`` swapped for its ``new`` in the code cells (each must occur, else the ablation
+    would test nothing), and only the cells up to the first one holding ``until`` (of those,
+    just the first code cell and the cells holding a string of ``only``, when given).
+
+    Returns the ANSI-free traceback that cell raised, ``None`` when it passed; an error in an
+    earlier cell fails the run (the ablation broke the notebook, not the claim)."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for old, new in replace.items():
+        hits = [c for c in code if old in c.source]
+        assert hits, f"{path.name}: nothing to replace for {old!r}"
+        for cell in hits:
+            cell.source = cell.source.replace(old, new)
+    last = next(i for i, c in enumerate(code) if until in c.source)
+    nb.cells = [
+        c
+        for i, c in enumerate(code[: last + 1])
+        if i in (0, last) or only is None or any(s in c.source for s in only)
+    ]
+    env = {k: v for k, v in os.environ.items() if k not in _TEST_ONLY_ENV}
+    client = NotebookClient(
+        nb,
+        km=_kernel_manager(work),
+        timeout=timeout,
+        allow_errors=True,
+        resources={"metadata": {"path": str(work)}},
+    )
+    client.execute(env=env, cleanup_kc=True)
+    errors = [
+        (i, o) for i, c in enumerate(nb.cells) for o in c.outputs if o.get("output_type") == "error"
+    ]
+    assert all(i == len(nb.cells) - 1 for i, _ in errors), [o.get("ename") for _, o in errors]
+    return ANSI.sub("", "\n".join(errors[0][1]["traceback"])) if errors else None

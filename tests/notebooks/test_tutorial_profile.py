@@ -30,8 +30,13 @@ def executed(tmp_path_factory):
 
 
 def _stdout(nb) -> str:
-    return "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                     for o in c.outputs if o.output_type == "stream")
+    return "\n".join(
+        o.get("text", "")
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "stream"
+    )
 
 
 def test_tutorial_runs_checks_its_claims_and_prints_its_measurements(executed):
@@ -40,8 +45,13 @@ def test_tutorial_runs_checks_its_claims_and_prints_its_measurements(executed):
     assert sum("assert " in s for s in code) >= 4
     assert noise(nb) == [], noise(nb)
     out = _stdout(nb)
-    for claim in ("of execution", "lines with a matrix product", "ridge at",
-                  "memory-bound", "fusion cut the element-wise kernels' traffic"):
+    for claim in (
+        "of execution",
+        "lines with a matrix product",
+        "ridge at",
+        "memory-bound",
+        "fusion cut the element-wise kernels' traffic",
+    ):
         assert claim in out, claim
     # the profile table (kernels by measured time) and the per-line heat map were printed
     assert re.search(r"measured over 20 calls .* per call", out)
@@ -52,7 +62,11 @@ def test_tutorial_runs_checks_its_claims_and_prints_its_measurements(executed):
 def test_the_measured_cell_displays_the_view(executed):
     nb, _ = executed
     (cell,) = [c for c in nb.cells if c.source.startswith("%%compile --profile")]
-    bundles = [o.get("data", {}) for o in cell.outputs if o.output_type == "display_data"
-               or o.output_type == "execute_result"]
-    assert any("text/html" in b or "application/vnd.jupyter.widget-view+json" in b
-               for b in bundles), [list(b) for b in bundles]
+    bundles = [
+        o.get("data", {})
+        for o in cell.outputs
+        if o.output_type == "display_data" or o.output_type == "execute_result"
+    ]
+    assert any(
+        "text/html" in b or "application/vnd.jupyter.widget-view+json" in b for b in bundles
+    ), [list(b) for b in bundles]
