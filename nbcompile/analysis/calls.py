@@ -122,8 +122,9 @@ def strip_calls(paths: list[str], kinds: CallKinds) -> list[str]:
 
 
 def annotate_compiled(info: Any, kinds: CallKinds) -> dict[str, list[str]]:
-    """Give each fusion its ``functions`` and keep call labels out of module paths (fusions,
-    kernels, compiled-graph nodes). Returns kernel instruction name -> call paths."""
+    """Give each fusion its ``functions``, each compiled-graph kernel node its ``calls`` (the
+    same paths) and keep call labels out of module paths (fusions, kernels, compiled-graph
+    nodes). Returns kernel instruction name -> call paths."""
     by_kernel: dict[str, list[str]] = {}
     if not kinds:
         return by_kernel
@@ -146,6 +147,8 @@ def annotate_compiled(info: Any, kinds: CallKinds) -> dict[str, list[str]]:
     for node in info.graph.nodes:
         if node.path:
             node.path = "/".join(p for p in node.path.split("/") if p not in kinds)
+        if node.label in by_kernel and node.kind in ("op", "fusion"):
+            node.extra["calls"] = list(by_kernel[node.label])
     return by_kernel
 
 

@@ -229,6 +229,27 @@ def _members(module: HloModule, instr: Instruction) -> list[Instruction]:
     return out
 
 
+_CONST_LIKE = ("broadcast", "reshape", "bitcast", "convert", "copy")
+
+
+def _call_op_names(members: list[Instruction]) -> list[str]:
+    """The ``op_name``s that say which of the user's calls a fusion's ops came from (sorted,
+    unique). Constants and broadcasts of them are left out: XLA merges equal constants of
+    different calls into one that keeps the first call's name (``block#1``), which would make
+    every fusion using it look like it spans two calls."""
+    const: set[tuple[str, str]] = set()
+    for m in members:  # a computation's operands come before their users
+        if m.opcode == "constant" or (
+            m.opcode in _CONST_LIKE
+            and m.operands
+            and all((m.computation, o) in const for o in m.operands)
+        ):
+            const.add((m.computation, m.name))
+    return sorted(
+        {m.op_name for m in members if m.op_name and (m.computation, m.name) not in const}
+    )
+
+
 def _module_text(module: HloModule, instr: Instruction, shapes: dict[str, str]) -> str | None:
     """A one-kernel module: the kernel with its operands as parameters, for XLA's cost model."""
     if any(o not in shapes for o in instr.operands):
@@ -537,7 +558,7 @@ def analyse_compiled(
                         phase=phase,
                         computation=comp.name,
                         node=node.id,
-                        op_names=sorted({m.op_name for m in members if m.op_name}),
+                        op_names=_call_op_names(members),
                         cost_from="XLA" if cost.get("source") == "xla" else "estimate",
                     )
                 )

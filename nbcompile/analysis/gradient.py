@@ -11,7 +11,10 @@ A *residual* is a value produced by a forward equation and read by a backward on
 forward pass must keep alive for the backward pass. ``pairs`` pairs each of the user's calls
 (``block#3``) with its backward group (``block#3 (backward)``) and the bytes of the residuals
 the one saved for the other (a residual counts for every call that holds both its producer
-and, marked backward, its reader: ``loss#1`` and ``block#3``).
+and, marked backward, its reader: ``loss#1`` and ``block#3``). Library models (Flax, Equinox,
+Keras) have module scopes, not calls: under ``--grad`` a scope's backward equations form its
+``(backward)`` group in the traced graph (``Linear_0 (backward)``), and ``pairs`` pairs those
+the same way, after the calls.
 """
 
 from __future__ import annotations
@@ -92,6 +95,8 @@ def analyse_gradient(
     residuals: dict[Any, Residual] = {}
     saved: dict[tuple[str, ...], int] = {}  # forward call path -> residual bytes
     counted: set[tuple[Any, tuple[str, ...]]] = set()
+    chains = _group_chains(traced.graph)
+    scope_saved: dict[tuple[str, ...], int] = {}  # forward module group path -> residual bytes
     for info in traced.eqns:
         if info.phase != "backward":
             continue
@@ -109,6 +114,11 @@ def analyse_gradient(
                 if (var, path) not in counted:
                     counted.add((var, path))
                     saved[path] = saved.get(path, 0) + _nbytes(var.aval)
+            fwd, bwd = chains.get(src.node.group, ()), chains.get(info.node.group, ())
+            for path in _shared_scopes(fwd, bwd):
+                if (var, ("\0scope", *path)) not in counted:
+                    counted.add((var, ("\0scope", *path)))
+                    scope_saved[path] = scope_saved.get(path, 0) + _nbytes(var.aval)
     kernels = {"forward": 0, "backward": 0, "mixed": 0}
     hlo_phases = {"forward": 0, "backward": 0}
     if compiled is not None:
@@ -126,7 +136,7 @@ def analyse_gradient(
         kernels=kernels,
         residuals=list(residuals.values()),
         hlo_phases=hlo_phases,
-        pairs=_pairs(traced, saved),
+        pairs=_pairs(traced, saved) + _scope_pairs(traced, chains, scope_saved),
     )
 
 
@@ -162,6 +172,70 @@ def _pairs(traced: Traced, saved: dict[tuple[str, ...], int]) -> list[tuple[str,
                 break
             path = e.calls[: k + 1]
             if path in mirrored:
+                order.setdefault(path, None)
+    labels: dict[str, int] = {}
+    for path in order:
+        labels[path[-1]] = labels.get(path[-1], 0) + 1
+    out = []
+    for path in order:
+        name = path[-1] if labels[path[-1]] == 1 else "/".join(path)
+        out.append((name, name + BACKWARD, saved.get(path, 0)))
+    return out
+
+
+Chain = tuple[tuple[str, str], ...]  # (label, kind) of each group from the root down
+
+
+def _group_chains(graph: Any) -> dict[str | None, Chain]:
+    """Group id -> the (label, kind) of it and the groups around it, outermost first."""
+    by_id = {g.id: g for g in graph.groups}
+    out: dict[str | None, Chain] = {None: ()}
+
+    def chain(gid: str | None) -> Chain:
+        if gid not in out:
+            g = by_id.get(gid or "")
+            out[gid] = (*chain(g.parent), (g.label, g.kind)) if g is not None else ()
+        return out[gid]
+
+    for g in graph.groups:
+        chain(g.id)
+    return out
+
+
+def _shared_scopes(forward: Chain, backward: Chain) -> list[tuple[str, ...]]:
+    """The forward module groups (label paths) that hold a forward value and, as their
+    ``(backward)`` group, its reader."""
+    out = []
+    for k, ((f, kind), (b, _)) in enumerate(zip(forward, backward, strict=False)):
+        if b == f + BACKWARD:
+            if kind == "scope":
+                out.append(tuple(label for label, _ in forward[: k + 1]))
+        elif b != f or f.endswith(BACKWARD):
+            break
+    return out
+
+
+def _scope_pairs(
+    traced: Traced, chains: dict[str | None, Chain], saved: dict[tuple[str, ...], int]
+) -> list[tuple[str, str, int]]:
+    """Every module group (``Linear_0``) that has a ``(backward)`` group, in forward program
+    order, named by its label where that is unique among them, else by its group path."""
+    mirrored: set[tuple[str, ...]] = set()
+    for chain in chains.values():
+        if chain and chain[-1][1] == "scope" and chain[-1][0].endswith(BACKWARD):
+            mirrored.add(tuple(_unmarked(label) for label, _ in chain))
+    if not mirrored:
+        return []
+    order: dict[tuple[str, ...], None] = {}
+    for e in traced.eqns:
+        if e.phase == "backward":
+            continue
+        chain = chains.get(e.node.group, ())
+        for k, (label, kind) in enumerate(chain):
+            if label.endswith(BACKWARD):
+                break
+            path = tuple(lb for lb, _ in chain[: k + 1])
+            if kind == "scope" and path in mirrored:
                 order.setdefault(path, None)
     labels: dict[str, int] = {}
     for path in order:

@@ -279,8 +279,8 @@ class _Walker:
             if self.kinds and any(s in self.kinds for s in scopes):
                 g, modules, eqn_calls = self.call_groups(group, stack, scopes, calls)
             else:
-                for scope in scopes:
-                    g = graph.group(g, scope, "scope")
+                for scope, backward in zip(scopes, self.backward_flags(stack, scopes), strict=True):
+                    g = graph.group(g, scope + BACKWARD if backward else scope, "scope")
             node_path = "/".join([*path, *modules])
             location, visible = self.source.of_traceback(si.traceback)
             subs = _subprograms(eqn)
@@ -369,6 +369,12 @@ class _Walker:
                     env[var] = node.id
                     self.producer[var] = info
 
+    def backward_flags(self, stack: str, scopes: tuple[str, ...]) -> tuple[bool, ...]:
+        """Per scope: whether its group is the ``(backward)`` one (with ``--grad``, under a
+        ``transpose``): module scopes pair with their forward groups like calls do."""
+        flags = _transposed(stack) if self.grad else ()
+        return tuple(k < len(flags) and flags[k] for k in range(len(scopes)))
+
     def call_groups(
         self, group: str | None, stack: str, scopes: tuple[str, ...], calls: tuple[str, ...]
     ) -> tuple[str | None, tuple[str, ...], tuple[str, ...]]:
@@ -378,9 +384,9 @@ class _Walker:
         modules, path = [], list(calls)
         for scope, backward in zip(scopes, _transposed(stack), strict=False):
             kind = self.kinds.get(scope)
-            if kind is None:
+            if kind is None:  # a module scope: under a transpose, its (backward) group
                 modules.append(scope)
-                g = graph.group(g, scope, "scope")
+                g = graph.group(g, scope + BACKWARD if backward and self.grad else scope, "scope")
                 continue
             label = scope + BACKWARD if backward and self.grad else scope
             path.append(label)

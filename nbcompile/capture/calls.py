@@ -30,6 +30,7 @@ import collections
 import contextlib
 import dis
 import functools
+import inspect
 import itertools
 import linecache
 import re
@@ -147,10 +148,26 @@ def _named(frame: Any) -> bool:
 
 
 def _is_model_method(frame: Any) -> bool:
+    """A method of a Flax/Equinox/Keras module."""
     code = frame.f_code
-    if not code.co_argcount or code.co_varnames[0] != "self":
-        return False
-    owner = frame.f_locals.get("self")
+    if code.co_argcount and code.co_varnames[0] == "self":
+        return _is_model(frame.f_locals.get("self"))
+    return False
+
+
+def _calls_model(frame: Any) -> bool:
+    """A library frame that is a model's own call: a module method, or a wrapper given the
+    module first (Keras wraps ``Layer.__call__`` in ``error_handler(*args, **kwargs)``)."""
+    if _is_model_method(frame):
+        return True
+    code = frame.f_code
+    if code.co_flags & inspect.CO_VARARGS and not (code.co_argcount or code.co_kwonlyargcount):
+        args = frame.f_locals.get(code.co_varnames[0])
+        return isinstance(args, tuple) and bool(args) and _is_model(args[0])
+    return False
+
+
+def _is_model(owner: Any) -> bool:
     for klass in type(owner).__mro__:
         module = getattr(klass, "__module__", "") or ""
         if module.split(".", 1)[0] in _MODEL_LIBS:
@@ -305,7 +322,7 @@ class _Recorder:
                 hit.kind = "transparent"
             return hit
         name = _callee_name(caller) if caller is not None else None
-        if name is None or wraps or _is_model_method(callee):
+        if name is None or wraps or _calls_model(callee):
             return self._add(callee, name or callee.f_code.co_name, "transparent", parent)
         line = caller.f_lineno if caller is not None else None
         file = caller.f_code.co_filename if caller is not None else None

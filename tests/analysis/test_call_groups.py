@@ -115,6 +115,31 @@ def test_gradient_pairs_each_block_with_its_backward_group(ip):
     assert not any("#" in (b.module or "") for b in memory.at_peak)
 
 
+def _block_of(path):
+    return path.split("/")[0].removesuffix(" (backward)")
+
+
+def test_compiled_kernels_carry_their_calls_and_only_their_own(ip):
+    res = run(ip, LOSS.format(opts=" --grad"))
+    assert res.success, res.error_in_exec
+    c = nbcompile.last()
+    for analysis in (c.analysis, c.grad.analysis):
+        known = analysis.kernel_functions
+        nodes = [n for n in analysis.compiled_graph.nodes if n.label in known]
+        assert len(nodes) == len(known) > 0
+        for node in nodes:  # unfused kernels (dots) too, not only fusions
+            assert node.extra.get("calls") == known[node.label], node.label
+        # a constant shared by every block keeps block#1's name: it must not make a kernel
+        # look like it spans two blocks (each block's kernels only name their own block)
+        for fusion in analysis.fusions:
+            blocks = {_block_of(p) for p in fusion.functions} & set(BLOCKS)
+            assert len(blocks) <= 1, (fusion.name, fusion.functions)
+    dots = [n for n in c.grad.analysis.compiled_graph.nodes if n.extra.get("opcode") == "dot"]
+    assert dots and all(n.extra.get("calls") for n in dots)  # the unfused dots of the step
+    spans = [f.functions for f in c.grad.analysis.fusions if "mean (backward)" in f.functions]
+    assert any("block#10" in fs for fs in spans)  # a fusion that really spans two calls
+
+
 def test_the_same_function_called_twice_on_one_line_is_two_groups(ip):
     cell = """%%compile -q -f
 def twice(params, x):
