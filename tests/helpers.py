@@ -37,6 +37,20 @@ def run_child(
     return proc
 
 
+def freeze_small_matmul(path: Path) -> Path:
+    """A tiny frozen model (``x @ p``, p 3x4) that the record, isolation and fuzz tests load."""
+    from nbcompile.frozen import freeze
+
+    freeze(
+        lambda p, x: x @ p,
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.ones((2, 3), np.float32),
+        path=path,
+        measure_compiled=False,
+    )
+    return path
+
+
 def child_json(argv: list[str], **kw: Any) -> Any:
     """:func:`run_child`, then the JSON object on the last line of its standard output."""
     return json.loads(run_child(argv, **kw).stdout.strip().splitlines()[-1])

@@ -18,10 +18,11 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from nbcompile.frozen import _verify, freeze
+from nbcompile.frozen import _verify
+
+from .helpers import freeze_small_matmul
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,14 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("model") / "model.nbc"
-    freeze(
-        lambda p, x: x @ p,
-        np.arange(12, dtype=np.float32).reshape(3, 4),
-        np.ones((2, 3), np.float32),
-        path=path,
-        measure_compiled=False,
-    )
-    return path
+    return freeze_small_matmul(path)
 
 
 def _child_imports(model: Path, cwd: Path) -> set[str]:

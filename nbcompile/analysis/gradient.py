@@ -173,14 +173,7 @@ def _pairs(traced: Traced, saved: dict[tuple[str, ...], int]) -> list[tuple[str,
             path = e.calls[: k + 1]
             if path in mirrored:
                 order.setdefault(path, None)
-    labels: dict[str, int] = {}
-    for path in order:
-        labels[path[-1]] = labels.get(path[-1], 0) + 1
-    out = []
-    for path in order:
-        name = path[-1] if labels[path[-1]] == 1 else "/".join(path)
-        out.append((name, name + BACKWARD, saved.get(path, 0)))
-    return out
+    return _named_pairs(order, saved)
 
 
 Chain = tuple[tuple[str, str], ...]  # (label, kind) of each group from the root down
@@ -237,6 +230,21 @@ def _scope_pairs(
             path = tuple(lb for lb, _ in chain[: k + 1])
             if kind == "scope" and path in mirrored:
                 order.setdefault(path, None)
+    return _named_pairs(order, saved)
+
+
+def _phase_of(fusion_phase: dict[tuple[str, str], str | None], instr: Any) -> str:
+    key = (instr.computation, instr.name)
+    if key in fusion_phase:
+        return fusion_phase[key] or "forward"
+    return op_name_phase(instr.op_name) or "forward"
+
+
+def _named_pairs(
+    order: dict[tuple[str, ...], None], saved: dict[tuple[str, ...], int]
+) -> list[tuple[str, str, int]]:
+    """(forward, backward, residual bytes) per group, in program order: named by the group's
+    label where it is unique, else by its path (``loss#1/block#3/gelu``)."""
     labels: dict[str, int] = {}
     for path in order:
         labels[path[-1]] = labels.get(path[-1], 0) + 1
@@ -245,10 +253,3 @@ def _scope_pairs(
         name = path[-1] if labels[path[-1]] == 1 else "/".join(path)
         out.append((name, name + BACKWARD, saved.get(path, 0)))
     return out
-
-
-def _phase_of(fusion_phase: dict[tuple[str, str], str | None], instr: Any) -> str:
-    key = (instr.computation, instr.name)
-    if key in fusion_phase:
-        return fusion_phase[key] or "forward"
-    return op_name_phase(instr.op_name) or "forward"

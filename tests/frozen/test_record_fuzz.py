@@ -17,11 +17,9 @@ import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from nbcompile.frozen import freeze
-
+from ..helpers import freeze_small_matmul
 from . import _supervise
 
 CASES = 1_200
@@ -113,14 +111,7 @@ def problems(case: dict, got: dict) -> list[str]:
 @pytest.fixture(scope="module")
 def small_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("record-fuzz") / "small.nbc"
-    freeze(
-        lambda p, x: x @ p,
-        np.arange(12, dtype=np.float32).reshape(3, 4),
-        np.ones((2, 3), np.float32),
-        path=path,
-        measure_compiled=False,
-    )
-    return path
+    return freeze_small_matmul(path)
 
 
 def run_fuzz(small_file: Path, n: int) -> tuple[list[dict], dict]:

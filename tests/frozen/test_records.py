@@ -19,12 +19,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from nbcompile import _dirs
-from nbcompile.frozen import _checked, _format, freeze
+from nbcompile.frozen import _checked, _format
 
+from ..helpers import freeze_small_matmul
 from . import _supervise
 
 HERE = Path(__file__).resolve().parent
@@ -245,14 +245,7 @@ def test_relative_or_empty_xdg_cache_home_is_ignored(monkeypatch, tmp_path: Path
 @pytest.fixture(scope="module")
 def small_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("records") / "small.nbc"
-    freeze(
-        lambda p, x: x @ p,
-        np.arange(12, dtype=np.float32).reshape(3, 4),
-        np.ones((2, 3), np.float32),
-        path=path,
-        measure_compiled=False,
-    )
-    return path
+    return freeze_small_matmul(path)
 
 
 PLANTED = [
