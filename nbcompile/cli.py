@@ -232,8 +232,11 @@ def _check_shape(path: str, shape: tuple[int, ...], dtype: np.dtype, want: dict)
     wanted = want["shape"]
     uses_b = bool(wanted) and wanted[0] == _batch.BATCH_DIM
     size = shape[0] if uses_b and shape else 1
+    import jax
+
+    # as `jax.jit` would: float64 runs as float32 where JAX's 64-bit mode is off
     if (
-        dtype.name != want["dtype"]
+        np.dtype(jax.dtypes.canonicalize_dtype(dtype)).name != want["dtype"]
         or size < 1
         or len(shape) != len(wanted)
         or shape != _batch.concrete_shape(wanted, size)

@@ -15,10 +15,10 @@ import io
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -304,19 +304,27 @@ def test_fuzz_npy_and_notebook_inputs_in_process() -> None:
 
 # ---------------------------------------------------------- a handful through the real command
 def _command(args: list[str], cwd: Path) -> tuple[int, str, int]:
-    """``nbcompile ARGS`` in a child: (status, stderr, peak resident KiB of its process tree)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    proc = subprocess.run(
-        [sys.executable, "-m", "nbcompile.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_env(),
-        cwd=cwd,
-        check=False,
-    )
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return proc.returncode, proc.stderr, max(peak, before)
+    """``nbcompile ARGS`` in a child: (status, stderr, peak resident KiB of that child's tree).
+
+    The peak is this child's own (``os.wait4``), not ``RUSAGE_CHILDREN``'s, which is the largest
+    of every child the test process ever waited for (a big compile in an earlier test)."""
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nbcompile.cli", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=_env(),
+            cwd=cwd,
+        )
+        timer = threading.Timer(300, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        return proc.returncode, err.read().decode(errors="replace"), usage.ru_maxrss
 
 
 @pytest.fixture(scope="module")

@@ -155,8 +155,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "ops": "add all-reduce bitcast broadcast constant copy dot fusion get-tuple-element multiply reduce subtract tanh transpose tuple",
         "kernels": "fusion fusion fusion all-reduce fusion fusion fusion dot fusion fusion dot all-reduce fusion fusion fusion fusion",
         "collectives": [
-            "all-reduce 512/512 crosses=False groups=0,1;2,3;4,5;6,7 | {{0,1},{2,3},{4,5},{6,7}} | jit(train_step)/jvp()/dot_general",
-            "all-reduce 24836/24836 crosses=False groups=0,2,4,6;1,3,5,7 | mesh['axis_0'=4,'axis_1'=1,'axis_2'=2] {'axis_0'} | jit(train_step)/(jvp()/reduce_sum:transpose(jvp())/reduce_sum:transpose(jvp())/dot_general:transpose(jvp())/dot_general)",
+            "all-reduce 512/512 crosses=False groups=0,1;2,3;4,5;6,7 | {{0,1},{2,3},{4,5},{6,7}} | jit(train_step)/jvp(loss#1)/mlp#1/dot_general",
+            "all-reduce 24836/24836 crosses=False groups=0,2,4,6;1,3,5,7 | mesh['axis_0'=4,'axis_1'=1,'axis_2'=2] {'axis_0'} | jit(train_step)/(jvp(loss#1)/mean/reduce_sum:transpose(jvp(loss#1))/mlp#1/reduce_sum:transpose(jvp(loss#1))/mlp#1/dot_general:transpose(jvp(loss#1))/mlp#1/dot_general)",
         ],
     },
     "cpu8/collectives": {
@@ -164,11 +164,11 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "ops": "add all-gather all-reduce all-to-all broadcast collective-permute concatenate constant fusion get-tuple-element multiply reduce-scatter slice",
         "kernels": "collective-permute all-reduce all-gather fusion reduce-scatter fusion fusion fusion fusion fusion fusion fusion fusion all-to-all fusion",
         "collectives": [
-            "collective-permute 8192/8192 crosses=False groups=0,1;1,2;2,3;3,4;4,5;5,6;6,7;7,0 | {{0,1},{1,2},{2,3},{3,4},{4,5},{5,6},{6,7},{7,0}} | jit(body)/shard_map/ppermute",
-            "all-reduce 8192/8192 crosses=False groups=0,1,2,3,4,5,6,7 | {{0,1,2,3,4,5,6,7}} | jit(body)/shard_map/psum_invariant",
-            "all-gather 65536/8192 crosses=False groups=0,1,2,3,4,5,6,7 | {{0,1,2,3,4,5,6,7}} | jit(body)/shard_map/all_gather",
-            "reduce-scatter 8192/65536 crosses=False groups=0,1,2,3,4,5,6,7 | {{0,1,2,3,4,5,6,7}} | jit(body)/shard_map/reduce_scatter",
-            "all-to-all 8192/8192 crosses=False groups=0,1,2,3,4,5,6,7 | {{0,1,2,3,4,5,6,7}} | jit(body)/shard_map/all_to_all",
+            "collective-permute 8192/8192 crosses=False groups=0,1;1,2;2,3;3,4;4,5;5,6;6,7;7,0 | {{0,1},{1,2},{2,3},{3,4},{4,5},{5,6},{6,7},{7,0}} | jit(body)/shard_map/ppermute/ppermute",
+            "all-reduce 8192/8192 crosses=False groups=0,1,2,3,4,5,6,7 | {{0,1,2,3,4,5,6,7}} | jit(body)/shard_map/psum/psum_invariant",
+            "all-gather 65536/8192 crosses=False groups=0,1,2,3,4,5,6,7 | {{0,1,2,3,4,5,6,7}} | jit(body)/shard_map/all_gather/all_gather",
+            "reduce-scatter 8192/65536 crosses=False groups=0,1,2,3,4,5,6,7 | {{0,1,2,3,4,5,6,7}} | jit(body)/shard_map/psum_scatter/reduce_scatter",
+            "all-to-all 8192/8192 crosses=False groups=0,1,2,3,4,5,6,7 | {{0,1,2,3,4,5,6,7}} | jit(body)/shard_map/all_to_all/all_to_all",
         ],
     },
     "tpu/mlp": {
@@ -208,11 +208,11 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "ops": "add all-gather all-reduce all-to-all bitcast broadcast collective-permute-done collective-permute-start constant fusion multiply reduce-scatter",
         "kernels": "collective-permute-start collective-permute-done all-reduce all-gather fusion reduce-scatter all-to-all add",
         "collectives": [
-            "collective-permute 8192/8192 crosses=False groups=0,1;1,2;2,3;3,0 | {{0,1},{1,2},{2,3},{3,0}} | jit(body)/shard_map/ppermute",
-            "all-reduce 8192/8192 crosses=False groups=0,1,2,3 | {{0,1,2,3}} | jit(body)/shard_map/psum_invariant",
-            "all-gather 32768/8192 crosses=False groups=0,1,2,3 | {{0,1,2,3}} | jit(body)/shard_map/all_gather",
-            "reduce-scatter 8192/32768 crosses=False groups=0,1,2,3 | {{0,1,2,3}} | jit(body)/shard_map/reduce_scatter",
-            "all-to-all 8192/8192 crosses=False groups=0,1,2,3 | {{0,1,2,3}} | jit(body)/shard_map/all_to_all",
+            "collective-permute 8192/8192 crosses=False groups=0,1;1,2;2,3;3,0 | {{0,1},{1,2},{2,3},{3,0}} | jit(body)/shard_map/ppermute/ppermute",
+            "all-reduce 8192/8192 crosses=False groups=0,1,2,3 | {{0,1,2,3}} | jit(body)/shard_map/psum/psum_invariant",
+            "all-gather 32768/8192 crosses=False groups=0,1,2,3 | {{0,1,2,3}} | jit(body)/shard_map/all_gather/all_gather",
+            "reduce-scatter 8192/32768 crosses=False groups=0,1,2,3 | {{0,1,2,3}} | jit(body)/shard_map/psum_scatter/reduce_scatter",
+            "all-to-all 8192/8192 crosses=False groups=0,1,2,3 | {{0,1,2,3}} | jit(body)/shard_map/all_to_all/all_to_all",
         ],
     },
     "tpu4x4/train": {
@@ -220,8 +220,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "ops": "add all-reduce bitcast broadcast constant convert convolution copy-done copy-start fusion get-tuple-element multiply reduce subtract tanh tuple",
         "kernels": "copy-start copy-done copy-start fusion copy-done fusion all-reduce fusion fusion fusion fusion copy-start all-reduce multiply copy-start copy-done fusion copy-done fusion fusion",
         "collectives": [
-            "all-reduce 1024/1024 crosses=True groups=0,2,4,6,8,10,12,14;1,3,5,7,9,11,13,15 | [2,8]<=[8,2]T(1,0) | jit(train_step)/jvp()/dot_general",
-            "all-reduce 6212/6212 crosses=False groups=0,1;2,3;4,5;6,7;8,9;10,11;12,13;14,15 | mesh['axis_0'=8,'axis_1'=2] {'axis_1'} | jit(train_step)/jvp()/reduce_sum",
+            "all-reduce 1024/1024 crosses=True groups=0,2,4,6,8,10,12,14;1,3,5,7,9,11,13,15 | [2,8]<=[8,2]T(1,0) | jit(train_step)/jvp(loss#1)/mlp#1/dot_general",
+            "all-reduce 6212/6212 crosses=False groups=0,1;2,3;4,5;6,7;8,9;10,11;12,13;14,15 | mesh['axis_0'=8,'axis_1'=2] {'axis_1'} | jit(train_step)/jvp(loss#1)/mean/reduce_sum",
         ],
     },
     "gpu-h100/mlp": {
