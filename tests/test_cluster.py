@@ -171,6 +171,12 @@ def test_one_process_records_no_processes_and_cluster_checks_its_count() -> None
 
 @pytest.fixture(scope="module")
 def rc() -> Iterator[Any]:
+    # As in the full suite (and a notebook): an IPython shell exists in the client's process.
+    # ipyparallel's client then hands the engines' comm messages to that shell, so an engine
+    # that opened a widget comm broke the client's output dispatch (no result ever shown).
+    from IPython.terminal.interactiveshell import TerminalInteractiveShell
+
+    TerminalInteractiveShell.instance()
     client = nbcompile.cluster(2, timeout=WAIT)
     try:
         px(client, SETUP)
@@ -230,6 +236,8 @@ def test_view_on_process_0_one_line_elsewhere(rc: Any) -> None:
     assert len(views[1].splitlines()) == 1
     assert "process 1 of 2" in views[1] and "view is on process 0" in views[1]
     mime = pull(rc, "sorted(nbcompile.last()._repr_mimebundle_())")
+    # no widget is made on an engine at all (its comm could not reach the page)
+    assert pull(rc, "getattr(nbcompile.last()._shown, 'view', None) is None") == [True, True]
     assert mime[1] == ["text/plain"]
     assert "text/html" in mime[0]  # the self-contained view: an engine's widget cannot follow
     assert not [m for m in mime[0] if "widget" in m]

@@ -202,21 +202,21 @@ class Display:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         if self._processes:  # several JAX processes: the view is on process 0, one line here
-            from ..processes import one_line, without_widget
+            from ..processes import one_line
 
             line = one_line(self)
             if line is not None:
                 return {"text/plain": line}
-            # an engine's widgets do not reach the notebook: the self-contained HTML view
-            return without_widget(self._bundle())
+            # an engine's widgets do not reach the notebook: the self-contained HTML view only
+            return self._bundle(widget=False)
         return self._bundle()
 
-    def _bundle(self) -> dict[str, Any]:
+    def _bundle(self, *, widget: bool = True) -> dict[str, Any]:
         from ..widgets import show
 
         t0 = time.perf_counter()
         report = self.report()
-        self._shown = show(report, self._display, self._shown)
+        self._shown = show(report, self._display, self._shown, widget=widget)
         self._timings.setdefault("display", time.perf_counter() - t0)
         return dict(self._shown.bundle)
 

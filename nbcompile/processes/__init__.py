@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ._agree import ProcessInfo, agree, fingerprint
 from ._cluster import DEFAULT_TIMEOUT, TIMEOUT_ENV, cluster, process_timeout
-from ._view import one_line, processes_view, without_widget
+from ._view import one_line, processes_view
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -27,5 +27,4 @@ __all__ = [
     "one_line",
     "process_timeout",
     "processes_view",
-    "without_widget",
 ]

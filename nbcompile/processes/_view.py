@@ -8,14 +8,13 @@ HTML view and its text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import jax
 
 from ._agree import program_devices
 
-__all__ = ["one_line", "processes_view", "without_widget"]
+__all__ = ["one_line", "processes_view"]
 
 
 def processes_view(comp: Any) -> dict[str, Any] | None:
@@ -58,8 +57,3 @@ def one_line(comp: Any) -> str | None:
         f"{comp.name}: compiled on process {me} of {len(infos)}, the same program as "
         f"process 0 (fingerprint {infos[me].fingerprint[:12]}); the view is on process 0"
     )
-
-
-def without_widget(bundle: Mapping[str, Any]) -> dict[str, Any]:
-    """``bundle`` less the widget's MIME entries (an engine's widget cannot reach the page)."""
-    return {k: v for k, v in bundle.items() if not k.startswith("application/vnd.jupyter.widget")}

@@ -129,20 +129,27 @@ class DisplayState:
 class Shown:
     """One display of a report: the mimebundle, and the widget kept alive with it."""
 
-    key: tuple[int, bool]
+    key: tuple[int, bool, bool]
     bundle: dict[str, Any]
     view: Any = field(default=None, repr=False)
 
 
-def show(report: dict[str, Any], state: DisplayState | None, previous: Shown | None) -> Shown:
+def show(
+    report: dict[str, Any],
+    state: DisplayState | None,
+    previous: Shown | None,
+    *,
+    widget: bool = True,
+) -> Shown:
     """``text/plain`` + self-contained HTML fallback + the widget view of ``report``.
 
     ``state`` is the kernel's :class:`DisplayState` (None: a standalone display that carries its
     own renderer); ``previous`` is what the last display of the same compilation gave, reused
-    when the report is unchanged.
+    when the report is unchanged. ``widget=False`` makes no widget at all (an ipyparallel
+    engine: its widget could not reach the page, and opening its comm upsets the client).
     """
     state = state or DisplayState()
-    key = (id(report), state.renderer_sent)
+    key = (id(report), state.renderer_sent, widget)
     if previous is not None and previous.key == key:
         return previous
     renderer = None if state.renderer_sent else renderer_script()
@@ -151,6 +158,8 @@ def show(report: dict[str, Any], state: DisplayState | None, previous: Shown | N
         "text/html": render_html(report, renderer=renderer),
     }
     state.renderer_sent = state.renderer_sent or renderer is not None
+    if not widget:
+        return Shown(key=key, bundle=bundle, view=None)
     view = CompilationView(report)
     bundle.update(_widget_mimes(view))
     return Shown(key=key, bundle=bundle, view=view)
