@@ -18,7 +18,6 @@ import random
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -303,28 +302,39 @@ def test_fuzz_npy_and_notebook_inputs_in_process() -> None:
 
 
 # ---------------------------------------------------------- a handful through the real command
-def _command(args: list[str], cwd: Path) -> tuple[int, str, int]:
-    """``nbcompile ARGS`` in a child: (status, stderr, peak resident KiB of that child's tree).
+# The command runs under this wrapper, which writes its own peak resident size (VmHWM) when it
+# exits. Neither RUSAGE_CHILDREN (the largest child the test process ever had) nor wait4's
+# ru_maxrss (on Linux it keeps the hiwater mark of the image replaced at exec: the test process
+# itself, several GB deep into the suite) measures the command.
+_PEAK = """
+import atexit, runpy, sys
+out = sys.argv.pop(1)
+def peak():
+    with open("/proc/self/status") as f:
+        kib = [ln.split()[1] for ln in f if ln.startswith("VmHWM:")]
+    with open(out, "w") as f:
+        f.write(kib[0])
+atexit.register(peak)
+sys.argv[0] = "nbcompile"
+runpy.run_module("nbcompile.cli", run_name="__main__")
+"""
 
-    The peak is this child's own (``os.wait4``), not ``RUSAGE_CHILDREN``'s, which is the largest
-    of every child the test process ever waited for (a big compile in an earlier test)."""
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "nbcompile.cli", *args],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env=_env(),
-            cwd=cwd,
-        )
-        timer = threading.Timer(300, proc.kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        err.seek(0)
-        return proc.returncode, err.read().decode(errors="replace"), usage.ru_maxrss
+
+def _command(args: list[str], cwd: Path) -> tuple[int, str, int]:
+    """``nbcompile ARGS`` in a child: (status, stderr, the command's own peak resident KiB)."""
+    peak = cwd / ".peak"
+    peak.unlink(missing_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK, str(peak), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+        cwd=cwd,
+        check=False,
+    )
+    assert peak.exists(), f"the command ended without exiting normally: {proc.returncode}"
+    return proc.returncode, proc.stderr, int(peak.read_text())
 
 
 @pytest.fixture(scope="module")
