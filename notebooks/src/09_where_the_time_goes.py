@@ -80,8 +80,13 @@ matmul_lines = [n for n, text in enumerate(lines, start=1) if "@" in text or "ei
 matmul_share = sum(p.by_cell_line.get(n, 0.0) for n in matmul_lines) / total
 hottest = max(p.by_cell_line, key=p.by_cell_line.get)
 print(f"lines with a matrix product: {matmul_lines}, {matmul_share:.0%} of the time; "
-      f"hottest: line {hottest}: {lines[hottest - 1].strip()}")
-assert hottest in matmul_lines and matmul_share > 0.5
+      f"hottest single line: {hottest}: {lines[hottest - 1].strip()}")
+assert matmul_share > 0.5
+
+# %% md
+# The claim is about the matrix products together. The single hottest line can be another:
+# `norm`'s last line runs twice (both layer norms share it), and its kernels are memory-bound
+# element-wise work, which slows first when other programs share the machine's memory bus.
 
 # %% md
 # ## The roofline
