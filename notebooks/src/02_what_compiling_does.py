@@ -4,12 +4,12 @@
 # **You will learn** the three programs a model becomes on its way to the hardware and how big
 # each is: JAX *traces* your Python into a jaxpr (a graph of primitives), *lowers* it to
 # StableHLO (a portable compiler IR), and XLA *optimises and compiles* that for one target —
-# and what XLA does to it, pass by pass: why the op count rises before it falls, common
-# subexpressions merged, algebra simplified, ops fused, layouts and buffers assigned.
+# and what XLA does to it, pass by pass: algebra simplified, common subexpressions merged, ops
+# fused (and why fusing raises the instruction count), layouts and buffers assigned.
 
 # %% code
 %load_ext nbcompile
-import collections, glob, os, re, tempfile
+import re
 import jax, jax.numpy as jnp, numpy as np
 from nbcompile.debug import equation_ids, subjaxprs
 
@@ -65,75 +65,68 @@ assert s["stablehlo_ops"] > len(c.jaxpr.jaxpr.eqns)  # lowering spells primitive
 
 # %% md
 # ## 3. What XLA does, in order
-# XLA's optimiser is a pipeline of passes. Ask it to write the program after every pass (the
-# `xla_dump_to` and `xla_dump_hlo_pass_re` options, for this one compile) and count the
-# operations of the main (ENTRY) computation after each pass that changed them.
+# XLA's optimiser is a pipeline of passes. `c.passes` compiles the program once more with XLA's
+# dump switched on (`%%compile --passes` does it in the first compile) and reads back what XLA
+# wrote after every pass that changed the program, in order: the instructions of every
+# computation and the fusions after each step, and the opcodes the step added and removed.
 
 # %% code
-dump = tempfile.mkdtemp()
-compiled = jax.jit(c.original).lower(params, x).compile(
-    compiler_options={"xla_dump_to": dump, "xla_dump_hlo_pass_re": ".*"})
-
-def entry_ops(path):
-    """Opcode counts of the ENTRY computation of one dumped HLO module."""
-    text = open(path).read().split("\nENTRY ", 1)[1].split("\n}\n", 1)[0]
-    return collections.Counter(re.findall(r"= \S+ ([a-z][\w-]*)\(", text))
-
-files = sorted(glob.glob(f"{dump}/*jit_layer.[0-9][0-9][0-9][0-9].*.txt"))
-before = entry_ops(glob.glob(f"{dump}/*jit_layer.before_optimizations.txt")[0])
-steps, last = [("before optimising", before)], before
-for path in files:
-    name = re.search(r"\.after_([\w-]+)\.before_", path)
-    ops = entry_ops(path)
-    if name and name.group(1) != "pipeline-start" and ops != last:
-        steps.append((name.group(1), ops))
-        last = ops
-for i, (name, ops) in enumerate(steps):
-    prev = steps[max(i - 1, 0)][1]
-    change = ", ".join(f"{'+' if ops[k] > prev[k] else '-'}{abs(ops[k] - prev[k])} {k}"
-                       for k in sorted(set(ops) | set(prev)) if ops[k] != prev[k])
-    print(f"{name:<22} {sum(ops.values()):>3} ops   {change[:84]}")
+log = c.passes
+steps = log.changed()
+print(f"XLA dumped {len(log)} steps; {len(steps)} changed the program:")
+for st in steps:
+    delta = ", ".join([f"+{n} {op}" for op, n in st.added.items()]
+                      + [f"-{n} {op}" for op, n in st.removed.items()])
+    print(f"{st.name:<22} {st.instructions:>3} instructions {st.fusions:>2} fusions   {delta[:72]}")
 
 # %% md
 # Read the table top to bottom:
-# - **lowering** made more operations than the jaxpr had equations: a `mean` is a reduce, a
-#   divide and a broadcast; constants and broadcasts become explicit. The inliner then pastes
-#   `relu`'s own small jitted function into the program.
+# - the **call-inliner** pastes `relu`'s own small jitted function into the program.
 # - **algsimp** (algebraic simplification) rewrites expressions into cheaper equal ones: the
 #   divisions by a constant become multiplications, `x / sqrt(v)` becomes `x * rsqrt(v)`.
 # - **cse** (common-subexpression elimination) computes `h - mu` once instead of twice.
-# - **fusion** merges the element-wise work into a few kernels: the big drop.
-# - **layout assignment** fixes each array's memory order (`{1,0}`: row-major) and **buffer
-#   assignment** gives every value that still lives in memory a slot, reusing slots.
+# - the **dot library rewriter** hands the matrix product and the reductions to this CPU's
+#   kernel library, and **fusion** merges the element-wise work into a few kernels. The
+#   instruction count *rises* there: a fusion keeps its ops, inside a fused computation of its
+#   own, while the main program now calls a few kernels instead of many ops.
 
 # %% code
-ops_of = dict(steps)
-after_cse = next(ops for name, ops in steps if name == "cse")
+def total(op, key):
+    return sum(getattr(st, key).get(op, 0) for st in steps)
+
+cse = next(st for st in steps if st.name == "cse" and st.removed.get("subtract"))
 subs_in_jaxpr = sum(e.primitive.name == "sub" for e in c.jaxpr.jaxpr.eqns)
-print(f"h - mu: {subs_in_jaxpr} sub in the jaxpr, {before['subtract']} before optimising, "
-      f"{after_cse['subtract']} after cse")
-print(f"divide: {before['divide']} → {after_cse['divide']};  sqrt: {before['sqrt']} → "
-      f"{after_cse['sqrt']};  rsqrt: {before['rsqrt']} → {after_cse['rsqrt']}")
-print(f"ENTRY ops: {sum(before.values())} before optimising, peak "
-      f"{max(sum(o.values()) for _, o in steps)}, {sum(last.values())} at the end")
-assert subs_in_jaxpr == before["subtract"] == 2 and after_cse["subtract"] == 1
-assert before["sqrt"] == 1 and after_cse["rsqrt"] == 1 and after_cse["divide"] < before["divide"]
-assert max(sum(o.values()) for _, o in steps) > sum(before.values()) > sum(last.values())
+print(f"h - mu: {subs_in_jaxpr} sub in the jaxpr; cse removed {cse.removed['subtract']} subtract")
+print(f"algsimp: -{total('divide', 'removed')} divide, +{total('multiply', 'added')} multiply, "
+      f"-{total('sqrt', 'removed')} sqrt, +{total('rsqrt', 'added')} rsqrt")
+assert subs_in_jaxpr == 2 and cse.removed["subtract"] == 1
+assert total("sqrt", "removed") == 1 and total("rsqrt", "added") == 1 and total("divide", "removed") >= 2
+assert any(st.name == "call-inliner" and st.removed.get("call") for st in steps)
 
 # %% md
 # **One fusion, before and after.** The normalisation line became one kernel. Before the fusion
-# pass each of its element-wise ops was its own ENTRY instruction writing a full array to
-# memory; after it, one loop computes them all, element by element, in registers.
+# pass each of its element-wise ops was its own instruction of the main program, writing a full
+# array to memory; after it, one loop computes them all, element by element, in registers.
+# `c.passes.diff(i)` shows what the fusion pass wrote, and each kernel knows the cell lines and
+# the calls (`Fusion.functions`) its ops came from.
 
 # %% code
+fusion_pass = next(st for st in steps if st.name == "fusion")
+before_fusion = steps[steps.index(fusion_pass) - 1]
+diff = [ln for ln in log.diff(fusion_pass.index).splitlines() if " fusion(" in ln]
+kernel = lambda ln: ln[1:].split("=")[0].replace("ROOT", "").strip(" %")  # noqa: E731
+kept = {kernel(ln) for ln in diff if ln.startswith("-")}  # fusions that were there before
+formed = [ln for ln in diff if ln.startswith("+") and kernel(ln) not in kept]
+print(f"the fusion pass: {before_fusion.fusions} → {fusion_pass.fusions} fusions; it formed")
+for ln in formed:
+    print("   ", ln[1:].strip()[:100])
 fusion = max(c.fusions, key=lambda f: sum(op in ("subtract", "multiply", "maximum") for op in f.ops))
-before_fusion = next(ops for i, (name, ops) in enumerate(steps) if steps[i + 1][0] == "fusion")
 elementwise = [op for op in fusion.ops if op not in ("parameter", "constant", "broadcast", "bitcast")]
 print(f"{fusion.name}: one kernel for {len(elementwise)} ops {elementwise} "
-      f"from cell lines {fusion.source_lines}")
-print(f"ENTRY ops before the fusion pass: {sum(before_fusion.values())}; after: "
-      f"{sum(ops_of['fusion'].values())}")
-assert len(elementwise) >= 3 and sum(ops_of["fusion"].values()) < sum(before_fusion.values())
+      f"from cell lines {fusion.source_lines}, in the calls {fusion.functions}")
+assert fusion_pass.fusions > before_fusion.fusions and len(formed) == fusion_pass.added["fusion"]
+assert fusion_pass.instructions > before_fusion.instructions  # the fused ops are all still there
+assert len(elementwise) >= 3 and any(fusion.name in ln for ln in formed)
 
 # %% md
 # **Buffer assignment.** If every value of the unoptimised program had its own buffer, how much
@@ -141,15 +134,15 @@ assert len(elementwise) >= 3 and sum(ops_of["fusion"].values()) < sum(before_fus
 # the compiled program really allocates for temporaries.
 
 # %% code
-pre = open(glob.glob(f"{dump}/*jit_layer.before_optimizations.txt")[0]).read()
+pre = c.lowered.as_text(dialect="hlo")  # the program XLA received, before its passes
 entry = pre.split("\nENTRY ", 1)[1]
 values = [(m[0], m[1]) for m in re.findall(r"= f32\[([\d,]*)\]\S* ([a-z][\w-]*)\(", entry)]
 naive = sum(4 * int(np.prod([int(d) for d in shape.split(",") if d])) for shape, op in values
             if op not in ("parameter", "constant"))
-temp = compiled.memory_analysis().temp_size_in_bytes
+temp = c.compiled.memory_analysis().temp_size_in_bytes
 print(f"every intermediate in its own buffer: {naive / 1024:.0f} KiB; XLA allocates "
       f"{temp / 1024:.1f} KiB of temporaries (fused values never reach memory; slots are reused)")
-print("layouts:", sorted(set(re.findall(r"f32\[[\d,]+\]\{([\d,]+)\}", compiled.as_text()))))
+print("layouts:", sorted(set(re.findall(r"f32\[[\d,]+\]\{([\d,]+)\}", c.hlo))))
 assert temp < naive / 4
 
 # %% md

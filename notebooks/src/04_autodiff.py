@@ -91,6 +91,54 @@ for name, w in params.items():
     np.testing.assert_allclose(float(grads[name][i]), float(fd), rtol=2e-2, atol=1e-3)
 
 # %% md
+# ## Backprop as the textbook draws it
+# A deeper model, written the way most JAX is: a `layer` function (defined in its own cell, as
+# in a real notebook) called from a Python loop. nbcompile records each call while tracing, so
+# the program is grouped by *your* calls — `layer#1` … `layer#4` — and with `--grad` each call
+# gets its backward group, `layer#3 (backward)`, which the Gradient tab draws facing it: the
+# forward pass down one column, the backward pass up the other, the residuals between them.
+
+# %% code
+B2, W, DEPTH = 64, 32, 4
+ws = [jnp.asarray(rng.normal(size=(W, W)) / np.sqrt(W), jnp.float32) for _ in range(DEPTH)]
+h0 = jnp.asarray(rng.normal(size=(B2, W)), jnp.float32)
+
+def layer(w, h):
+    return jnp.tanh(h @ w)
+
+# %% md
+# Predict the residuals before compiling. The derivative of `tanh` is `1 - tanh²`, so each
+# layer's backward pass needs its output `a = tanh(h @ w)` (it is the next layer's input, for
+# that layer's `dw = aᵀ · d`) and `1 - a²`: two saved `B × W` float32 tensors per layer.
+
+# %% code
+saved_per_layer = 2 * B2 * W * 4                      # bytes: two B×W float32 tensors
+print(f"predicted: {saved_per_layer:,} residual bytes per layer, {DEPTH * saved_per_layer:,} in all")
+
+# %% code
+%%compile --grad
+def deep_loss(ws, h):
+    for w in ws:
+        h = layer(w, h)
+    return (h ** 2).mean()
+deep_loss(ws, h0)
+
+# %% code
+d = deep_loss.compilation
+pairs = [(f, b, n) for f, b, n in d.gradient.pairs if f.startswith("layer#") and "/" not in f]
+print(f"{'forward':<10} {'residuals':>12}   backward")
+for f, b, n in pairs:
+    print(f"{f:<10} ──{n:>8,} B ──▶  {b}")
+per_layer = [n for _, _, n in pairs]
+print(f"residual bytes per layer (the traced gradient program): {per_layer}; predicted {saved_per_layer:,} each")
+
+# %% code
+# One group per call, each facing its own backward group, holding what the prediction says.
+assert [f for f, _, _ in pairs] == [f"layer#{k}" for k in range(1, DEPTH + 1)]
+assert all(b == f + " (backward)" for f, b, _ in pairs)
+assert per_layer == [saved_per_layer] * DEPTH
+
+# %% md
 # ## What you saw
 # - `--grad` compiled the forward *and* the backward program; the backward ops were built by
 #   JAX's autodiff from the forward code (`transpose(jvp(...))` in the traced graph), last line
@@ -99,3 +147,5 @@ for name, w in params.items():
 #   operand of each forward product; XLA's flop count matched the prediction.
 # - Residuals are the price of reverse mode: forward values kept in memory for the backward pass.
 # - The compiled gradient matches central finite differences.
+# - Written as plain functions called from a loop, the program is grouped by your calls, and
+#   each call's backward group holds the residuals predicted from the chain rule.

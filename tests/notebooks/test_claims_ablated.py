@@ -49,6 +49,12 @@ ABLATIONS = [
         ("%%compile", "back = [", "dots = {}"),
     ),
     (
+        "04",
+        "assert per_layer == [saved_per_layer] * DEPTH",  # no tanh: nothing of 1 - a² to keep
+        {"return jnp.tanh(h @ w)": "return h @ w"},
+        ("B2, W, DEPTH", "def layer", "saved_per_layer =", "def deep_loss", "d = deep_loss"),
+    ),
+    (
         "05",
         "assert all(abs(o / r - 1) < 0.2 for _, r, o in sweep.values())",  # one roof only
         {"roof = max(": "roof = min("},

@@ -44,6 +44,7 @@ CLAIMS = {
         ("04", "assert sorted(dots.values()) == [1, 2]"),
         ("04", "assert abs(grad_flops / predicted_grad - 1) < 0.2"),
         ("04", "np.testing.assert_allclose(float(grads"),
+        ("04", "assert per_layer == [saved_per_layer] * DEPTH"),
     ],
     "compiling is hardware-specific": [
         ("05", 'assert bf16 and "bf16" not in cpu.hlo'),
