@@ -13,6 +13,16 @@ XLA emits no LLVM debug locations for its kernels (no ``!dbg`` in the IR, checke
 0.10.2), so each instruction is mapped to the source locations of the kernel's HLO ops (kernel
 granularity: every instruction of a kernel carries the same locations); ``KernelCode.mapping``
 says so. Checked with JAX 0.10.2 on XLA:CPU (x86-64).
+
+On a CUDA GPU (deviceless with the CUDA plugin, or present) XLA:GPU splits the program's kernels
+into several LLVM modules and writes each one's PTX (``module_0666.jit_step.1.ptx``, beside
+``module_0666.jit_step.1.ir-with-opt.ll``; empty for a module with no kernel) and no
+object code nbcompile reads: :func:`kernel_code` cuts the kernel's ``.entry`` function out of that
+PTX as XLA wrote it (Triton's GEMM fusions included). Its LLVM IR carries no ``!dbg`` and its PTX
+no ``.loc`` either, so the mapping is again kernel granularity. XLA:GPU also dumps modules of its
+own beside the program's (``module_0668.fused_add.0000.cublaslt_rewriter_pipeline...``: one
+fusion its cuBLASLt rewriter compiles alone); :func:`dump_compile` keeps the program's pass files
+only. Checked with JAX 0.10.2 and jax-cuda12-plugin 0.10.2, deviceless for H100 (sm_90a).
 """
 
 from __future__ import annotations
@@ -37,6 +47,14 @@ KERNEL_MAPPING = (
     "kernel: XLA emits no debug locations in its kernels' LLVM IR (no !dbg), so every "
     "instruction carries the source locations of all the kernel's HLO ops"
 )
+#: the same for a GPU kernel's PTX (its declarations, labels and braces carry no locations)
+PTX_MAPPING = (
+    "kernel: XLA:GPU emits no debug locations (no !dbg in the kernel's LLVM IR, no .loc in its "
+    "PTX), so every PTX instruction carries the source locations of all the kernel's HLO ops; "
+    "declarations, labels and braces carry none"
+)
+OBJECT_SOURCE = "XLA's object file of the dumped compile (obj-file.*.o), disassembled by Capstone"
+PTX_SOURCE = "XLA:GPU's PTX of the dumped compile (*.ptx), the kernel's .entry function as written"
 _VECTOR_REGISTER = re.compile(r"\b([xyz])mm\d+\b")
 _WIDTH = {"x": 128, "y": 256, "z": 512}
 
@@ -50,6 +68,8 @@ class MetalDump:
     passes: PassLog | None
     llvm_ir: dict[str, str] = field(default_factory=dict)
     objects: dict[str, bytes] = field(default_factory=dict)
+    #: XLA:GPU's PTX by file name (``*.ptx``, empty ones left out)
+    ptx: dict[str, str] = field(default_factory=dict)
     started: float = 0.0
     finished: float = 0.0
     #: (profile id, the report's ``extras["passes"]``) once built (compilation/_display.py)
@@ -58,6 +78,8 @@ class MetalDump:
     functions: dict[str, tuple[Any, Any]] | None = field(default=None, repr=False, compare=False)
     #: (optimised module text, its fusions' signatures by name), read once (:func:`kernel_code`)
     signatures: tuple[str, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    #: {symbol: (PTX function, target, file name)} of the PTX's kernels, read once (GPU)
+    entries: dict[str, tuple[str, str, str]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def seconds(self) -> float:
@@ -86,24 +108,49 @@ def dump_compile(
             started = time.time()
             lowered.compile(compiler_options=options)
             finished = time.time()
-        passes = read_pass_log(folder)
         root = Path(folder)
+        _keep_program_module(root)
+        passes = read_pass_log(folder)
+        ptx = {p.name: p.read_text() for p in sorted(root.glob("*.ptx"))}
         return MetalDump(
             platform=platform,
             passes=passes,
             llvm_ir={p.name: p.read_text() for p in sorted(root.glob("*.ir-with-opt.ll"))},
             objects={p.name: p.read_bytes() for p in sorted(root.glob("*obj-file.*.o"))},
+            ptx={name: text for name, text in ptx.items() if text.strip()},
             started=started,
             finished=finished,
         )
 
 
+_BEFORE = re.compile(r"^module_(\d+)\.(.+)\.before_optimizations\.txt$")
+
+
+def _keep_program_module(root: Path) -> None:
+    """Delete the files of modules other than the program's from dump folder ``root``: XLA:GPU
+    dumps the passes of modules it compiles on the side (``module_0668.fused_add...``, numbered
+    after the program's), which the pass log would otherwise take for the program. The program's
+    module is the last one with a ``before_optimizations`` file (its name may hold a dot: libtpu
+    names it ``jit_step.cl_1014260217``)."""
+    found = [
+        (int(m.group(1)), m.group(2), m) for p in root.iterdir() if (m := _BEFORE.match(p.name))
+    ]
+    if not found:
+        return
+    *_, last = max(found, key=lambda f: f[:2])
+    prefix = last.group(0).removesuffix("before_optimizations.txt")
+    for path in root.iterdir():  # files only: libtpu writes a folder of its own per module
+        if path.is_file() and path.name.startswith("module_") and not path.name.startswith(prefix):
+            path.unlink()
+
+
 @dataclass
 class KernelCode:
     """One kernel's code: ``llvm_ir`` (XLA's optimised IR of its module), ``asm`` (its machine
-    code, disassembled), ``isa``, ``instructions`` (count), ``vector_width`` (bits of the widest
-    SIMD register it uses; None where none or unknown), ``lines`` ([(asm line, [locations])])
-    and ``mapping`` (how exact ``lines`` is)."""
+    code, disassembled; GPU: its PTX function), ``isa``, ``instructions`` (count),
+    ``vector_width`` (bits of the widest SIMD register it uses; GPU: of its widest vector load or
+    store; None where none or unknown), ``lines`` ([(asm line, [locations])]), ``mapping`` (how
+    exact ``lines`` is) and ``source`` (where the code was read)."""
 
     name: str
     symbol: str
@@ -115,6 +162,7 @@ class KernelCode:
     lines: list[tuple[str, list[Any]]]
     mapping: str
     shared_with: str | None = None  # the kernel whose code this one runs (XLA compiled it once)
+    source: str | None = None  # where ``asm`` was read: XLA's object file, or its PTX
 
     def __repr__(self) -> str:
         width = f"{self.vector_width}-bit vectors" if self.vector_width else "no vectors"
@@ -176,15 +224,81 @@ def _disassembler(elf: Any) -> tuple[Any, str]:
     raise TargetError(f"kernel code for {machine} machine code is not supported", code="NBC600")
 
 
+_PTX_TYPE = re.compile(r"(?:bf|tf|[bfsu])(\d+)(x2)?")
+
+
+def _ptx_statements(line: str) -> list[str]:
+    """The PTX instruction statements on one line (not directives, declarations, labels, braces
+    or comments): one, or several where Triton's inline assembly puts them on one line
+    (``mov.u32 %r1, 0x0; ... ld.global.v4.b32 { %r1, ... }, [ %rd1 + 0 ];``)."""
+    code = line.split("//", 1)[0]
+    statements = (part.strip().lstrip("{}").strip() for part in code.split(";")[:-1])
+    return [stmt for stmt in statements if stmt and not stmt.startswith(".")]
+
+
+def _ptx_access_bits(statement: str) -> int | None:
+    """Bits one PTX vector load or store (``ld``/``ldu``/``st`` with ``.v2``/``.v4``/``.v8``)
+    moves per thread (``ld.global.nc.v4.b32``: 128); None for any other statement."""
+    words = statement.split()
+    if words and words[0].startswith("@"):  # a predicate guard
+        words = words[1:]
+    parts = words[0].split(".") if words else []
+    if not parts or parts[0] not in ("ld", "ldu", "st"):
+        return None
+    lanes = next((int(p[1:]) for p in parts if re.fullmatch(r"v\d+", p)), None)
+    types = [m for p in parts if (m := _PTX_TYPE.fullmatch(p))]
+    if lanes is None or not types:
+        return None
+    return lanes * int(types[-1].group(1)) * (2 if types[-1].group(2) else 1)
+
+
 def vector_width(asm: Sequence[str], isa: str) -> int | None:
     """Bits of the widest SIMD register in ``asm`` (x86: xmm 128, ymm 256, zmm 512; AArch64
-    NEON ``v`` registers 128); None when none is used or the ISA is another."""
+    NEON ``v`` registers 128); PTX (``isa`` ``ptx ...``), which has no SIMD registers: bits of
+    its widest vector load or store per thread (``.v4.b32``: 128). None when none is used or the
+    ISA is another."""
+    if isa.startswith("ptx"):
+        statements = (stmt for line in asm for stmt in _ptx_statements(line))
+        widths = [b for stmt in statements if (b := _ptx_access_bits(stmt)) is not None]
+        return max(widths) if widths else None
     if isa == "x86-64":
         widths = {_WIDTH[m.group(1)] for line in asm for m in _VECTOR_REGISTER.finditer(line)}
         return max(widths) if widths else None
     if isa == "aarch64":
         return 128 if any(re.search(r"\bv\d+\.", line) for line in asm) else None
     return None
+
+
+_PTX_ENTRY = re.compile(r"^[ \t]*(?:\.\w+[ \t]+)*\.entry[ \t]+([\w$]+)[ \t]*\(", re.M)
+_PTX_TARGET = re.compile(r"^[ \t]*\.target[ \t]+([^\n/]+)", re.M)
+
+
+def _ptx_function(text: str, start: int) -> str:
+    """The PTX function starting at ``start`` of ``text``: its ``.entry`` line through the brace
+    that closes its body (braces in comments not counted; ``{%r1, %r2}`` operands balance)."""
+    lines, depth, opened = [], 0, False
+    for line in text[start:].splitlines():
+        lines.append(line.rstrip())
+        code = line.split("//", 1)[0]
+        depth += code.count("{") - code.count("}")
+        opened = opened or "{" in code
+        if opened and depth <= 0:
+            break
+    return "\n".join(lines)
+
+
+def _ptx_entries(dump: MetalDump) -> dict[str, tuple[str, str, str]]:
+    """{symbol: (PTX function, target, file name)} of every kernel (``.entry``) in ``dump``'s
+    PTX, read once per dump."""
+    if dump.entries is None:
+        index: dict[str, tuple[str, str, str]] = {}
+        for file, text in dump.ptx.items():
+            target = _PTX_TARGET.search(text)
+            sm = target.group(1).strip() if target else "unknown target"
+            for match in _PTX_ENTRY.finditer(text):
+                index.setdefault(match.group(1), (_ptx_function(text, match.start()), sm, file))
+        dump.entries = index
+    return dump.entries
 
 
 def _ir_of(llvm_ir: dict[str, str], symbol: str) -> str | None:
@@ -262,9 +376,11 @@ def kernel_code(
             code="NBC600",
             hint="c.passes and c.hlo show what XLA did before the TPU back end",
         )
+    if dump.platform in ("cuda", "gpu"):
+        return _ptx_kernel_code(dump, name, locations, kernels, hlo)
     if dump.platform != "cpu":
         raise TargetError(
-            f"kernel code is read on CPU only for now, not on {dump.platform}",
+            f"kernel code is read on CPU and CUDA GPUs (PTX) only, not on {dump.platform}",
             code="NBC600",
             hint="compile with --backend cpu to see XLA:CPU's code for the same program",
         )
@@ -299,6 +415,57 @@ def kernel_code(
         mapping=KERNEL_MAPPING
         + (f"; XLA compiled this fusion once with {shared}, whose code this is" if shared else ""),
         shared_with=shared,
+        source=OBJECT_SOURCE,
+    )
+
+
+def _ptx_kernel_code(
+    dump: MetalDump, name: str, locations: Sequence[Any], kernels: Sequence[str], hlo: str | None
+) -> KernelCode:
+    """:func:`kernel_code` on a CUDA GPU: the kernel's ``.entry`` function in XLA:GPU's PTX."""
+    index = _ptx_entries(dump)
+    if not index:
+        raise TargetError(
+            "XLA:GPU wrote no PTX in this compile's dump, so there is no kernel code to read",
+            code="NBC600",
+            hint="c.passes and c.hlo show what XLA did",
+        )
+    with_code = [k for k in kernels if index.keys() & set(_symbols(k))]
+    shared = None if name in with_code else _shared_kernel(dump, hlo, name, with_code)
+    symbol = next((s for s in _symbols(shared or name) if s in index), None)
+    if symbol is None:
+        known = ", ".join(with_code[:8]) or "none"
+        raise TargetError(
+            f"no PTX for a kernel named {name!r} (kernels with code: {known})",
+            code="NBC600",
+            hint="use a name from c.fusions; library calls (cuBLAS, cuDNN custom calls) have "
+            "no code of XLA's own",
+        )
+    function, target, _ = index[symbol]
+    asm = function.splitlines()
+    llvm_ir = _ir_of(dump.llvm_ir, symbol)
+    where = list(locations)
+    mapping = PTX_MAPPING
+    if (llvm_ir and "!dbg" in llvm_ir) or re.search(r"^\s*\.loc\s", function, re.M):
+        mapping = (
+            "kernel: the kernel carries debug locations (to XLA's generated code, not to the "
+            "cell), not read here, so every PTX instruction carries the source locations of all "
+            "the kernel's HLO ops; declarations, labels and braces carry none"
+        )
+    if shared:
+        mapping += f"; XLA compiled this fusion once with {shared}, whose code this is"
+    return KernelCode(
+        name=name,
+        symbol=symbol,
+        isa=f"ptx {target}",
+        llvm_ir=llvm_ir,
+        asm=function,
+        instructions=sum(len(_ptx_statements(line)) for line in asm),
+        vector_width=vector_width(asm, "ptx"),
+        lines=[(line, where if _ptx_statements(line) else []) for line in asm],
+        mapping=mapping,
+        shared_with=shared,
+        source=PTX_SOURCE,
     )
 
 

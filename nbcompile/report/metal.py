@@ -142,7 +142,8 @@ def kernel_json(code: Any, lines: Any = ()) -> dict[str, Any]:
         "at": runs,
         "mapping": code.mapping,
         "shared_with": code.shared_with,
-        "source": "XLA's object file of the dumped compile, disassembled by Capstone",
+        "source": getattr(code, "source", None)
+        or "XLA's object file of the dumped compile, disassembled by Capstone",
     }
 
 
