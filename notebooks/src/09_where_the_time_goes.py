@@ -87,6 +87,15 @@ assert matmul_share > 0.5
 # The claim is about the matrix products together. The single hottest line can be another:
 # `norm`'s last line runs twice (both layer norms share it), and its kernels are memory-bound
 # element-wise work, which slows first when other programs share the machine's memory bus.
+# The profile by *call* separates them: each call of one of your functions is a group of its
+# own, numbered in the order it ran (`c.profile.by_function`; the matrix products written
+# directly in `block` belong to no call, library calls such as `softmax` are one box each).
+
+# %% code
+calls = sorted(p.by_function.items(), key=lambda kv: -kv[1])
+for name, t in calls[:8]:
+    print(f"{name:<14} {t * 1e3:6.3f} ms {t / total:6.1%}")
+assert {"norm#1", "norm#2", "softmax", "gelu"} <= set(p.by_function)
 
 # %% md
 # ## The roofline
