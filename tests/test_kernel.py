@@ -177,3 +177,36 @@ def test_a_file_from_elsewhere_is_checked_in_a_child_inside_a_real_kernel(tmp_pa
     refused = text_of(nb.cells[2])
     assert "REFUSED NBC500" in refused and "shape refinement" in refused, refused
     assert "ALIVE (4, 3)" in text_of(nb.cells[3])
+
+
+CALLS_CHECK = """c = nbcompile.last()
+groups = {g.label: g for g in c.graph.groups}
+fusion_calls = sorted({f for fu in c.fusions for f in fu.functions})
+pairs = [list(p) for p in c.gradient.pairs]
+print("CALLS", json.dumps({
+    "blocks": [label for label in groups if label.startswith("block#") and "/" not in label],
+    "gelu": [g.call for label, g in groups.items() if label.endswith("gelu")],
+    "fusion_calls": fusion_calls,
+    "pairs": pairs,
+}))"""
+
+
+def test_a_ten_layer_train_step_is_drawn_by_the_users_calls_in_a_real_kernel():
+    """Issue 26's acceptance, through the magic in a real kernel: ``block`` defined in an
+    earlier cell, called from a loop in the ``%%compile --grad`` cell, gives the groups
+    ``block#1`` … ``block#10`` (nested ``gelu`` one library box each), fusions naming the calls
+    and ten forward/backward block pairs, each with the bytes of its residuals."""
+    from .ui.test_ui_backprop import BLOCK, BLOCKS
+    from .ui.test_ui_backprop import CELL as GRAD_CELL
+
+    nb = execute(notebook("%load_ext nbcompile", BLOCK, GRAD_CELL, CALLS_CHECK))
+    out = text_of(nb.cells[-1])
+    got = json.loads(out.split("CALLS ", 1)[1].splitlines()[0])
+    assert got["blocks"] == BLOCKS, got["blocks"]
+    assert got["gelu"] and set(got["gelu"]) == {"library"}, got["gelu"]
+    assert {b for b in BLOCKS if any(f.split("/")[0] == b for f in got["fusion_calls"])} == set(
+        BLOCKS
+    ), got["fusion_calls"]
+    pairs = {f: (b, n) for f, b, n in got["pairs"] if f in BLOCKS}
+    assert list(pairs) == BLOCKS
+    assert all(b == f + " (backward)" and n > 0 for f, (b, n) in pairs.items()), pairs
