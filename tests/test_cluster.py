@@ -2,11 +2,12 @@
 engines, each a JAX process (CPU, gloo collectives), and cells run on both as under ``%%px``.
 
 Two clusters in all (each start-up costs CPU): one for a program sharded across the processes
-(same value on both, ``c.processes``, a collective crossing processes, the views) and a
-program that differs on process 1 (NBC800 on both, naming the line); one for a process that
-dies during a compile (NBC801 on the other within the stated wait). Every wait is bounded and
-the engines are always stopped. The first tests need no cluster: the fingerprint comparison
-and ``crosses_processes`` on HLO text, and one process recording no processes.
+(same value on both, ``c.processes``, a collective crossing processes, the views), a program
+that differs on process 1 (NBC800 on both, naming the line) and ``--profile`` side by side
+while a thread keeps process 1 busy; one for a process that dies during a compile (NBC801 on
+the other within the stated wait). Every wait is bounded and the engines are always stopped.
+The first tests need no cluster: the fingerprint comparison, ``crosses_processes`` on HLO text,
+the side-by-side profiles from summaries, and one process recording no processes.
 """
 
 from __future__ import annotations
@@ -61,6 +62,18 @@ def px(rc: Any, code: str, timeout: float = 120) -> None:
 def compile_everywhere(rc: Any, cell: str, line: str = "", timeout: float = 120) -> list[Any]:
     px(rc, COMPILE.format(line=line, cell=textwrap.dedent(cell)), timeout)
     return rc[:].pull("outcome", block=False).get(timeout=30)
+
+
+def stop(rc: Any) -> None:
+    """End the engines at once (alone, stopping the cluster waits 5 s for them, then kills
+    them), then the controller."""
+    try:
+        rc.shutdown(targets="all", block=False)  # a dead engine would never reply
+        deadline = time.monotonic() + 10
+        while rc.ids and time.monotonic() < deadline:  # the engines unregister as they end
+            time.sleep(0.2)
+    finally:
+        rc.cluster.stop_cluster_sync()
 
 
 def pull(rc: Any, expr: str) -> list[Any]:
@@ -127,6 +140,26 @@ def test_differing_programs_name_the_processes_and_the_first_line() -> None:
     assert err.value.code == "NBC800" and err.value.line is None
 
 
+def test_profiles_side_by_side_name_the_slowest_process_and_each_kernels_spread() -> None:
+    from nbcompile.processes._profiles import side_by_side
+
+    def summary(own: float, wait: float) -> dict[str, Any]:
+        kernels = {"fusion": ["fusion", own], "all-reduce": ["all-reduce", wait]}
+        return {"calls": 10, "step": own + wait, "kernels": kernels, "own": own, "collective": wait}
+
+    got = side_by_side([summary(0.04, 0.06), summary(0.08, 0.02)], ["a", "b"], {"all-reduce"})
+    assert got.slowest == 1
+    assert [p.host for p in got.processes] == ["a", "b"]
+    fusion, reduce = got.kernel("fusion"), got.kernel("all-reduce")
+    assert fusion.seconds == (0.04, 0.08) and fusion.slowest == 1
+    assert fusion.ratio == pytest.approx(2.0) and fusion.spread_seconds == pytest.approx(0.04)
+    assert reduce.crosses_processes and reduce.slowest == 0 and not fusion.crosses_processes
+    assert got.kernels[0].name == "fusion"  # the longest on any process first
+    text = got.text()
+    assert "← slowest" in text.splitlines()[3] and "all-reduce ⇄" in text
+    assert got.to_json()["slowest"] == 1 and got.to_json()["kernels"][0]["ratio"] == 2.0
+
+
 FINGERPRINT_CHILD = """
 import json, jax, jax.numpy as jnp, nbcompile
 from nbcompile.processes import fingerprint
@@ -182,7 +215,7 @@ def rc() -> Iterator[Any]:
         px(client, SETUP)
         yield client
     finally:
-        client.cluster.stop_cluster_sync()
+        stop(client)
 
 
 LOSS = """
@@ -321,4 +354,57 @@ def test_a_process_that_dies_during_a_compile_gives_the_other_nbc801() -> None:
         assert outcome["code"] == "NBC801"
         assert "process 1" in outcome["text"] and f"{WAIT:g} s" in outcome["text"]
     finally:
-        client.cluster.stop_cluster_sync()
+        stop(client)
+
+
+@cluster
+def test_profile_on_every_process_side_by_side_shows_the_busy_process(rc: Any) -> None:
+    """A thread keeps process 1's CPU busy (numpy matrix products) during ``--profile``: its
+    kernels are slower, process 0 waits longer in the all-reduce across processes."""
+    px(
+        rc,
+        """
+        import threading
+        heavy = jax.make_array_from_process_local_data(
+            NamedSharding(mesh, P("data")),
+            np.random.default_rng(jax.process_index()).normal(size=(512, 512)).astype(np.float32),
+        )
+        w = jax.device_put(np.eye(512, dtype=np.float32) * 0.5, NamedSharding(mesh, P()))
+        stop = threading.Event()
+
+        def burn():
+            a = np.random.default_rng(0).random((600, 600))
+            while not stop.is_set():
+                a @ a
+
+        if jax.process_index() == 1:
+            threading.Thread(target=burn, daemon=True).start()
+        """,
+    )
+    cell = """
+    def layers(w, x):
+        for _ in range(8):
+            x = jnp.tanh(x @ w)
+        return (x**2).mean()
+
+    layers(w, heavy)
+    """
+    try:
+        outcomes = compile_everywhere(rc, cell, line="--profile 10", timeout=240)
+    finally:
+        px(rc, "stop.set()")
+    assert outcomes == ["ok", "ok"], outcomes
+    side = pull(rc, "nbcompile.last().profile.processes.to_json()")
+    assert side[0] == side[1]  # the same summaries on every process
+    procs, kernels = side[0]["processes"], side[0]["kernels"]
+    assert [p["index"] for p in procs] == [0, 1] and all(p["calls"] == 10 for p in procs)
+    assert procs[1]["own_seconds"] > procs[0]["own_seconds"]
+    assert procs[0]["collective_seconds"] > procs[1]["collective_seconds"]
+    assert side[0]["slowest"] == 1
+    crossing = [k for k in kernels if k["crosses_processes"]]
+    assert [k["opcode"] for k in crossing] == ["all-reduce"] and crossing[0]["slowest"] == 0
+    compute = max((k for k in kernels if not k["crosses_processes"]), key=lambda k: k["seconds"][0])
+    assert compute["seconds"][1] > compute["seconds"][0] and compute["slowest"] == 1
+    views = pull(rc, "repr(nbcompile.last())")
+    assert "profile on every process" in views[0] and "← slowest" in views[0]
+    assert len(views[1].splitlines()) == 1

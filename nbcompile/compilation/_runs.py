@@ -44,6 +44,7 @@ class Runs:
         _frozen: Any
         _profile: Any
         _memory_map: Any
+        _processes: tuple[Any, ...]
         _timings: dict[str, float]
 
     def _require_runnable(self, what: str) -> None:
@@ -229,6 +230,10 @@ class Runs:
         if self.target.present:  # deviceless targets get an estimate from XLA's cost model
             self._require_runnable("profile")
         self._profile = profile(self, calls=calls)
+        if self._processes:  # several JAX processes: every one's profile, side by side
+            from ..processes import gather_profiles
+
+            self._profile.processes = gather_profiles(self, self._profile)
         return self._profile
 
     @property

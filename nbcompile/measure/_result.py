@@ -102,6 +102,9 @@ class Profile:
     method: str = ""
     notes: list[str] = field(default_factory=list)
     by_function: dict[str, float] = field(default_factory=dict)  # call path -> seconds
+    #: with several JAX processes: every process's profile side by side
+    #: (:class:`nbcompile.processes.ProcessProfiles`); None with one process
+    processes: Any = None
 
     @property
     def kernel_seconds(self) -> float:

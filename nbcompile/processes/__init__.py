@@ -8,22 +8,28 @@
 :func:`cluster` starts local engines with ``jax.distributed`` initialised (CPU, gloo);
 :func:`agree` is what the session asks before binding: the processes compare program
 fingerprints through ``jax.distributed``'s key-value store and refuse a program that differs
-(``NBC800``) or a process that does not come (``NBC801``). See ``docs/processes.md``.
+(``NBC800``) or a process that does not come (``NBC801``); :func:`gather_profiles` puts every
+process's ``--profile`` side by side (``c.profile.processes``). See ``docs/processes.md``.
 """
 
 from __future__ import annotations
 
 from ._agree import ProcessInfo, agree, fingerprint
 from ._cluster import DEFAULT_TIMEOUT, TIMEOUT_ENV, cluster, process_timeout
+from ._profiles import KernelSpread, ProcessProfile, ProcessProfiles, gather_profiles
 from ._view import one_line, processes_view
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "TIMEOUT_ENV",
+    "KernelSpread",
     "ProcessInfo",
+    "ProcessProfile",
+    "ProcessProfiles",
     "agree",
     "cluster",
     "fingerprint",
+    "gather_profiles",
     "one_line",
     "process_timeout",
     "processes_view",

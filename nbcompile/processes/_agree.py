@@ -18,6 +18,7 @@ import json
 import re
 import socket
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +31,11 @@ from ..capture.source import SourceInfo
 from ..errors import TargetError
 from ._cluster import process_timeout
 
-__all__ = ["ProcessInfo", "agree", "fingerprint", "program_devices"]
+__all__ = ["ProcessInfo", "agree", "fingerprint", "profile_space", "program_devices"]
 
 _ROUNDS: dict[str, int] = {}  # namespace seed -> compiles of it in this process
+#: compilation -> [its agreed namespace, how many times this process profiled it]
+_SPACES: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -125,11 +128,29 @@ def program_devices(comp: Any) -> list[Any]:
     return _compat.partition_devices(comp.compiled) or []
 
 
+def profile_space(comp: Any) -> str | None:
+    """A fresh key namespace for one more profile of ``comp`` (under the one its processes
+    agreed on: every process profiles the same compile the same number of times); None where
+    ``comp`` was not agreed on across processes."""
+    entry = _SPACES.get(comp)
+    if entry is None:
+        return None
+    entry[1] += 1
+    return f"{entry[0]}/profile/{entry[1]}"
+
+
 def _tag(seed: str) -> str:
     return hashlib.sha256(seed.encode()).hexdigest()[:16]
 
 
-def _exchange(client: Any, space: str, mine: dict[str, Any], n: int, timeout: float) -> list[Any]:
+def _exchange(
+    client: Any,
+    space: str,
+    mine: dict[str, Any],
+    n: int,
+    timeout: float,
+    what: str = "this %%compile",
+) -> list[Any]:
     me = jax.process_index()
     try:
         client.key_value_set(f"{space}/{me}", json.dumps(mine), allow_overwrite=True)
@@ -155,7 +176,7 @@ def _exchange(client: Any, space: str, mine: dict[str, Any], n: int, timeout: fl
     if missing:
         names = ", ".join(f"process {i}" for i in missing)
         raise TargetError(
-            f"{names} did not reach this %%compile within {timeout:g} s "
+            f"{names} did not reach {what} within {timeout:g} s "
             f"(of {n} processes): it died, is still busy, or runs other code",
             code="NBC801",
             hint="run the cell on every process (%%px), check the engines (rc.ids), or "
@@ -221,8 +242,9 @@ def agree(comp: Any, source: SourceInfo, *, seed: str, freeze: Any = None) -> bo
     }
     tag = _tag(seed)
     _ROUNDS[tag] = _ROUNDS.get(tag, 0) + 1
+    space = f"nbcompile/compile/{tag}/{_ROUNDS[tag]}"
     try:
-        payloads = _exchange(client, f"nbcompile/compile/{tag}/{_ROUNDS[tag]}", mine, n, timeout)
+        payloads = _exchange(client, space, mine, n, timeout)
     except TargetError:
         # the others did not come (most often: the cell failed there before this point, so
         # their count of it did not move): the next run of the cell uses this round again
@@ -237,6 +259,7 @@ def agree(comp: Any, source: SourceInfo, *, seed: str, freeze: Any = None) -> bo
             hint="freeze on one process with its own devices (a mesh of jax.local_devices()),"
             " or save the sharded weights with a checkpointing library",
         )
+    _SPACES[comp] = [space, 0]
     comp.record_processes(
         [
             ProcessInfo(i, p["host"], tuple(p["devices"]), p["digest"])

@@ -47,11 +47,26 @@ def _in_ipython() -> bool:
 
 
 def _join(
-    address: str, n: int, index: int, devices: int, timeout: float, start: float
+    address: str, n: int, index: int, devices: int, timeout: float, start: float, parent: int
 ) -> dict[str, Any]:
     """Run on engine ``index`` (sent by ipyparallel, so self-contained): start JAX as process
-    ``index`` of ``n`` and load nbcompile's ``%%compile``."""
+    ``index`` of ``n`` and load nbcompile's ``%%compile``; the engine ends itself once the
+    process that started it (``parent``: a notebook's kernel, a test) is gone."""
     import os
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                os._exit(0)  # nobody can reach this engine any more
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, name="nbcompile-parent-watch", daemon=True).start()
 
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ["NBCOMPILE_PROCESS_TIMEOUT"] = str(timeout)
@@ -64,6 +79,10 @@ def _join(
     jax.distributed.initialize(
         address, num_processes=n, process_id=index, initialization_timeout=int(start)
     )
+    from jax.experimental import multihost_utils
+
+    # the processes meet once through a collective: gloo connects them now, not in a user's cell
+    multihost_utils.sync_global_devices("nbcompile.cluster")
     import sys
 
     ipython = sys.modules.get("IPython")  # an engine is an IPython kernel: loaded already
@@ -89,7 +108,9 @@ def cluster(
     ``%%compile`` waits for the other processes before ``NBC801``; ``start_timeout``: seconds
     the engines may take to start and join (else ``NBC803``, the engines stopped).
 
-    Stop them with ``rc.cluster.stop_cluster_sync()`` (or ``rc.shutdown(hub=True)``).
+    Stop them with ``rc.shutdown(targets="all", block=True)`` (the engines end at once) and
+    ``rc.cluster.stop_cluster_sync()`` (the controller; alone it waits for the engines and kills
+    them).
     """
     if not isinstance(n, int) or n < 1:
         raise TargetError(
@@ -113,7 +134,14 @@ def cluster(
         address = f"127.0.0.1:{_free_port()}"
         pending = [
             rc[eid].apply_async(
-                _join, address, n, i, devices_per_process, float(timeout), float(start_timeout)
+                _join,
+                address,
+                n,
+                i,
+                devices_per_process,
+                float(timeout),
+                float(start_timeout),
+                os.getpid(),
             )
             for i, eid in enumerate(ids)
         ]

@@ -1,5 +1,6 @@
 """What a compile across JAX processes shows: on process 0 the processes, their hosts and
-devices and the collectives that cross processes; one line on every other process.
+devices, the collectives that cross processes and, after ``--profile``, every process's profile
+side by side; one line on every other process.
 
 The view travels from an ipyparallel engine to the notebook as display data, where the engine's
 widgets cannot follow (their comms end at the engine), so process 0 shows the self-contained
@@ -40,11 +41,15 @@ def processes_view(comp: Any) -> dict[str, Any] | None:
             )
     if not crossing:
         lines.append("  no collective crosses processes")
-    return {
+    out: dict[str, Any] = {
         "processes": [p.to_json() for p in infos],
         "crossing": [c["name"] for c in crossing],
-        "text": "\n".join(lines),
     }
+    profiles = getattr(comp.profile, "processes", None)  # --profile on every process
+    if profiles is not None:
+        out["profiles"] = profiles.to_json()
+        lines.extend(profiles.text().splitlines())
+    return {**out, "text": "\n".join(lines)}
 
 
 def one_line(comp: Any) -> str | None:
