@@ -359,6 +359,16 @@ def _shared_kernel(
     return next((k for k in with_code if signatures.get(k) == wanted), None)
 
 
+def _no_code(what: str, name: str, with_code: Sequence[str], library: str) -> TargetError:
+    """NBC600 for a kernel ``name`` with no ``what`` (machine code, PTX) of XLA's own."""
+    known = ", ".join(with_code[:8]) or "none"
+    return TargetError(
+        f"no {what} for a kernel named {name!r} (kernels with code: {known})",
+        code="NBC600",
+        hint=f"use a name from c.fusions; {library} have no code of XLA's own",
+    )
+
+
 def kernel_code(
     dump: MetalDump,
     name: str,
@@ -390,12 +400,8 @@ def kernel_code(
     try:
         elf, symbol, code, address = _find_function(index, _symbols(shared or name))
     except KeyError:
-        known = ", ".join(with_code[:8]) or "none"
-        raise TargetError(
-            f"no machine code for a kernel named {name!r} (kernels with code: {known})",
-            code="NBC600",
-            hint="use a name from c.fusions; library calls (dots, convolutions) have no "
-            "code of XLA's own",
+        raise _no_code(
+            "machine code", name, with_code, "library calls (dots, convolutions)"
         ) from None
     disassembler, isa = _disassembler(elf)
     asm = [
@@ -434,13 +440,7 @@ def _ptx_kernel_code(
     shared = None if name in with_code else _shared_kernel(dump, hlo, name, with_code)
     symbol = next((s for s in _symbols(shared or name) if s in index), None)
     if symbol is None:
-        known = ", ".join(with_code[:8]) or "none"
-        raise TargetError(
-            f"no PTX for a kernel named {name!r} (kernels with code: {known})",
-            code="NBC600",
-            hint="use a name from c.fusions; library calls (cuBLAS, cuDNN custom calls) have "
-            "no code of XLA's own",
-        )
+        raise _no_code("PTX", name, with_code, "library calls (cuBLAS, cuDNN custom calls)")
     function, target, _ = index[symbol]
     asm = function.splitlines()
     llvm_ir = _ir_of(dump.llvm_ir, symbol)
