@@ -43,6 +43,9 @@ FIGURES = (
     "scale",
     "memory",
     "layout",
+    "capture",
+    "passes",
+    "processes",
 )
 
 
@@ -69,6 +72,15 @@ class Plan:
     memory: list[tuple[str, int, float | None]] = field(default_factory=list)  # --memory overhead
     layout: str = ""  # graph layout corpus: "full" (benchmarks.layout_corpus) or "quick"
     static_picture: list[str] = field(default_factory=list)  # Python static fallback time
+    # call-structure capture on the trace (issue 26): model, pairs, target ratio
+    capture: list[tuple[str, int, float | None]] = field(default_factory=list)
+    # --passes (issue 27): model, pairs, overhead target, kernel_code reps, its target (s),
+    # Passes tab paint target (s)
+    passes: list[tuple[str, int, float | None, int, float | None, float | None]] = field(
+        default_factory=list
+    )
+    # %%compile on 2 processes vs 1 (issue 30): pairs, exchanges, MLP layers, width, batch
+    processes: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
 
 
 FULL = Plan(
@@ -93,6 +105,9 @@ FULL = Plan(
     memory=[("12-layer train", 5, 1.5)],
     layout="full",
     static_picture=["12-layer train", "24-layer train"],
+    capture=[("GPT-2 small train", 7, 1.05)],
+    passes=[("12-layer train", 5, 1.5, 3, 0.2, 0.5)],
+    processes=(5, 20, 4, 512, 256),
 )
 
 QUICK = Plan(
@@ -109,6 +124,9 @@ QUICK = Plan(
     calibration=1,
     scale=[("GPT-2 1-layer train d64", 1, None, None)],
     memory=[("1-layer train d32", 1, None)],
+    capture=[("GPT-2 1-layer train d64", 2, None)],
+    passes=[("1-layer train d32", 1, None, 1, None, None)],
+    processes=(1, 2, 1, 32, 8),
     # layout: not in --quick (tests/test_benchmarks.py lists the quick plan's rows); "quick" runs a
     # two-report corpus: python -m benchmarks --quick --only layout after setting it here
 )
@@ -236,6 +254,33 @@ def run(
         for model in plan.static_picture:
             step(f"static picture: {model}")
             rows.append(_layout.static_picture_row(model))
+    if "capture" in figures:
+        from benchmarks import _capture_rows
+
+        for model, pairs, target in plan.capture:
+            step(f"call-structure capture on the trace: {model} ({pairs} pairs)")
+            rows.extend(_capture_rows.capture_overhead(model, pairs, target))
+    if "passes" in figures:
+        from benchmarks import _passes_rows
+
+        for model, pairs, target, reps, code_target, paint_target in plan.passes:
+            keep: dict[str, Any] = {}
+            step(f"--passes overhead: {model} ({pairs} pairs)")
+            rows.append(_passes_rows.passes_overhead(model, pairs, target, keep))
+            step(f"c.kernel_code: {model} ({reps} fresh Compilations)")
+            rows.append(_passes_rows.kernel_code_row(model, reps, code_target))
+            step(f"Passes tab first paint: {model}")
+            rows.append(
+                _display.passes_paint(
+                    model, keep.get("last"), plan.paint_repeats, OUT, paint_target
+                )
+            )
+    if "processes" in figures and plan.processes[0]:
+        from benchmarks import _process_rows
+
+        pairs, rounds, layers, width, batch = plan.processes
+        step(f"%%compile on 2 processes vs 1 ({pairs} pairs; starting 3 engines)")
+        rows.extend(_process_rows.process_rows(pairs, rounds, layers, width, batch))
     return rows, facts
 
 

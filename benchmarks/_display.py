@@ -16,7 +16,7 @@ from typing import Any
 from benchmarks._extra_models import build
 from benchmarks._stats import Row, Target, summarise
 
-__all__ = ["CHROMIUM", "displayed_size", "first_paint"]
+__all__ = ["CHROMIUM", "displayed_size", "first_paint", "passes_paint"]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -46,6 +46,26 @@ _OBSERVER_JS = """
   new MutationObserver((_, obs) => { if (check()) obs.disconnect(); })
     .observe(document, {childList: true, subtree: true});
 })();
+"""
+
+#: the Passes tab's chart steps and the selected step's detail (js/passes.js: passesPanel)
+PASSES_TAB = "[data-testid=nbc-tab-passes]"
+PASSES_DRAWN = "svg.nbc-passes-chart .nbc-step"
+#: Clicks the Passes tab and resolves, at the frame after its chart's first step is in the
+#: DOM, with the milliseconds since the click was dispatched.
+_PASSES_JS = """
+([tab, sel, limit]) => new Promise((resolve, reject) => {
+  const button = document.querySelector(tab);
+  if (!button) { reject(new Error("no Passes tab")); return; }
+  const t0 = performance.now();
+  const check = () => {
+    if (document.querySelector(sel)) requestAnimationFrame(() => resolve(performance.now() - t0));
+    else if (performance.now() - t0 > limit) reject(new Error("the Passes tab drew nothing"));
+    else requestAnimationFrame(check);
+  };
+  button.click();
+  check();
+})
 """
 
 _COMPILED: dict[str, Any] = {}
@@ -191,3 +211,61 @@ def _paint_row(
     row.subject = summarise(times)
     if remote:
         row.note += f"; page requested {len(set(remote))} non-local URLs"
+
+
+def passes_paint(
+    model: str, c: Any, repeats: int, outdir: Path, target: float | None, timeout_s: float = 60.0
+) -> Row:
+    """The Passes tab's first paint: on the static page of ``c`` (a Compilation with XLA's pass
+    dump, so the report carries the tab), once the first graph node is drawn, a click on the
+    Passes tab -> the frame after its chart's first step is in the DOM. New browser context
+    per repeat, so each is the tab's first opening."""
+    row = Row(
+        "Passes tab paint",
+        model,
+        "s",
+        "click Passes tab -> chart drawn, headless Chromium",
+        None,
+        target=None if target is None else Target("subject", "<=", target, f"≤ {target:g} s"),
+        note=f"{repeats} page loads (new browser context each); static page with --passes's "
+        "report; timed in the page from the tab's click to the frame after the first step",
+    )
+    render = _render_static_html()
+    if c is None:
+        row.note = "not available: no Compilation with a pass dump to show"
+        return row
+    if not Path(CHROMIUM).exists():
+        row.note = f"not available: {CHROMIUM} is not installed"
+        return row
+    from playwright.sync_api import sync_playwright
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    page_path = outdir / f"passes-{model.replace(' ', '_')}.html"
+    page_path.write_text(render(c.report()))
+    row.extra["page_bytes"] = page_path.stat().st_size
+    times: list[float] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            for _ in range(repeats):
+                context = browser.new_context()
+                page = context.new_page()
+                page.add_init_script(_OBSERVER_JS % json.dumps(GRAPH_NODE))
+                try:
+                    page.goto(page_path.as_uri(), wait_until="commit")
+                    page.wait_for_function(
+                        "window.__nbcPaint !== undefined", timeout=timeout_s * 1000
+                    )
+                    ms = page.evaluate(_PASSES_JS, [PASSES_TAB, PASSES_DRAWN, timeout_s * 1000])
+                    times.append(ms / 1000.0)
+                except Exception as exc:  # no graph, no tab, or nothing drawn in time
+                    row.note = f"Passes tab not drawn ({type(exc).__name__}: {str(exc)[:120]})"
+                    row.failed = True
+                    return row
+                finally:
+                    context.close()
+            row.extra["chromium"] = browser.version
+        finally:
+            browser.close()
+    row.subject = summarise(times)
+    return row

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.__main__ import FIGURES, QUICK, main
+from benchmarks._process_rows import process_model
 from benchmarks._stats import Row, summarise
 from benchmarks._table import compare
 
@@ -47,6 +48,22 @@ def _planned() -> list[tuple[str, str, int | None]]:
         ]
     out += [("first paint", model, QUICK.paint_repeats) for model, *_ in QUICK.scale]
     out += [("--memory overhead", m, p) for m, p, _ in QUICK.memory]
+    # layout: not in the quick plan (QUICK.layout is empty)
+    for model, pairs, _ in QUICK.capture:
+        out += [("call capture", model, pairs), ("call capture CPU", model, pairs)]
+    for model, pairs, _, reps, _, _ in QUICK.passes:
+        out += [
+            ("--passes overhead", model, pairs),
+            ("kernel code", model, reps),
+            ("Passes tab paint", model, QUICK.paint_repeats),
+        ]
+    pairs, rounds, layers, width, batch = QUICK.processes
+    if pairs:
+        out += [
+            ("%%compile 2 processes", process_model(layers, width, batch), pairs),
+            ("%%compile 2 processes CPU", process_model(layers, width, batch), pairs),
+            ("fingerprint exchange", "2 processes", rounds),
+        ]
     return out
 
 
@@ -60,7 +77,7 @@ def quick_run(tmp_path_factory):
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=480,  # two clusters of engines start in it (the processes figure)
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout, json.loads(out.read_text())
@@ -111,6 +128,16 @@ def test_measurements_did_what_they_claim(quick_run):
     assert size_row["subject"]["median"] == sum(size_row["extra"]["parts"].values())
     assert "text/plain" in size_row["extra"]["parts"]
     assert size_row["anchor"] is None and "--no-peer" in size_row["note"]
+    capture = rows[("call capture", QUICK.capture[0][0])]
+    assert capture["extra"]["calls_recorded"] > 0 and capture["extra"]["capture_complete"]
+    passes = rows[("--passes overhead", QUICK.passes[0][0])]
+    assert all(n > 0 for n in passes["extra"]["pass_steps"])  # the dump held XLA's passes
+    code = rows[("kernel code", QUICK.passes[0][0])]
+    assert code["subject"] is not None and code["extra"]["kernels"], code["note"]
+    two = rows[("%%compile 2 processes", process_model(*QUICK.processes[2:]))]
+    assert two["ratio"] is not None, two["note"]
+    assert two["extra"]["processes_seen"] == [2]  # the subject's cells ran on 2 JAX processes
+    assert all(r["processes"] == 0 for p in two["extra"]["runs"] for r in p["one"])
 
 
 def test_table_has_one_line_per_row_and_the_columns(quick_run):
