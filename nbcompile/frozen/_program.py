@@ -191,6 +191,9 @@ class _Walk:
         self.chains: dict[str, int] = {}
         self.calls: dict[str, dict[str, Any]] = {}
         self.metadata = 0
+        #: bytes of each distinct location (MLIR uniques them: one alias shared by thousands of
+        #: operations is printed once, so the walk's time does not grow with the text it counts)
+        self.location_bytes: dict[Any, int] = {}
         self.largest = 0
 
     def facts(self) -> dict[str, Any]:
@@ -275,7 +278,10 @@ class _Walk:
 
     def _location(self, op: Any) -> None:
         """Count an operation's location text against the metadata limits."""
-        size = len(str(op.location).encode())
+        location = op.location
+        size = self.location_bytes.get(location.attr)
+        if size is None:
+            size = self.location_bytes[location.attr] = len(str(location).encode())
         if size > MAX_LOCATION_BYTES:
             raise Refused(
                 "NBC508",
