@@ -59,6 +59,26 @@ def compile_fresh(lowered: Any, compiler_options: dict[str, Any] | None = None) 
         return lowered.compile(compiler_options=options)
 
 
+def adopt_executable(lowered: Any, compiled: Any) -> None:
+    """Make ``compiled`` (compiled from ``lowered`` with extra compiler options, such as XLA's
+    dump) the executable later calls of the jit object run, as a plain ``lowered.compile()``'s
+    would be.
+
+    ``Lowered.compile(compiler_options=...)`` does not keep its executable on the lowering
+    (only an option-less compile does, ``MeshComputation._executable``), and a call of the jit
+    object compiles again when it finds none there: a second XLA compile of the same program.
+    The call reuses the ``MeshComputation`` of ``jitted.trace(...).lower()`` (its lowering is
+    cached), so setting its ``_executable`` to ``compiled``'s serves the call. Only done when no
+    executable is kept yet; a no-op on another JAX lacking these attributes. Checked with JAX
+    0.10.2 (tests/measure/test_passes_once.py counts the compiles)."""
+    lowering = getattr(lowered, "_lowering", None)
+    executable = getattr(compiled, "_executable", None)
+    if lowering is None or executable is None or not hasattr(lowering, "_executable"):
+        return
+    if lowering._executable is None:
+        lowering._executable = executable
+
+
 #: Debug options that make XLA write files (``xla_dump_to``): JAX leaves them out of its
 #: persistent-cache key, so a compile that asks for a dump could be served without XLA running.
 _DUMP_OPTIONS = ("xla_dump_to",)

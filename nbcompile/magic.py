@@ -175,7 +175,7 @@ class CompileMagics(Magics):
     @argument(
         "--passes",
         action="store_true",
-        help="record XLA's pass pipeline and the kernels' code (one more compile)",
+        help="record XLA's pass pipeline and the kernels' code (XLA's dump of this compile)",
     )
     @argument(
         "--mesh",

@@ -59,6 +59,9 @@ class Program:
     """What one compile produced; shared by every Compilation a cache hit reuses it for.
 
     ``analysis`` is computed on first use and kept (``analysis_seconds`` says how long it took).
+    ``metal`` is the :class:`~nbcompile.measure.metal.MetalDump` read from the program's own
+    compile when it wrote XLA's dump (``--passes``: ``stages.dump``), so every run reusing this
+    Program has the pass pipeline and kernel code without compiling again.
     """
 
     stages: Stages
@@ -72,6 +75,7 @@ class Program:
     notes: list[str] = field(default_factory=list)
     _analysis: Any = field(default=None, repr=False)
     analysis_seconds: float | None = None
+    metal: Any = field(default=None, repr=False)
 
     @property
     def analysis(self) -> Any:
@@ -281,8 +285,12 @@ def build_program(
     source: SourceInfo,
     name: str | None = None,
     progress: Progress | None = None,
+    passes: bool = False,
 ) -> Program:
-    """Compile ``adapted`` as ``request`` says (see the module docstring)."""
+    """Compile ``adapted`` as ``request`` says (see the module docstring). ``passes``
+    (``--passes``): the program's compile writes XLA's dump (``Stages.dump``); not the
+    gradient program's, whose passes stay on demand. Not part of the cache key: a Program
+    compiled without it gets its dump by one more compile when asked."""
     __tracebackhide__ = True
     _check_kind(adapted)
     jit_kwargs, static = _jit_options(adapted, request.jit_kwargs)
@@ -309,6 +317,7 @@ def build_program(
         placement,
         target,
         progress=progress,
+        dump=passes,
         **common,
     )
     grad = None

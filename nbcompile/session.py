@@ -251,6 +251,7 @@ class Session:
                 source=captured.source,
                 name=captured.fn_expr,
                 progress=progress,
+                passes=options.passes,
             )
             comp = Compilation(program, adapted, display=self.display)
             self._check_trace_side_effects(comp, captured, namespace, tracers_before, warnings)

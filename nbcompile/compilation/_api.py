@@ -39,6 +39,7 @@ def compile(
     gpu: str | None = None,
     mesh: str | None = None,
     shard: dict[str, str] | None = None,
+    passes: bool = False,
     **jit_kwargs: Any,
 ) -> Compilation:
     """Trace, lower and compile ``fn(*example_args)`` and return the :class:`Compilation`.
@@ -50,6 +51,8 @@ def compile(
     (``h100``), ``mesh`` (``4x2``) and ``shard`` (``{"x": "data,None"}``) pick the hardware;
     absent devices are compiled for without them where the compiler is installed.
     Example arguments may be ``jax.ShapeDtypeStruct``\\ s: compile-only planning.
+    ``passes=True`` (``%%compile --passes``) has the compile write XLA's dump, so ``c.passes``,
+    ``c.kernel_code``, ``c.compile_time`` and the report's Passes tab need no second compile.
     """
     __tracebackhide__ = True
     adapted = adapt(fn, example_args, example_kwargs or {})
@@ -70,8 +73,12 @@ def compile(
         source=source or source_of_function(adapted.fn, cells=cell_files()),
         name=name,
         progress=progress,
+        passes=passes,
     )
-    return Compilation(program, adapted)
+    comp = Compilation(program, adapted)
+    if passes and program.metal is not None:
+        comp.run_passes()  # as --passes: the report carries the Passes tab (no compile here)
+    return comp
 
 
 def compare(*compilations: Compilation) -> Any:

@@ -104,10 +104,14 @@ class Compilation(Runs, Display):
         self._profile: Any = None
         self._processes: tuple[Any, ...] = ()  # per JAX process, where several compiled it
         self._memory_map: Any = None
-        self._metal: Any = None  # XLA's dump of one more compile (measure/metal.py)
+        self._metal: Any = None  # XLA's dump of a compile of the program (measure/metal.py)
         self._compile_time: Any = None
         self._report: tuple[Any, dict[str, Any]] | None = None
         self._shown: Any = None
+        if program.stages.dump is not None:  # --passes: read its compile's dump, remove it
+            from ..measure.metal import read_stages_dump
+
+            program.metal = read_stages_dump(program.stages)
         if program.stages.target.note:
             self._notes.append(program.stages.target.note)
         grad_notes = self.grad.notes if self.grad is not None else ()
@@ -274,17 +278,19 @@ class Compilation(Runs, Display):
         devices = _compat.partition_devices(self.compiled) if several else None
         return program_collectives(self.hlo, self.target, devices)
 
-    # --- down to the metal (one more compile with XLA's dump on; docs/metal.md) -------------
+    # --- down to the metal (XLA's dump of a compile of this program; docs/metal.md) ----------
     @property
     def passes(self) -> Any | None:
         """XLA's pass pipeline for this program (:class:`~nbcompile.analysis.passes_log.PassLog`),
-        from one more compile with XLA's dump on (on first use, or by ``--passes``); None where
-        XLA dumped no passes."""
+        from XLA's dump of the program's own compile with ``--passes`` (``passes=True``), else
+        from one more compile with the dump on (on first use); None where XLA dumped no
+        passes."""
         return self._metal_dump().passes
 
     def run_passes(self, progress: Progress | None = None) -> Any | None:
-        """Record XLA's pass pipeline now (``--passes``): one more compile with the dump on."""
-        if progress and self._metal is None:
+        """Record XLA's pass pipeline now (``--passes``): read from the program's own compile
+        when it wrote XLA's dump, else one more compile with the dump on."""
+        if progress and self._metal is None and self.program.metal is None:
             progress("recording XLA's passes (one more compile)")
         return self.passes
 
@@ -309,10 +315,13 @@ class Compilation(Runs, Display):
         return self._compile_time
 
     def _metal_dump(self) -> Any:
+        """XLA's dump of this program: the Program's own (``--passes``: its compile wrote it;
+        kept on the Program, so a cache hit reuses it), else one more compile, once per run."""
         if self._metal is None:
             from ..measure.metal import dump_program
 
-            self._metal = dump_program(self)
+            metal = self.program.metal
+            self._metal = metal if metal is not None else dump_program(self)
         return self._metal
 
     def summary(self) -> dict[str, Any]:

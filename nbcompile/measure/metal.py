@@ -1,8 +1,10 @@
-"""Down to the metal: one more compile of a program with XLA's dump on, and its kernels' code.
+"""Down to the metal: XLA's dump of a program's compile, and its kernels' code.
 
-:func:`dump_compile` compiles the lowered program again with ``xla_dump_to`` (a temporary folder)
-and ``xla_dump_hlo_pass_re=.*``, *without* JAX's persistent compilation cache (a cache hit runs
-no XLA and dumps nothing), and keeps what the dump holds: the pass log
+With ``--passes`` the program's own compile writes the dump (``run_stages(dump=True)``:
+``xla_dump_to`` a temporary folder and ``xla_dump_hlo_pass_re=.*``, without JAX's persistent
+compilation cache, whose hit runs no XLA and dumps nothing) and :func:`read_stages_dump` reads
+it; otherwise :func:`dump_compile` compiles the lowered program once more the same way. Either
+keeps what the dump holds (:func:`read_dump`): the pass log
 (:func:`~nbcompile.analysis.passes_log.read_pass_log`), each kernel's optimised LLVM IR
 (``*.ir-with-opt.ll``) and XLA:CPU's object files (``obj-file.*.o``), with when the compile
 started, when its last HLO pass was dumped and when it ended.
@@ -40,7 +42,14 @@ from ..analysis.hlo import HloModule, parse_hlo
 from ..analysis.passes_log import PassLog, read_pass_log
 from ..errors import TargetError
 
-__all__ = ["KernelCode", "MetalDump", "dump_compile", "kernel_code"]
+__all__ = [
+    "KernelCode",
+    "MetalDump",
+    "dump_compile",
+    "kernel_code",
+    "read_dump",
+    "read_stages_dump",
+]
 
 #: what ``KernelCode.mapping`` says when the kernel's IR carries no debug locations
 KERNEL_MAPPING = (
@@ -72,6 +81,9 @@ class MetalDump:
     ptx: dict[str, str] = field(default_factory=dict)
     started: float = 0.0
     finished: float = 0.0
+    #: True when the program's own compile wrote this dump (``--passes``); False for one more
+    #: compile of it (:func:`dump_compile`)
+    own: bool = False
     #: (profile id, the report's ``extras["passes"]``) once built (compilation/_display.py)
     view: Any = field(default=None, repr=False, compare=False)
     #: {symbol: (ELF file, symbol)} of the objects' functions, read once (:func:`kernel_code`)
@@ -100,27 +112,55 @@ def dump_compile(
     lowered: Any, platform: str, compiler_options: dict[str, Any] | None = None
 ) -> MetalDump:
     """Compile ``lowered`` once more with XLA's dump on (persistent cache off) and read the dump."""
+    from ..stages import DUMP_OPTIONS
+
     options = dict(compiler_options or {})
     with tempfile.TemporaryDirectory(prefix="nbcompile-dump-") as folder:
-        options.update(xla_dump_to=folder, xla_dump_hlo_pass_re=".*")
+        options.update(xla_dump_to=folder, **DUMP_OPTIONS)
         # a persistent-cache hit would run no XLA and dump nothing
         with persistent_cache_disabled():
             started = time.time()
             lowered.compile(compiler_options=options)
             finished = time.time()
-        root = Path(folder)
-        _keep_program_module(root)
-        passes = read_pass_log(folder)
-        ptx = {p.name: p.read_text() for p in sorted(root.glob("*.ptx"))}
-        return MetalDump(
-            platform=platform,
-            passes=passes,
-            llvm_ir={p.name: p.read_text() for p in sorted(root.glob("*.ir-with-opt.ll"))},
-            objects={p.name: p.read_bytes() for p in sorted(root.glob("*obj-file.*.o"))},
-            ptx={name: text for name, text in ptx.items() if text.strip()},
-            started=started,
-            finished=finished,
-        )
+        return read_dump(folder, platform, started, finished)
+
+
+def read_dump(
+    folder: str | Path, platform: str, started: float, finished: float, *, own: bool = False
+) -> MetalDump:
+    """The :class:`MetalDump` of the compile that dumped to ``folder`` (its other modules'
+    files are deleted first: :func:`_keep_program_module`); ``started`` / ``finished`` are that
+    compile's clock, ``own`` whether it was the program's own compile."""
+    root = Path(folder)
+    _keep_program_module(root)
+    passes = read_pass_log(str(root))
+    ptx = {p.name: p.read_text() for p in sorted(root.glob("*.ptx"))}
+    return MetalDump(
+        platform=platform,
+        passes=passes,
+        llvm_ir={p.name: p.read_text() for p in sorted(root.glob("*.ir-with-opt.ll"))},
+        objects={p.name: p.read_bytes() for p in sorted(root.glob("*obj-file.*.o"))},
+        ptx={name: text for name, text in ptx.items() if text.strip()},
+        started=started,
+        finished=finished,
+        own=own,
+    )
+
+
+def read_stages_dump(stages: Any) -> MetalDump | None:
+    """The :class:`MetalDump` of a compile stage that wrote XLA's dump (``--passes``:
+    ``stages.dump``), its folder removed once read; None when it wrote none or compiled
+    nothing (XLA refused the program: its partial dump is dropped)."""
+    dump = stages.dump
+    if dump is None:
+        return None
+    stages.dump = None
+    try:
+        if stages.compiled is None:
+            return None
+        return read_dump(dump.path, stages.target.platform, dump.started, dump.finished, own=True)
+    finally:
+        dump.remove()
 
 
 _BEFORE = re.compile(r"^module_(\d+)\.(.+)\.before_optimizations\.txt$")
@@ -484,7 +524,8 @@ def dump_program(comp: Any) -> MetalDump:
 def measured_compile_time(comp: Any, dump: MetalDump) -> Any:
     """The :class:`~nbcompile.analysis.compile_time.CompileTime` of a Compilation's program:
     its stages' measured seconds, the XLA part split by the dumped compile (see
-    nbcompile/analysis/compile_time.py)."""
+    nbcompile/analysis/compile_time.py). With ``--passes`` the dumped compile is the program's
+    own (``dump.own``), so the split is of the very compile timed."""
     from ..analysis.compile_time import compile_time, eqns_by_line
 
     stages = comp.stages
@@ -492,6 +533,16 @@ def measured_compile_time(comp: Any, dump: MetalDump) -> Any:
     notes = []
     if stages.xla_compiles and "compile" in timings:
         seconds = timings["compile"]
+        if dump.own:
+            notes.append(
+                "--passes: this compile wrote XLA's dump, so the XLA figure includes writing "
+                "it, and its split into passes and code generation is of this very compile"
+            )
+        else:
+            notes.append(
+                "the split into XLA passes and code generation is in the proportion measured "
+                "on one more compile of this program with XLA's dump on"
+            )
     else:
         seconds = dump.seconds
         notes.append(

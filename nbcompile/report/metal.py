@@ -35,7 +35,8 @@ MAX_KERNELS = 8
 CODE_LINES = 1_000
 #: where every figure of ``extras["passes"]`` comes from
 DUMP_SOURCE = (
-    "XLA's dump of one more compile of this program (xla_dump_to, xla_dump_hlo_pass_re=.*)"
+    "XLA's dump of this program's compile (with --passes) or of one more compile "
+    "(xla_dump_to, xla_dump_hlo_pass_re=.*)"
 )
 #: kernels formed at one step the report names (the rest are counted)
 MAX_FORMED = 50

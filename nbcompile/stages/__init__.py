@@ -18,6 +18,7 @@ import contextlib
 import functools
 import io
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ import jax
 
 from .._compat import (
     EarlyHlo,
+    adopt_executable,
     captured_stderr,
     compile_fresh,
     key_persistent_cache_by_locations,
@@ -39,7 +41,15 @@ from ..targets import Placement, Target, output_shardings
 from . import limits
 from .errors import translate
 
-__all__ = ["Progress", "Stages", "make_jitted", "recompile_with_metadata", "run_stages"]
+__all__ = [
+    "DUMP_OPTIONS",
+    "Progress",
+    "Stages",
+    "XlaDump",
+    "make_jitted",
+    "recompile_with_metadata",
+    "run_stages",
+]
 
 Progress = Callable[[str], None]
 
@@ -79,6 +89,29 @@ jax.monitoring.register_event_duration_secs_listener(_on_duration)
 key_persistent_cache_by_locations(cell_identity)
 
 
+#: XLA debug options of a compile that records its pass pipeline (``--passes``): every HLO
+#: pass's module, the kernels' LLVM IR and objects (PTX on GPU), written to ``xla_dump_to``
+DUMP_OPTIONS = {"xla_dump_hlo_pass_re": ".*"}
+
+
+@dataclass
+class XlaDump:
+    """The folder XLA's dump of the program's own compile went to (``run_stages(dump=True)``),
+    removed with this object, and that compile's clock (seconds since the epoch, around
+    ``Lowered.compile``); read by nbcompile/measure/metal.py."""
+
+    folder: tempfile.TemporaryDirectory[str]
+    started: float
+    finished: float
+
+    @property
+    def path(self) -> str:
+        return self.folder.name
+
+    def remove(self) -> None:
+        self.folder.cleanup()
+
+
 @dataclass
 class Stages:
     """The JAX stage objects of one compile, where it went, and how long each stage took.
@@ -86,6 +119,7 @@ class Stages:
     ``compiled`` is None for a lowered-only target (no compiler for that platform here).
     ``xla_compiles`` counts the real XLA compiles the compile stage ran (0 when JAX served the
     executable from its in-memory or persistent cache); ``xla_seconds`` is their duration.
+    ``dump`` is XLA's dump of that compile when one was asked for (``--passes``), else None.
     """
 
     jitted: Any
@@ -101,6 +135,7 @@ class Stages:
     xla_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     early_hlo: EarlyHlo | None = field(default=None, repr=False)  # converted beside XLA
+    dump: XlaDump | None = field(default=None, repr=False)  # --passes: this compile's dump
     calls: CallLog = field(default_factory=CallLog, repr=False)  # the user's calls, as traced
     _text: tuple[Any, str | None] | None = field(default=None, repr=False)
 
@@ -198,8 +233,15 @@ def run_stages(
     source: SourceInfo | None = None,
     arg_names: list[str] | None = None,
     progress: Progress | None = None,
+    dump: bool = False,
 ) -> Stages:
     """Trace, lower and compile ``jitted(*placement.args, **placement.kwargs)`` for ``target``.
+
+    ``dump`` (``--passes``): the compile itself writes XLA's dump (``xla_dump_to`` a temporary
+    folder, :data:`DUMP_OPTIONS`) without JAX's persistent cache (a cache hit would run no XLA
+    and dump nothing), so the pass pipeline and the kernels' code need no second compile
+    (``Stages.dump``). The executable is the same (dump options change no code) and becomes the
+    one later calls of ``jitted`` run (:func:`~nbcompile._compat.adopt_executable`).
 
     Raises :class:`~nbcompile.errors.TraceError`, ``LowerError`` or ``CompileError`` naming the
     visible cell line (from ``source``), the user's argument names (``arg_names``) and what to
@@ -232,15 +274,25 @@ def run_stages(
     notes: list[str] = []
     before = (_COMPILES.count, _COMPILES.seconds)
     early = None
+    written: XlaDump | None = None
     if not target.lower_only:
         say(f"compiling{where}")
-        cache = persistent_cache_disabled() if target.deviceless else contextlib.nullcontext()
+        fresh = target.deviceless or dump
+        cache = persistent_cache_disabled() if fresh else contextlib.nullcontext()
         started = time.perf_counter()
         try:
             with _timed(timings, "compile"), _native_noise(target), cache:
                 early = EarlyHlo(lowered)
                 try:
-                    compiled = lowered.compile()
+                    if dump:
+                        folder = tempfile.TemporaryDirectory(prefix="nbcompile-dump-")
+                        options = {"xla_dump_to": folder.name, **DUMP_OPTIONS}
+                        clock = time.time()
+                        compiled = lowered.compile(compiler_options=options)
+                        written = XlaDump(folder, clock, time.time())
+                        adopt_executable(lowered, compiled)
+                    else:
+                        compiled = lowered.compile()
                 finally:
                     early.compile_done()
         except KeyboardInterrupt as exc:
@@ -278,6 +330,7 @@ def run_stages(
         xla_seconds=_COMPILES.seconds - before[1],
         notes=notes,
         early_hlo=early,
+        dump=written,
         calls=calls,
     )
 
