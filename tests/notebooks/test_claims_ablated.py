@@ -34,6 +34,15 @@ ABLATIONS = [
         ("y = jnp.asarray(rng", "def chain", "ab = ablate"),
     ),
     (
+        "03",
+        "assert off.bytes_accessed > 10 * on.bytes_accessed",  # fusion off on both sides
+        {
+            'on, off = ab["baseline"], ab["no_fusion"]': 'on, off = ab["no_fusion"], ab["no_fusion"]',
+            'assert s["kernels"] < s["eager_kernels"] and off.changed and off.kernels > on.kernels': "pass",
+        },
+        ("y = jnp.asarray(rng", "def chain", "ab = ablate"),
+    ),
+    (
         "04",
         "assert sorted(dots.values()) == [1, 2]",  # x differentiated too: dx of layer one
         {"%%compile --grad\n": "%%compile --grad 0,1\n"},
@@ -65,6 +74,12 @@ ABLATIONS = [
         "assert file_census(frozen)[0] == 0 and file_census(frozen)[1] == 0",
         {"net.eval()": "net.train()"},
         ("class Net",),
+    ),
+    (
+        "06",
+        "assert np.array_equal(y_served, here)",  # the file holds other weights than the notebook
+        {"predict(params, X)": "predict(jax.tree_util.tree_map(lambda w: w * 0.5, params), X)"},
+        None,
     ),
     (
         "07",
