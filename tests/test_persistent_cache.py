@@ -69,12 +69,15 @@ def cache_dir(tmp_path):
     """JAX's persistent cache in a fresh folder, every compile cached; restored after."""
     names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
     saved = {name: getattr(jax.config, name) for name in names}
+    enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", str(tmp_path / "jax-cache"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     compilation_cache.reset_cache()
     yield tmp_path / "jax-cache"
     for name, value in saved.items():
         jax.config.update(name, value)
+    jax.config.update("jax_enable_compilation_cache", enabled)
     compilation_cache.reset_cache()
 
 

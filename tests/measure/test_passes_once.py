@@ -12,11 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax._src import compilation_cache
 
 import nbcompile
 
 from ..helpers import XlaCompiles
+from ..test_persistent_cache import cache_dir  # noqa: F401 - the fixture, shared
 
 COMPILES = XlaCompiles()  # compiles asked of JAX
 
@@ -117,24 +117,7 @@ def test_without_passes_they_cost_one_more_compile():
     assert not any("this very compile" in note for note in c.compile_time.notes)
 
 
-@pytest.fixture
-def cache_dir(tmp_path):
-    """JAX's persistent cache in a fresh folder, every compile cached; restored after."""
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
-    saved = {name: getattr(jax.config, name) for name in names}
-    enabled = jax.config.jax_enable_compilation_cache
-    jax.config.update("jax_enable_compilation_cache", True)
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path / "jax-cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    compilation_cache.reset_cache()
-    yield tmp_path / "jax-cache"
-    for name, value in saved.items():
-        jax.config.update(name, value)
-    jax.config.update("jax_enable_compilation_cache", enabled)
-    compilation_cache.reset_cache()
-
-
-def test_a_program_in_the_persistent_cache_is_still_dumped(shell, cache_dir):
+def test_a_program_in_the_persistent_cache_is_still_dumped(shell, cache_dir):  # noqa: F811
     """A persistent-cache hit runs no XLA and dumps nothing: the --passes compile skips the
     cache (that compile only: the next plain compile of the program is served again)."""
     shell.reset(new_session=False)
