@@ -18,6 +18,15 @@ from .test_tutorials import CLAIMS
 #  the cells needed besides the first one — None: every cell up to the assertion)
 ABLATIONS = [
     (
+        "07",
+        "assert b.speedup > 1.2",  # nothing dispatched op by op: the "eager" call is jitted too
+        {
+            "%%compile --bench\ndef attention(p, x):": "%%compile --bench\n@jax.jit\ndef attention(p, x):",
+            "assert b.eager_kernels > b.compiled_kernels and b.eager_kernels_exact": "pass",
+        },
+        ("%%compile --bench\n@jax.jit", "b = attention.compilation.bench"),
+    ),
+    (
         "03",
         "assert flops_off - flops_on == 2 * 128**3",  # folding left on in the "off" compile
         {
@@ -79,6 +88,19 @@ ABLATIONS = [
         "06",
         "assert np.array_equal(y_served, here)",  # the file holds other weights than the notebook
         {"predict(params, X)": "predict(jax.tree_util.tree_map(lambda w: w * 0.5, params), X)"},
+        None,
+    ),
+    (
+        "06",
+        'assert os.listdir(out) == ["model.nbc"]',  # the file keeps the program, not the weights
+        {
+            "%%compile --freeze {path}\n": "%%compile\n",
+            'fr = predict.compilation.extras["freeze"]': (
+                "fr = vars(nbcompile.freeze(predict.compilation.original, params, X, path=path,"
+                " weights_argnums=()))"
+            ),
+            'print(fr["text"])': "print(fr)",
+        },
         None,
     ),
     (
