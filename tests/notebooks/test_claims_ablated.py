@@ -139,6 +139,12 @@ def test_each_ablated_assertion_is_a_claims_assertion():
         assert (notebook, code) in claimed, (notebook, code)
 
 
+def test_every_claim_is_checked_with_its_cause_removed():
+    ablated = {(nb, code) for nb, code, _, _ in ABLATIONS}
+    missing = [claim for claim, checks in CLAIMS.items() if not ablated & set(checks)]
+    assert missing == []
+
+
 @pytest.mark.parametrize("case", ABLATIONS, ids=[f"{a[0]}-{i}" for i, a in enumerate(ABLATIONS)])
 def test_the_claims_assertion_fails_without_its_cause(case, tmp_path):
     notebook, code, replace, only = case
