@@ -194,7 +194,7 @@ t_chain = min(rounds)  # the best round: the run least disturbed by whatever sha
 ratio = t_chain / (moved / bw)
 print(f"unfused chain: {unfused_chain.summary()['kernels']} kernels, "
       f"{unfused_chain.cost['flops'] / moved:.2f} FLOP/byte (ridge {peaks.ridge:.1f}); "
-      f"{moved / 1e6:.0f} MB moved (XLA), {moved / 2**20 / (y.nbytes / 2**20):.0f}× the size of y, "
+      f"{moved / 1e6:.0f} MB moved (XLA), {moved / y.nbytes:.0f}× the size of y, "
       f"largest cache {max(caches.values(), default=0) / 2**20:.0f} MiB")
 print(f"{moved / 1e6:.0f} MB ÷ {bw / 1e9:.1f} GB/s ({peaks.bytes_per_s.source}, past the caches) "
       f"predicts {moved / bw * 1e3:.2f} ms; measured {t_chain * 1e3:.2f} ms (×{ratio:.2f}; best of "
