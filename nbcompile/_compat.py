@@ -440,9 +440,15 @@ class EarlyHlo:
 
 def name_scope(label: str) -> Any:
     """One scope element of JAX's name stack (``source_info_util.Scope``; JAX 0.10.2)."""
-    from jax._src import source_info_util
+    global _Scope
+    if _Scope is None:
+        from jax._src import source_info_util
 
-    return source_info_util.Scope(label)
+        _Scope = source_info_util.Scope
+    return _Scope(label)
+
+
+_Scope: Any = None
 
 
 def distributed_client() -> Any | None:

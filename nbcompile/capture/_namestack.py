@@ -9,36 +9,49 @@ as they skip JAX's own.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from jax._src import source_info_util as _siu
+from jax._src.lib import xla_client as _xc
 
-__all__ = ["name_stack_hooks"]
+__all__ = ["name_stack", "name_stack_hooks"]
 
 _siu.register_exclusion(__file__)
 
 
+def name_stack(elems: list[Any]) -> Any:
+    """A JAX name stack of these elements (shared: JAX's ``NameStack`` is immutable)."""
+    return _siu.NameStack(tuple(elems))
+
+
 @contextlib.contextmanager
 def name_stack_hooks(
-    on_current: Callable[[Any, tuple[Any, ...]], list[Any] | None],
-    on_push: Callable[[Any, Any], None],
-    on_set: Callable[[Any | None], None],
+    stack_for: Callable[[Any, int, tuple[Any, ...]], Any],
+    on_push: Callable[[Any, int, Any], None],
+    on_set: Callable[[Any, int], None],
 ) -> Iterator[None]:
     """Watch JAX stamp equations with source information while tracing (JAX 0.10.2).
 
     ``source_info_util.current()`` is what every new equation's source info comes from; where
     it makes a fresh traceback (the equation is being traced now, not replayed by a transform),
-    ``on_current(frame, name_stack_elements)`` may return the elements to use instead. Scopes
-    pushed (``extend_name_stack``, used by ``jax.named_scope``; ``transform_name_stack``) are
-    reported to ``on_push(frame, element)``; a name stack replaced (``set_name_stack``: a nested
-    program starts its own) to ``on_set(frame)`` and, when it ends, ``on_set(None)``. ``frame``
-    is the Python frame that asked. Restores JAX's functions on exit.
+    ``stack_for(codes, own, name_stack_elements)`` may return the name stack to use instead
+    (made with :func:`name_stack`; None: JAX's own). Scopes pushed (``extend_name_stack``, used
+    by ``jax.named_scope``; ``transform_name_stack``) are reported to ``on_push(codes, own,
+    element)``; a name stack replaced (``set_name_stack``: a nested program starts its own) to
+    ``on_set(codes, own)`` and, when it ends, ``on_set(None, 0)``.
+
+    ``codes`` are the code objects of JAX's traceback of the moment, innermost first: the one
+    the equation keeps or, where JAX makes none, one made the same way. ``codes[own]`` is the
+    wrapper here that calls the hook, so inside the hook ``sys._getframe(k - own + 1)`` is the
+    frame of ``codes[k]``: a hook reads the frames it needs, and no others (a frame object
+    outliving its call makes the call's exit copy it). The hooks must not raise. Restores
+    JAX's functions on exit.
     """
     siu = _siu
     context = siu._source_info_context
     original, original_stack = siu.current, siu.current_name_stack
+    traceback = _xc.Traceback.get_traceback
     ext, tra, setn = (
         siu.ExtendNameStackContextManager,
         siu.TransformNameStackContextManager,
@@ -51,24 +64,25 @@ def name_stack_hooks(
         if info.traceback:
             return info
         info = original()
-        elems = on_current(sys._getframe(1), info.name_stack.stack)
-        if elems is None:
+        # codes: [0] JAX's current (returned), [1] this function
+        ours = stack_for(info.traceback.raw_frames()[0], 1, info.name_stack.stack)
+        if ours is None:
             return info
-        return siu.SourceInfo(info.traceback, siu.NameStack(tuple(elems)))
+        return siu.SourceInfo(info.traceback, ours)
 
     def current_name_stack() -> Any:
         stack = context.context.name_stack
         if context.context.traceback:
             return stack
-        elems = on_current(sys._getframe(1), stack.stack)
-        return stack if elems is None else siu.NameStack(tuple(elems))
+        ours = stack_for(traceback().raw_frames()[0], 0, stack.stack)  # [0] this function
+        return stack if ours is None else ours
 
     def pushing(enter: Callable[[Any], Any]) -> Callable[[Any], Any]:
         def wrapped(self: Any) -> Any:
             out = enter(self)
             stack = context.context.name_stack.stack
             if stack:
-                on_push(sys._getframe(1), stack[-1])
+                on_push(traceback().raw_frames()[0], 0, stack[-1])
             return out
 
         return wrapped
@@ -77,11 +91,11 @@ def name_stack_hooks(
 
     def set_entered(self: Any) -> Any:
         out = set_enter(self)
-        on_set(sys._getframe(1))
+        on_set(traceback().raw_frames()[0], 0)
         return out
 
     def set_exited(self: Any, *exc: Any) -> Any:
-        on_set(None)
+        on_set(None, 0)
         return set_exit(self, *exc)
 
     siu.current, siu.current_name_stack = current, current_name_stack

@@ -26,10 +26,8 @@ on arrays (``x @ w``, ``x.T``), which are not call instructions in the user's co
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dis
-import functools
 import inspect
 import itertools
 import linecache
@@ -50,9 +48,8 @@ __all__ = ["Call", "CallLog", "record_calls"]
 _CALL_OPS = frozenset(dis.opmap[n] for n in ("CALL", "CALL_FUNCTION_EX") if n in dis.opmap)
 _MODEL_LIBS = ("flax", "equinox", "keras")
 _KEEP_FRAMES = False
-_HELD = 64  # JAX frames remembered, briefly (see _Recorder.below)
-_HOLD_AT = (1, 2, 4, 8, 16, 32)
 _CACHE = dis.opmap.get("CACHE", 0)
+_WALKED = 16  # frames where JAX's traceback stopped, remembered (nested traces run in them)
 _NAME = re.compile(r"([A-Za-z_]\w*)\s*$")
 
 
@@ -67,6 +64,7 @@ class Call:
     file: str | None = None
     line: int | None = None
     ancestors: tuple[Call, ...] = ()  # root first, self last
+    ancestor_ids: frozenset[int] = frozenset()  # their ids
     frame: Any = field(default=None, repr=False)  # keeps the frame alive: ids stay unique
     scope: Any = field(default=None, repr=False)  # its name stack element
 
@@ -101,10 +99,19 @@ class CallLog:
 
 def _callee_name(frame: Any) -> str | None:
     """The name the user wrote for what ``frame`` is calling now (None: not a call)."""
-    return _callee_at(frame.f_code, frame.f_lasti)
+    code, lasti = frame.f_code, frame.f_lasti
+    key = (id(code), lasti)  # not the code itself: hashing a code object hashes its bytecode
+    hit = _CALLEES.get(key)
+    if hit is None or hit[0] is not code:
+        if len(_CALLEES) >= 4096:
+            _CALLEES.clear()
+        hit = _CALLEES[key] = (code, _callee_at(code, lasti))  # holds the code: ids stay its own
+    return hit[1]
 
 
-@functools.lru_cache(maxsize=4096)
+_CALLEES: dict[tuple[int, int], tuple[Any, str | None]] = {}
+
+
 def _callee_at(code: Any, lasti: int) -> str | None:
     raw = code.co_code
     while lasti > 0 and raw[lasti] == _CACHE:  # 3.11: f_lasti is the call's last cache entry
@@ -181,31 +188,91 @@ class _Recorder:
         self.log = CallLog()
         self.by_frame: dict[int, Call] = {}
         self.counts: dict[tuple[int, str], int] = {}
-        self.user: dict[Any, bool] = {}
+        self.user: dict[int, tuple[Any, bool]] = {}  # id(code) -> (code, from the user's files)
         self.owner: dict[int, tuple[Any, Call | None]] = {}  # id(scope elem) -> (elem, call)
         self.barriers: list[Call | None] = []
-        self.last: tuple[Any, Call | None] = (None, None)  # (asking frame, its innermost call)
+        self.root_code = root.f_code if root is not None else None
+        self.stops: dict[int, bool] = {id(self.root_code): True} if root is not None else {}
+        self.last: tuple[Any, Any, Call | None] = (None, None, None)  # frame, child, its call
         self.merged: dict[tuple[int, int, int], tuple[Any, list[Any] | None]] = {}
-        # JAX's own frames seen below the innermost user frame -> the innermost call there
-        # (the frames are held, so their ids stay unique while cached; the oldest are let go)
-        self.below: dict[int, tuple[Any, Call | None]] = {}
         self.held_calls: list[Call] = []  # calls whose frames are held: those running now
-        self.held: collections.deque[int] = collections.deque()
+        self.walked: dict[int, tuple[Any, Call | None]] = {}  # see _at: the last few
+        self.last_merge: tuple[Any, ...] = (None, None, None, None)  # stack, call, barrier, out
+        self.last_stack: tuple[Any, ...] = (None,) * 5  # frame, child, stack, barrier, out
 
     def is_user(self, code: Any) -> bool:
-        found = self.user.get(code)
-        if found is None:
-            found = self.user[code] = is_user_file(code.co_filename)
+        # keyed by the code object's id (hashing a code object hashes its bytecode); the value
+        # holds the code, so the id stays its own while cached
+        hit = self.user.get(id(code))
+        if hit is None or hit[0] is not code:
+            hit = self.user[id(code)] = (code, is_user_file(code.co_filename))
+            self.stops[id(code)] = hit[1]  # valid while ``user`` holds the code
+        return hit[1]
+
+    def frames(self, codes: Any, own: int, depth: int) -> tuple[Any, Any]:
+        """The innermost user frame and the frame it is calling (None: it asked itself), read
+        from the code objects of JAX's traceback of the moment (``codes``, innermost first):
+        the first user code from ``codes[own + 1]`` on, or the root's code (nothing of the
+        user's runs below the root). ``codes[own]`` is the wrapper in ``_namestack`` that asked
+        and this method runs ``depth`` frames above it, so ``codes[k]`` is the frame
+        ``sys._getframe(k - own + depth)``; only the frames returned are read (no other frame
+        object is made or kept: one outliving its call makes the call's exit copy it).
+        Nothing found: JAX's traceback stops below the frame where a nested trace began
+        (``trace_to_jaxpr``), so that frame, to walk on from (None: the traceback was all).
+        """
+        stops = self.stops  # id(code) -> True: user code or the root's, False: neither
+        n = len(codes)
+        for i in range(own + 1, n):
+            stop = stops.get(id(codes[i]))
+            if stop is None:
+                stop = self.is_user(codes[i])
+            if stop:
+                frame = sys._getframe(i - own + depth)
+                if frame.f_code is not codes[i]:  # not expected: walk from the frame that asked
+                    return sys._getframe(own + 1 - own + depth), None
+                return frame, (sys._getframe(i - own + depth - 1) if i > own + 1 else None)
+        try:
+            return sys._getframe(n - own + depth), None
+        except ValueError:
+            return None, None
+
+    def at(self, frame: Any, child: Any) -> Call | None:
+        """The innermost call running, given the frame :meth:`locate` found (``frame``; None:
+        none) and the frame it is calling (``child``; None: it asked itself). Records the calls
+        that are new on the way."""
+        last_frame, last_child, last_found = self.last
+        if frame is last_frame and child is last_child:  # nothing above them changed
+            return last_found
+        found = self._at(frame, child) if frame is not None else None
+        self.last = (frame, child, found)
+        if found is not last_found:  # the same call as before: the same frames are held
+            self._release(found)
         return found
 
-    def innermost(self, start: Any) -> Call | None:
-        """The innermost call running at ``start`` (a frame), recording new calls on the way."""
-        if start is self.last[0]:  # the same frame asks again: nothing above it changed
-            return self.last[1]
-        found = self._innermost(start)
-        self.last = (start, found)
-        self._release(found)
-        return found
+    def _at(self, frame: Any, child: Any) -> Call | None:
+        if frame is self.root:
+            return None
+        hit = self.by_frame.get(id(frame))
+        if hit is not None and hit.frame is frame:  # a known call: only its callee may be new
+            if child is None:
+                return hit
+            lib = self.by_frame.get(id(child))
+            if lib is not None and lib.frame is child:
+                return lib
+            return self._build(hit, [(None, child)])
+        if not self.is_user(frame.f_code):
+            # where JAX's traceback stopped (a nested trace began there: the frames above it
+            # stay as they are while it runs, so one walk serves all its equations), or the
+            # root's code in a frame that is not the root
+            cached = self.walked.get(id(frame))
+            if cached is not None and cached[0] is frame:
+                return cached[1]
+            found = self._innermost(frame)
+            self.walked[id(frame)] = (frame, found)  # held: its id stays its own while cached
+            while len(self.walked) > _WALKED:
+                del self.walked[next(iter(self.walked))]
+            return found
+        return self._innermost(child if child is not None else frame)  # a new call
 
     def _release(self, found: Call | None) -> None:
         """Let go of the frames of calls that have returned: only the calls running now (the
@@ -223,50 +290,24 @@ class _Recorder:
         self.held_calls = list(running)
 
     def _innermost(self, start: Any) -> Call | None:
+        """The innermost call at ``start``, walking the frames up to the first known call and
+        recording the new ones met on the way."""
         new: list[tuple[Any, Any]] = []  # (user frame, its callee frame), innermost first
         known: Call | None = None
         child, f = None, start
-        user, below = self.user, self.below
-        walked: list[Any] = []  # frames below the innermost user frame
         while f is not None and f is not self.root:
-            cached = below.get(id(f))
-            if cached is not None and cached[0] is f:
-                found = self._deepest(cached[1], new) if new else cached[1]
-                self._hold(walked, found)
-                return found
-            code = f.f_code
-            is_user = user.get(code)
-            if is_user is None:
-                is_user = self.is_user(code)
-            if is_user:
+            if self.is_user(f.f_code):
                 hit = self.by_frame.get(id(f))
                 if hit is not None and hit.frame is f:
                     lib = self.by_frame.get(id(child)) if child is not None else None
                     if lib is not None and lib.frame is child:
-                        found = self._deepest(lib, new)
-                        self._hold(walked, found)
-                        return found
+                        return self._deepest(lib, new)
                     known = hit
                     new.append((None, child))  # the callee of a known call may be new
                     break
                 new.append((f, child))
-            elif not new:
-                walked.append(f)
             child, f = f, f.f_back
-        found = self._build(known, new)
-        self._hold(walked, found)
-        return found
-
-    def _hold(self, frames: list[Any], call: Call | None) -> None:
-        below, held = self.below, self.held
-        for k in _HOLD_AT:  # a few frames at growing distances: the next ask meets one soon
-            if k >= len(frames):
-                break
-            f = frames[k]
-            below[id(f)] = (f, call)
-            held.append(id(f))
-        while len(held) > _HELD:
-            below.pop(held.popleft(), None)
+        return self._build(known, new)
 
     def _deepest(self, lib: Call | None, new: list[tuple[Any, Any]]) -> Call | None:
         if lib is not None and lib.kind == "library" and any(_named(f) for f, _c in new):
@@ -297,7 +338,9 @@ class _Recorder:
             label = name
         call = Call(label, name, kind, parent, frame=frame, **where)
         call.ancestors = (*(parent.ancestors if parent else ()), call)
-        call.scope = _compat.name_scope(label)
+        call.ancestor_ids = (parent.ancestor_ids if parent else frozenset()) | {id(call)}
+        if kind != "transparent":  # a transparent call is never in a name stack
+            call.scope = _compat.name_scope(label)
         self.by_frame[id(frame)] = call
         self.log.calls.append(call)
         return call
@@ -333,19 +376,26 @@ class _Recorder:
         if call is None:
             return []
         outside = self.barriers[-1] if self.barriers else None
-        skip = set(map(id, outside.ancestors)) if outside is not None else set()
+        skip = outside.ancestor_ids if outside is not None else frozenset()
         return [c for c in call.ancestors if c.kind != "transparent" and id(c) not in skip]
 
 
-def _interleave(rec: _Recorder, stack: tuple[Any, ...], call: Call | None) -> list[Any] | None:
-    """Name stack elements with the running calls' labels put where they were entered."""
+def _interleave(rec: _Recorder, stack: tuple[Any, ...], call: Call | None) -> Any:
+    """The name stack with the running calls' labels put where they were entered (a JAX
+    ``NameStack``, made once per stack, call and barrier), or None: JAX's own is right."""
     barrier = rec.barriers[-1] if rec.barriers else None
+    last = rec.last_merge
+    if last[0] is stack and last[1] is call and last[2] is barrier:
+        return last[3]
     key = (id(stack), id(call), id(barrier))
     hit = rec.merged.get(key)
     if hit is not None and hit[0][0] is stack and hit[0][1] is call and hit[0][2] is barrier:
-        return hit[1]
-    out = _merge(rec, stack, call)
-    rec.merged[key] = ((stack, call, barrier), out)
+        out = hit[1]
+    else:
+        elems = _merge(rec, stack, call)
+        out = None if elems is None else _namestack.name_stack(elems)
+        rec.merged[key] = ((stack, call, barrier), out)
+    rec.last_merge = (stack, call, barrier, out)
     return out
 
 
@@ -355,11 +405,12 @@ def _merge(rec: _Recorder, stack: tuple[Any, ...], call: Call | None) -> list[An
         return None
     out: list[Any] = []
     placed, pos = 0, 0
+    owners = rec.owner
     for elem in stack:
-        owned = rec.owner.get(id(elem))
+        owned = owners.get(id(elem))
         if owned is not None and owned[0] is elem:
             owner = owned[1]
-            chain = set(map(id, owner.ancestors)) if owner is not None else set()
+            chain = owner.ancestor_ids if owner is not None else frozenset()
             pos = sum(1 for c in labels if id(c) in chain)
         while placed < min(pos, len(labels)):
             out.append(labels[placed].scope)
@@ -382,41 +433,52 @@ def record_calls(enabled: bool = True, timed: bool = False) -> Iterator[CallLog]
     rec = _Recorder(sys._getframe(2))
     thread = threading.get_ident()
     broken: list[BaseException] = []
+    get_ident, clock = threading.get_ident, time.perf_counter
+    # the wrappers in ``_namestack`` call these directly: ``codes[own]`` is the wrapper, these
+    # run one frame above it and ``rec.frames`` two (its ``depth``)
 
-    def guarded(fn: Any) -> Any:
-        def hook(*args: Any) -> Any:
-            if broken or threading.get_ident() != thread:
-                return None
-            try:
-                return fn(*args)
-            except Exception as exc:  # never the user's problem: stop recording
-                broken.append(exc)
-                return None
+    def stack_for(codes: Any, own: int, stack: tuple[Any, ...]) -> Any:
+        if broken or get_ident() != thread:
+            return None
+        t0 = clock() if timed else 0.0
+        try:
+            frame, child = rec.frames(codes, own, 2)
+            barrier = rec.barriers[-1] if rec.barriers else None
+            last = rec.last_stack
+            if frame is last[0] and child is last[1] and stack is last[2] and barrier is last[3]:
+                return last[4]
+            out = _interleave(rec, stack, rec.at(frame, child))
+            rec.last_stack = (frame, child, stack, barrier, out)
+            return out
+        except Exception as exc:  # never the user's problem: stop recording
+            broken.append(exc)
+            return None
+        finally:
+            if timed:
+                rec.log.seconds += clock() - t0
 
-        def timed_hook(*args: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return hook(*args)
-            finally:
-                rec.log.seconds += time.perf_counter() - t0
+    def on_push(codes: Any, own: int, elem: Any) -> None:
+        if broken or get_ident() != thread:
+            return
+        try:
+            rec.owner[id(elem)] = (elem, rec.at(*rec.frames(codes, own, 2)))
+        except Exception as exc:
+            broken.append(exc)
 
-        return timed_hook if timed else hook
-
-    def on_current(caller: Any, stack: tuple[Any, ...]) -> list[Any] | None:
-        return _interleave(rec, stack, rec.innermost(caller))
-
-    def on_push(caller: Any, elem: Any) -> None:
-        rec.owner[id(elem)] = (elem, rec.innermost(caller))
-
-    def on_set(caller: Any | None) -> None:
-        if caller is None:
-            if rec.barriers:
-                rec.barriers.pop()
-        else:
-            rec.barriers.append(rec.innermost(caller))
+    def on_set(codes: Any, own: int) -> None:
+        if broken or get_ident() != thread:
+            return
+        try:
+            if codes is None:
+                if rec.barriers:
+                    rec.barriers.pop()
+            else:
+                rec.barriers.append(rec.at(*rec.frames(codes, own, 2)))
+        except Exception as exc:
+            broken.append(exc)
 
     try:
-        with _namestack.name_stack_hooks(guarded(on_current), guarded(on_push), guarded(on_set)):
+        with _namestack.name_stack_hooks(stack_for, on_push, on_set):
             yield rec.log
     finally:
         rec.log.complete = not broken

@@ -1,0 +1,145 @@
+"""The call recorder's mechanics (``nbcompile.capture.calls``), apart from IPython.
+
+The recorder reads the user's frames from the code objects of JAX's own traceback of each
+equation and reads only the frames it needs. JAX's tracebacks stop where a nested trace began
+(a ``jax.jit`` function called inside the model, every ``jnp`` function that is itself jitted),
+so the frames above that point are walked once per nested trace. These tests pin what that must
+give: each call of a block its own group, the library calls named as written (also inside a
+nested trace), a ``lax.scan`` body as a call, no frame kept, and a trace that never fails (nor
+changes its program) when the recorder breaks. The labels are those the recorder gave when it
+walked every frame (checked against that version before it changed).
+
+The model is this test file's own functions: a test file is the user's code.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nbcompile.capture import calls as calls_mod
+from nbcompile.capture.calls import record_calls
+from nbcompile.stages import make_jitted
+
+
+def block(p, x):
+    h = jax.nn.gelu(x @ p)
+    return x + h.var(axis=-1, keepdims=True)
+
+
+def loop_loss(params, x):
+    for p in params:
+        x = block(p, x)
+    return jnp.mean(x**2)
+
+
+jit_block = jax.jit(block)
+
+
+def nested_loss(params, x):
+    for p in params:
+        x = jit_block(p, x)  # a nested trace: JAX's tracebacks inside it stop at its start
+    return jnp.mean(x**2)
+
+
+def step(x, p):
+    return block(p, x), None
+
+
+def scan_loss(params, x):
+    x, _ = jax.lax.scan(step, x, params)
+    return jnp.mean(x**2)
+
+
+PARAMS = [jnp.asarray(np.eye(4, dtype=np.float32) * (k + 1)) for k in range(3)]
+X = jnp.ones((2, 4), jnp.float32)
+
+
+def _trace(fn, *args):
+    jitted = make_jitted(fn)  # a fresh function each time, as nbcompile does: no trace cache
+    with record_calls() as log:
+        traced = jitted.trace(*args)
+    return log, traced
+
+
+def _labels(log, kind=None):
+    return [c.label for c in log.calls if kind is None or c.kind == kind]
+
+
+def _stacks(traced):
+    out = []
+
+    def visit(jaxpr):
+        for eqn in jaxpr.eqns:
+            out.append(str(eqn.source_info.name_stack))
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                visit(sub)
+
+    visit(traced.jaxpr.jaxpr)
+    return out
+
+
+def test_each_call_is_one_group_and_library_calls_are_named_as_written():
+    log, traced = _trace(loop_loss, PARAMS, X)
+    assert log.complete
+    assert _labels(log, "call") == ["block#1", "block#2", "block#3"]
+    libs = {(c.parent.label, c.label) for c in log.calls if c.kind == "library"}
+    for k in (1, 2, 3):
+        assert (f"block#{k}", "gelu") in libs and (f"block#{k}", "var") in libs
+    stacks = _stacks(traced)
+    for k in (1, 2, 3):
+        assert f"block#{k}/gelu" in stacks and f"block#{k}/var" in stacks
+
+
+def test_inside_a_nested_jit_the_calls_are_still_found():
+    # JAX's tracebacks inside jit_block's trace stop at its start; the recorder walks on from
+    # there. JAX traces jit_block once (its first call) and reuses that trace for the others,
+    # which run no Python of the block: they are calls of the jitted function, as written.
+    log, traced = _trace(nested_loss, PARAMS, X)
+    assert log.complete
+    assert _labels(log, "call") == ["block#1"]
+    libs = [(c.parent.label, c.label) for c in log.calls if c.kind == "library"]
+    assert ("block#1", "gelu") in libs and ("block#1", "var") in libs
+    assert ("nested_loss", "jit_block#2") in libs and ("nested_loss", "jit_block#3") in libs
+    stacks = set(_stacks(traced))
+    assert {"block#1/gelu", "block#1/var", "jit_block#2", "jit_block#3"} <= stacks
+
+
+def test_a_scan_body_is_a_call():
+    log, traced = _trace(scan_loss, jnp.stack(PARAMS), X)
+    assert log.complete
+    names = _labels(log, "call")
+    assert "step#1" in names and "block#1" in names
+    assert "step#1/block#1/gelu" in _stacks(traced)
+
+
+def test_no_frame_is_kept_after_the_trace():
+    log, _ = _trace(loop_loss, PARAMS, X)
+    assert log.calls and all(c.frame is None for c in log.calls)
+
+
+def test_a_broken_recorder_never_fails_the_trace_nor_changes_its_program(monkeypatch):
+    _, good = _trace(loop_loss, PARAMS, X)
+
+    def boom(self, *args):
+        raise RuntimeError("the recorder broke")
+
+    monkeypatch.setattr(calls_mod._Recorder, "at", boom)
+    log, traced = _trace(loop_loss, PARAMS, X)
+    assert not log.complete
+    assert str(traced.jaxpr) == str(good.jaxpr)  # the same program, JAX's own name stacks
+    out = jax.jit(loop_loss)(PARAMS, X)
+    assert np.isfinite(np.asarray(out))
+
+
+@pytest.mark.parametrize("fn", [loop_loss, nested_loss])
+def test_recording_does_not_change_the_program(fn):
+    with record_calls(enabled=False):
+        plain = make_jitted(fn).trace(PARAMS, X)
+    _, recorded = _trace(fn, PARAMS, X)
+    assert [e.primitive.name for e in recorded.jaxpr.eqns] == [
+        e.primitive.name for e in plain.jaxpr.eqns
+    ]
