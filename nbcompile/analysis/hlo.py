@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -410,6 +411,30 @@ def _parse_slow(line: str, line_no: int) -> tuple[str | None, str, str, str, str
 
 
 _INSTRUCTION_LINE = re.compile(r"^\s+(?:ROOT\s+)?%?[\w.\-]+\s*=\s", re.M)
+
+
+# An instruction line's opcode: the common array shape in the regex (group 2), any other shape
+# (tuples, nested layouts) by the full rule from the rest of the line (group 3).
+_OPCODE_LINE = re.compile(
+    r"^([ \t]+(?:ROOT[ \t]+)?%?[\w.\-]+[ \t]*=[ \t]*)(?:[a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^{}\n]*\})?"
+    r"[ \t]+([A-Za-z][\w\-]*)\(|(.*))",
+    re.M,
+)
+
+
+def count_opcodes(text: str) -> Counter[str]:
+    """{opcode: count} over every computation of HLO text, without building the module (the
+    same as counting ``parse_hlo(text)``'s instructions by opcode, for well-formed text)."""
+    counts: Counter[str] = Counter()
+    slow: list[str] = []
+    for head, opcode, rest in _OPCODE_LINE.findall(text):
+        if opcode:
+            counts[opcode] += 1
+        else:
+            slow.append(head + rest)
+    for line in slow:
+        counts[_parse_slow(line, 0)[3]] += 1
+    return counts
 
 
 def count_instructions(text: str) -> int:

@@ -29,9 +29,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .hlo import parse_hlo
+from .hlo import count_opcodes
 
-__all__ = ["PassLog", "PassStep", "hlo_counts", "read_pass_log"]
+__all__ = ["PassLog", "PassStep", "hlo_counts", "read_pass_log", "unified_diff"]
 
 #: ``module_0006.jit_f.0014.<pipeline>.after_<pass>[.before_<next>].txt``
 _STEP_FILE = re.compile(r"^module_(\d+)\.(.+?)\.(\d{4,})\.(.+)\.txt$")
@@ -59,8 +59,38 @@ class PassStep:
 
 def hlo_counts(text: str) -> Counter[str]:
     """{opcode: count} over every computation of an HLO module's text."""
-    module = parse_hlo(text)
-    return Counter(i.opcode for c in module.computations.values() for i in c.instructions)
+    return count_opcodes(text)
+
+
+_HUNK = re.compile(r"@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@")
+
+
+def unified_diff(a: list[str], b: list[str], fromfile: str, tofile: str, n: int = 3) -> str:
+    """``difflib.unified_diff`` of two line lists, its hunks' line numbers those of the whole
+    files, computed on the lines between their common first and last lines (with ``n`` lines of
+    context each side): consecutive XLA passes leave most of a module as it was, and difflib's
+    matcher is quadratic in what it is given."""
+    head = 0
+    end = min(len(a), len(b))
+    while head < end and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < end - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    if head == len(a) == len(b):
+        return ""
+    start = max(head - n, 0)
+    stop_a, stop_b = len(a) - max(tail - n, 0), len(b) - max(tail - n, 0)
+
+    def shift(m: re.Match[str]) -> str:
+        return f"@@ -{int(m[1]) + start}{m[2]} +{int(m[3]) + start}{m[4]} @@"
+
+    out = []
+    for line in difflib.unified_diff(
+        a[start:stop_a], b[start:stop_b], fromfile=fromfile, tofile=tofile, n=n
+    ):
+        out.append(_HUNK.sub(shift, line, count=1) if line.startswith("@@") else line)
+    return "".join(out)
 
 
 class PassLog:
@@ -99,13 +129,12 @@ class PassLog:
         i = self._index(i)
         before = self._texts[i - 1] if i > 0 else self._before
         name = self.steps[i]
-        lines = difflib.unified_diff(
+        return unified_diff(
             before.splitlines(keepends=True),
             self._texts[i].splitlines(keepends=True),
-            fromfile=f"before {name.pipeline}/{name.name}",
-            tofile=f"after {name.pipeline}/{name.name}",
+            f"before {name.pipeline}/{name.name}",
+            f"after {name.pipeline}/{name.name}",
         )
-        return "".join(lines)
 
     def changed(self) -> list[PassStep]:
         """The steps that changed the module."""

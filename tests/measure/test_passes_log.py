@@ -4,10 +4,14 @@ files written by hand."""
 
 from __future__ import annotations
 
+import random
+import re
+from collections import Counter
+
 import pytest
 
-from nbcompile.analysis.hlo import parse_hlo
-from nbcompile.analysis.passes_log import read_pass_log
+from nbcompile.analysis.hlo import count_opcodes, parse_hlo
+from nbcompile.analysis.passes_log import read_pass_log, unified_diff
 
 from ._metal_cell import compiled
 
@@ -111,3 +115,89 @@ def test_the_reader_turns_dump_files_into_steps(tmp_path):
         if (tmp_path / "missing").mkdir() is None
         else False
     )
+
+
+# Lines the fast opcode count must not miscount: a tuple shape, a nested tuple, a TPU tiled
+# layout with a memory space, a constant literal with braces, a dynamic dimension, a token.
+TRICKY = (
+    HEAD
+    + """ENTRY %main.9 (x.1: f32[8,128]) -> (f32[8,128], (s32[], f32[2])) {
+  %x.1 = f32[8,128]{1,0:T(8,128)S(1)} parameter(0)
+  %c = f32[2,2]{1,0} constant({ { 1, 2 }, { 3, 4 } })
+  %t = (f32[8,128]{1,0:T(8,128)}, s32[]) tuple(%x.1, %i)
+  %g = f32[8,128]{1,0} get-tuple-element((f32[8,128]{1,0}, s32[]) %t), index=0
+  %d = f32[<=8,128]{1,0} set-dimension-size(%g, %i), dimensions={0}
+  %tok = token[] after-all()
+  %i = s32[] constant(3)
+  ROOT %r = (f32[8,128]{1,0}, (s32[], f32[2]{0})) tuple(%g, %nested)
+}
+"""
+)
+
+
+def _opcodes(text):
+    module = parse_hlo(text)
+    return Counter(i.opcode for c in module.computations.values() for i in c.instructions)
+
+
+def test_the_fast_opcode_count_is_the_parsers(comp):
+    for text in (UNFUSED, FUSED, TRICKY):
+        assert count_opcodes(text) == _opcodes(text)
+    assert count_opcodes(TRICKY)["tuple"] == 2
+    for k in range(len(comp.passes)):  # every module XLA dumped for a real program
+        text = comp.passes.hlo(k)
+        assert count_opcodes(text) == _opcodes(text), comp.passes.steps[k]
+
+
+_HUNK_HEAD = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def _patch(a, diff):
+    """Apply a unified diff to ``a`` (lists of lines), checking every context and removed line
+    against ``a`` at the hunk's line numbers."""
+    lines = diff.splitlines(keepends=True)
+    out, pos, i = [], 0, 2
+    while i < len(lines):
+        m = _HUNK_HEAD.match(lines[i])
+        assert m, lines[i]
+        length = int(m[2]) if m[2] is not None else 1
+        start = int(m[1]) - 1 if length else int(m[1])
+        assert start >= pos
+        out += a[pos:start]
+        pos, i, seen = start, i + 1, 0
+        while i < len(lines) and not lines[i].startswith("@@"):
+            kind, body = lines[i][0], lines[i][1:]
+            if kind in " -":
+                assert a[pos] == body
+                pos, seen = pos + 1, seen + 1
+            if kind in " +":
+                out.append(body)
+            i += 1
+        assert seen == length
+    return out + a[pos:]
+
+
+def test_the_trimmed_diff_is_a_valid_diff_with_the_whole_files_line_numbers(comp):
+    rng = random.Random(0)
+    for _ in range(2000):
+        a = [f"l{rng.randint(0, 5)}\n" for _ in range(rng.randint(0, 40))]
+        b = list(a)
+        for _ in range(rng.randint(0, 5)):
+            k = rng.randint(0, len(b))
+            op = rng.choice("idr")
+            if op == "i":
+                b.insert(k, f"n{rng.randint(0, 5)}\n")
+            elif b:
+                k = min(k, len(b) - 1)
+                if op == "d":
+                    b.pop(k)
+                else:
+                    b[k] = f"r{rng.randint(0, 5)}\n"
+        diff = unified_diff(a, b, "a", "b")
+        assert (diff == "") == (a == b)
+        assert _patch(a, diff) == b
+    log = comp.passes
+    for step in log.changed():  # a real program's steps: each diff turns one module into the next
+        if step.index:
+            before = log.hlo(step.index - 1).splitlines(keepends=True)
+            assert _patch(before, log.diff(step.index)) == log.hlo(step.index).splitlines(True)
