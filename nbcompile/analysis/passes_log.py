@@ -31,7 +31,7 @@ from pathlib import Path
 
 from .hlo import count_opcodes
 
-__all__ = ["PassLog", "PassStep", "hlo_counts", "read_pass_log", "unified_diff"]
+__all__ = ["PassLog", "PassStep", "read_pass_log", "unified_diff"]
 
 #: ``module_0006.jit_f.0014.<pipeline>.after_<pass>[.before_<next>].txt``
 _STEP_FILE = re.compile(r"^module_(\d+)\.(.+?)\.(\d{4,})\.(.+)\.txt$")
@@ -55,11 +55,6 @@ class PassStep:
     fusions: int
     added: dict[str, int] = field(default_factory=dict)
     removed: dict[str, int] = field(default_factory=dict)
-
-
-def hlo_counts(text: str) -> Counter[str]:
-    """{opcode: count} over every computation of an HLO module's text."""
-    return count_opcodes(text)
 
 
 _HUNK = re.compile(r"@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@")
@@ -210,12 +205,12 @@ def read_pass_log(folder: str | Path) -> PassLog | None:
         return None
     before_files = sorted(folder.glob(f"module_*.{module}.before_optimizations.txt"))
     before = before_files[-1].read_text() if before_files else ""
-    previous_text, previous = before, hlo_counts(before) if before else Counter()
+    previous_text, previous = before, count_opcodes(before) if before else Counter()
     steps, texts, ends = [], [], []
     for index, (_, pipeline, name, path) in enumerate(files):
         text = path.read_text()
         changed = text != previous_text
-        counts = hlo_counts(text) if changed or index == 0 else previous
+        counts = count_opcodes(text) if changed or index == 0 else previous
         steps.append(
             PassStep(
                 index=index,

@@ -194,10 +194,9 @@ class _Recorder:
         self.root_code = root.f_code if root is not None else None
         self.stops: dict[int, bool] = {id(self.root_code): True} if root is not None else {}
         self.last: tuple[Any, Any, Call | None] = (None, None, None)  # frame, child, its call
-        self.merged: dict[tuple[int, int, int], tuple[Any, list[Any] | None]] = {}
+        self.merged: dict[tuple[int, int, int], tuple[Any, Any]] = {}  # -> (key's objects, stack)
         self.held_calls: list[Call] = []  # calls whose frames are held: those running now
         self.walked: dict[int, tuple[Any, Call | None]] = {}  # see _at: the last few
-        self.last_merge: tuple[Any, ...] = (None, None, None, None)  # stack, call, barrier, out
         self.last_stack: tuple[Any, ...] = (None,) * 5  # frame, child, stack, barrier, out
 
     def is_user(self, code: Any) -> bool:
@@ -229,7 +228,7 @@ class _Recorder:
             if stop:
                 frame = sys._getframe(i - own + depth)
                 if frame.f_code is not codes[i]:  # not expected: walk from the frame that asked
-                    return sys._getframe(own + 1 - own + depth), None
+                    return sys._getframe(1 + depth), None
                 return frame, (sys._getframe(i - own + depth - 1) if i > own + 1 else None)
         try:
             return sys._getframe(n - own + depth), None
@@ -237,7 +236,7 @@ class _Recorder:
             return None, None
 
     def at(self, frame: Any, child: Any) -> Call | None:
-        """The innermost call running, given the frame :meth:`locate` found (``frame``; None:
+        """The innermost call running, given the frame :meth:`frames` found (``frame``; None:
         none) and the frame it is calling (``child``; None: it asked itself). Records the calls
         that are new on the way."""
         last_frame, last_child, last_found = self.last
@@ -384,18 +383,13 @@ def _interleave(rec: _Recorder, stack: tuple[Any, ...], call: Call | None) -> An
     """The name stack with the running calls' labels put where they were entered (a JAX
     ``NameStack``, made once per stack, call and barrier), or None: JAX's own is right."""
     barrier = rec.barriers[-1] if rec.barriers else None
-    last = rec.last_merge
-    if last[0] is stack and last[1] is call and last[2] is barrier:
-        return last[3]
     key = (id(stack), id(call), id(barrier))
     hit = rec.merged.get(key)
     if hit is not None and hit[0][0] is stack and hit[0][1] is call and hit[0][2] is barrier:
-        out = hit[1]
-    else:
-        elems = _merge(rec, stack, call)
-        out = None if elems is None else _namestack.name_stack(elems)
-        rec.merged[key] = ((stack, call, barrier), out)
-    rec.last_merge = (stack, call, barrier, out)
+        return hit[1]
+    elems = _merge(rec, stack, call)
+    out = None if elems is None else _namestack.name_stack(elems)
+    rec.merged[key] = ((stack, call, barrier), out)
     return out
 
 
@@ -426,7 +420,8 @@ def record_calls(enabled: bool = True, timed: bool = False) -> Iterator[CallLog]
 
     The hooks never fail the trace: should reading the frames fail, recording stops (the calls
     seen so far stay) and JAX's own name stacks are used from then on. ``timed``: add up the
-    seconds the hooks took in ``CallLog.seconds`` (for measuring the overhead)."""
+    seconds the equation-stamp hook took in ``CallLog.seconds`` (for measuring the overhead;
+    the scope hooks, far fewer, are not timed)."""
     if not enabled:
         yield CallLog()
         return

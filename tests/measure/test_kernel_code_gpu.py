@@ -115,13 +115,12 @@ def test_the_gpu_pass_log_is_the_programs_module(h100):
     """XLA:GPU dumps a module of its own beside the program's (``fused_add``, numbered after it,
     checked with JAX 0.10.2): the pass log is still the program's, and its last step counts
     what ``c.hlo`` holds."""
-    from nbcompile.analysis.hlo import parse_hlo
-    from nbcompile.analysis.passes_log import hlo_counts
+    from nbcompile.analysis.hlo import count_opcodes, parse_hlo
 
     log = h100.passes
     assert log.module.startswith("jit_") and len(log.steps) > 10
     assert log.steps[-1].instructions == parse_hlo(h100.hlo).instruction_count()
-    assert log.steps[-1].fusions == hlo_counts(h100.hlo)["fusion"] == len(h100.fusions)
+    assert log.steps[-1].fusions == count_opcodes(h100.hlo)["fusion"] == len(h100.fusions)
     assert any(s.changed and "fusion" in s.name and s.fusions > 0 for s in log.steps)
 
 
