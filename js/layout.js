@@ -110,11 +110,12 @@ export function rank(keys, edges) {
  * Layers of a box drawn as two facing columns (the gradient: forward pass down column 0, the
  * backward pass up column 1). columns: Map(key -> 0 | 1); partner: Map(column-1 key -> the
  * column-0 key it mirrors). Column 0 is ranked alone (rank()); a mirrored child takes its
- * partner's layer; another column-1 child the deepest layer of the column-1 children it touches
- * (else a layer below all). Edges within one layer are `flat` (drawn sideways), edges upwards
- * `reversed`. Returns rank()'s fields plus {columns, flat: [[a, b], ...]}.
+ * partner's layer; another column-1 child the deepest layer of the column-0 children it touches
+ * (in `given` with `across`: Map(key -> the forward group's children it touches)), else of the
+ * column-1 children it touches, else a layer below all. Edges within one layer are `flat`
+ * (drawn sideways), edges upwards `reversed`. Returns rank()'s fields plus {columns, flat: [[a, b], ...]}.
  */
-export function mirrorRank(keys, edges, columns, partner, given = null) {
+export function mirrorRank(keys, edges, columns, partner, given = null, across = null) {
   const left = keys.filter((k) => columns.get(k) === 0);
   const inLeft = new Set(left);
   const layer = new Map(rank(left, edges.filter(([a, b]) => inLeft.has(a) && inLeft.has(b))).layer);
@@ -125,6 +126,14 @@ export function mirrorRank(keys, edges, columns, partner, given = null) {
   for (const k of right) if (from.has(partner.get(k))) layer.set(k, from.get(partner.get(k)));
   const near = new Map();
   for (const [a, b] of edges) { (near.get(a) || near.set(a, []).get(a)).push(b); (near.get(b) || near.set(b, []).get(b)).push(a); }
+  // facing the forward values it reads (a residual, an input), else beside its own column's
+  for (const k of right) {
+    if (layer.has(k)) continue;
+    let L = -1;
+    for (const j of near.get(k) || []) if (columns.get(j) === 0 && from.has(j)) L = Math.max(L, from.get(j));
+    for (const j of across?.get(k) || []) if (from.has(j)) L = Math.max(L, from.get(j));
+    if (L >= 0) layer.set(k, L);
+  }
   for (let pass = 0; pass < 2; pass++) {
     for (const k of right) {
       if (layer.has(k)) continue;
@@ -154,8 +163,8 @@ export function mirrorRank(keys, edges, columns, partner, given = null) {
 /** Layers of a backward group's children drawn level with its forward group's (both open, side
  * by side): each child in its partner's layer of `given` (the forward group's rank), one
  * straight column. partner: Map(child key -> the forward group's child key). */
-export function followRank(keys, edges, partner, given) {
-  return mirrorRank(keys, edges, new Map(keys.map((k) => [k, 1])), partner, given);
+export function followRank(keys, edges, partner, given, across = null) {
+  return mirrorRank(keys, edges, new Map(keys.map((k) => [k, 1])), partner, given, across);
 }
 
 /**

@@ -10,7 +10,7 @@
 // through the lower end's groups' top ports. Pure and deterministic: nbcompile/report/scene.py is
 // its port for the static picture.
 
-import { bottomPort, edgeKey, followRank, layoutBox, mirrorRank, rank, topPort } from "./layout.js";
+import { bottomPort, edgeKey, followRank, GAP, layoutBox, mirrorRank, rank, topPort } from "./layout.js";
 import { ancestors, groupPhase, topOps } from "./model.js";
 import { fmtNum, trunc } from "./util.js";
 
@@ -133,18 +133,28 @@ export function buildScene(pg, expanded) {
     box.ports = { top: [], bottom: [] };
   }
   // A forward group and its backward group both open side by side: the backward group's rows
-  // follow the forward group's (both one straight column), so each child faces its partner.
-  for (const box of byKey.values()) {
-    for (const [bk, fk] of box.mirror?.partner || []) {
-      const F = byKey.get(fk), B = byKey.get(bk);
-      if (!F.children || !B.children || F.mirror || B.mirror) continue;
-      const inner = mirrorOf({ children: [...F.children, ...B.children] })?.partner;
-      if (!inner?.size) continue;
-      F.ranked.columns = new Map(F.children.map((c) => [c.key, 0]));
-      B.ranked = followRank(B.children.map((c) => c.key), boxEdges.get(B.key) || [], inner, F.ranked.layer);
-      B.follow = { lead: F, partner: inner };
+  // follow the forward group's (both one straight column), so each child faces its partner;
+  // and so on down, for each pair of children that are both open (`block#3` inside `loss`).
+  // the children of two boxes that edges join (edgeKey(F, B) -> Map(B's child -> [F's children]))
+  const across = new Map();
+  for (const a of agg) {
+    for (let k = 0; k + 1 < a.cu.length && k + 1 < a.cv.length; k++) {
+      const m = across.get(edgeKey(a.cu[k], a.cv[k])) || across.set(edgeKey(a.cu[k], a.cv[k]), new Map()).get(edgeKey(a.cu[k], a.cv[k]));
+      (m.get(a.cv[k + 1]) || m.set(a.cv[k + 1], []).get(a.cv[k + 1])).push(a.cu[k + 1]);
     }
   }
+  const pairUp = (F, B) => {
+    if (!F.children || !B.children || F.mirror || B.mirror) return;
+    const inner = mirrorOf({ children: [...F.children, ...B.children] }, true)?.partner;
+    if (!inner?.size) return;
+    F.ranked.columns = new Map(F.children.map((c) => [c.key, 0]));
+    B.ranked = followRank(B.children.map((c) => c.key), boxEdges.get(B.key) || [], inner, F.ranked.layer,
+      across.get(edgeKey(F.key, B.key)));
+    B.follow = { lead: F, partner: inner };
+    F.leads = B;
+    for (const [bk, fk] of inner) pairUp(byKey.get(fk), byKey.get(bk));
+  };
+  for (const box of [...byKey.values()]) for (const [bk, fk] of box.mirror?.partner || []) pairUp(byKey.get(fk), byKey.get(bk));
   // Ports: the upper end leaves its groups at the bottom, the lower end enters at the top.
   const addPorts = (chain, side) => {
     for (let k = 0; k + 1 < chain.length; k++) {
@@ -158,26 +168,37 @@ export function buildScene(pg, expanded) {
     a.up = common.ranked.reversed.has(edgeKey(a.cu[0], a.cv[0]));
     a.columns = !!(common.mirror || common.follow); // in the facing columns (the backward pass runs up)
     a.flat = !!common.ranked.flat?.some(([p, q]) => (p === a.cu[0] && q === a.cv[0]) || (p === a.cv[0] && q === a.cu[0]));
-    // from a child of a forward group to a child of its backward group beside it: side to side
-    const follow = byKey.get(a.cv[0]).follow;
-    a.cross = follow?.lead.key === a.cu[0] && a.cu.length === 2 && a.cv.length === 2;
+    // from inside a forward group to inside its backward group beside it: side to side, between
+    // the children of the innermost facing pair that hold the two ends (a.depth: that pair's depth)
+    a.depth = -1;
+    for (let k = 0; k + 1 < a.cu.length && k + 1 < a.cv.length; k++) {
+      if (byKey.get(a.cv[k]).follow?.lead.key !== a.cu[k]) break;
+      a.depth = k;
+    }
+    a.cross = a.depth >= 0;
     if (a.cross) a.flat = true;
     // a residual: from a forward call to its own backward group (bytes from gradient.pairs)
-    const [fk, bk, pairs] = a.cross ? [a.cu[1], a.cv[1], follow.partner] : [a.cu[0], a.cv[0], common.mirror?.partner];
+    const [fk, bk, pairs] = a.cross ? [a.cu[a.depth + 1], a.cv[a.depth + 1], byKey.get(a.cv[a.depth]).follow.partner]
+      : [a.cu[0], a.cv[0], common.mirror?.partner];
     if (pairs?.get(bk) === fk) {
       const f = byKey.get(fk).group;
       a.residual = pairBytes.get(f?.label) ?? pairBytes.get(groupPath(pg, f)) ?? a.bytes;
     }
-    if (a.cross) continue; // no ports: drawn straight across
+    if (a.flat) continue; // no ports: drawn straight across
     const [upper, lower] = a.up ? [a.cv, a.cu] : [a.cu, a.cv];
     addPorts(upper, "bottom");
     addPorts(lower, "top");
   }
   const boxAgg = new Map();
-  for (const a of agg) if (!a.cross) (boxAgg.get(a.box) || boxAgg.set(a.box, []).get(a.box)).push(a);
+  for (const a of agg) if (!a.flat) (boxAgg.get(a.box) || boxAgg.set(a.box, []).get(a.box)).push(a);
   layoutTree(pg, tree, byKey, boxAgg);
   place(tree, 0, 0);
-  for (const a of agg) a.points = route(byKey, a);
+  for (const a of agg) {
+    // a sideways line may run through its ends and the groups holding them, through no other box
+    if (a.flat) a.holders = new Set(["root", a.u, a.v, ...[...ancestors(pg, a.u), ...ancestors(pg, a.v)].map((g) => "g:" + g)]);
+    a.points = route(byKey, a);
+    delete a.holders;
+  }
   return { root: tree, boxes: byKey, edges: agg, unitOf };
 }
 
@@ -185,8 +206,9 @@ const BACKWARD = " (backward)";
 
 /** Two facing columns for a box holding calls and their backward groups (`block#3` and
  * `block#3 (backward)`): {columns: Map(key -> 0 forward | 1 backward), partner: Map(backward
- * key -> forward key)}, or null (also when the backward side is mostly loose ops, not groups). */
-function mirrorOf(box) {
+ * key -> forward key)}, or null (also when the backward side is mostly loose ops, not groups,
+ * unless `loose`: inside a facing pair). */
+function mirrorOf(box, loose = false) {
   const byLabel = new Map();
   for (const c of box.children) if (c.group) byLabel.set(c.group.label, c.key);
   const partner = new Map();
@@ -200,8 +222,8 @@ function mirrorOf(box) {
     const back = partner.has(c.key) || (c.group ? c.group.label.endsWith(BACKWARD) || groupPhase(c.group) === "backward" : c.node.phase === "backward");
     columns.set(c.key, back ? 1 : 0);
   }
-  const loose = box.children.filter((c) => columns.get(c.key) && !partner.has(c.key)).length;
-  return loose > partner.size ? null : { columns, partner };
+  const unpaired = box.children.filter((c) => columns.get(c.key) && !partner.has(c.key)).length;
+  return unpaired > partner.size && !loose ? null : { columns, partner };
 }
 
 /** A group's labels from the root down: `loss#1/block#3`. */
@@ -221,12 +243,26 @@ function buildTree(pg, expanded, g, key) {
 }
 
 function layoutTree(pg, box, byKey, boxAgg) {
+  layoutChildren(pg, box, byKey, boxAgg);
+  for (const c of box.children) if (c.follow) alignPair(pg, c.follow.lead, c, byKey, boxAgg);
+  layoutFrame(box, byKey, boxAgg);
+}
+
+/** Size the children of an open group; the two members of a facing pair wait for alignPair. */
+function layoutChildren(pg, box, byKey, boxAgg) {
   for (const c of box.children) {
+    if (c.follow || c.leads) continue;
     if (c.children) layoutTree(pg, c, byKey, boxAgg);
     else Object.assign(c, leafText(pg, c));
   }
-  for (const c of box.children) if (c.follow) alignRows(c.follow.lead, c, byKey, boxAgg);
-  layoutFrame(box, byKey, boxAgg);
+}
+
+/** A facing pair, inside out: its children (and their own facing pairs), then its rows. */
+function alignPair(pg, F, B, byKey, boxAgg) {
+  layoutChildren(pg, F, byKey, boxAgg);
+  layoutChildren(pg, B, byKey, boxAgg);
+  for (const c of B.children) if (c.follow) alignPair(pg, c.follow.lead, c, byKey, boxAgg);
+  alignRows(F, B, byKey, boxAgg);
 }
 
 /** A forward group F and its backward group B side by side: the same top port layer, each
@@ -302,11 +338,31 @@ function place(box, x, y) {
 /** The polyline of one edge, in absolute coordinates (see the file comment). */
 function route(byKey, a) {
   const [upper, lower] = a.up ? [a.cv, a.cu] : [a.cu, a.cv];
-  if (a.flat && (a.cross || (upper.length === 1 && lower.length === 1))) {
-    // sideways between two boxes of one row (a residual): from the facing sides
-    const p = byKey.get(upper[upper.length - 1]), q = byKey.get(lower[lower.length - 1]);
-    const ltr = p.x <= q.x;
-    return [[ltr ? p.x + p.w : p.x, p.y + p.h / 2], [ltr ? q.x : q.x + q.w, q.y + q.h / 2]];
+  if (a.flat) {
+    // sideways between two boxes of one row (a residual), from the facing sides: the two
+    // children of the innermost facing pair that hold the ends, or of an outer pair (at last of
+    // the common box) where the line would run through another box
+    const sideways = (k) => {
+      const p = byKey.get(k < 0 ? a.cu[0] : a.cu[k + 1]), q = byKey.get(k < 0 ? a.cv[0] : a.cv[k + 1]);
+      const ltr = p.x <= q.x;
+      return [[ltr ? p.x + p.w : p.x, p.y + p.h / 2], [ltr ? q.x : q.x + q.w, q.y + q.h / 2]];
+    };
+    const clear = ([p, q]) => {
+      const line = curve(p, q);
+      for (const b of byKey.values()) {
+        if (a.holders.has(b.key)) continue;
+        for (let i = 1; i < line.length; i++) if (segmentHits(line[i - 1], line[i], b)) return false;
+      }
+      return true;
+    };
+    for (let k = a.cross ? a.depth : -1; k >= -1; k--) { const pts = sideways(k); if (clear(pts)) return pts; }
+    // else around: out of the side, along the gap below the row (clear of the common box's
+    // children), in at the other side
+    const common = byKey.get(a.box), band = common.inner.bands[common.inner.layerOf.get(a.cu[0])];
+    const gy = common.y + common.oy + band.bottom + GAP.layer / 2;
+    const [[x0, y0], [x1, y1]] = sideways(-1);
+    const out = x0 <= x1 ? GAP.node / 3 : -GAP.node / 3;
+    return [[x0, y0], [x0 + out, gy], [x1 - out, gy], [x1, y1]];
   }
   const pts = [];
   const push = (x, y) => {
@@ -353,6 +409,30 @@ function route(byKey, a) {
     }
   }
   return pts;
+}
+
+/** The curve pathData draws from p to q (vertical tangents at both ends), in 8 straight pieces. */
+function curve(p, q) {
+  const my = (q[1] - p[1]) / 2, out = [p];
+  for (let i = 1; i <= 8; i++) {
+    const t = i / 8, u = 1 - t, a = 3 * u * t * t + t * t * t;
+    out.push([p[0] + (q[0] - p[0]) * a, p[1] + 3 * u * u * t * my + 3 * u * t * t * my + t * t * t * (q[1] - p[1])]);
+  }
+  return out;
+}
+
+/** Does the segment pq run strictly inside box b (shrunk by 1 px)? Liang-Barsky clipping. */
+function segmentHits(p, q, b) {
+  const x0 = b.x + 1, y0 = b.y + 1, x1 = b.x + b.w - 1, y1 = b.y + b.h - 1;
+  let t0 = 0, t1 = 1;
+  const dx = q[0] - p[0], dy = q[1] - p[1];
+  for (const [pp, qq] of [[-dx, p[0] - x0], [dx, x1 - p[0]], [-dy, p[1] - y0], [dy, y1 - p[1]]]) {
+    if (pp === 0) { if (qq <= 0) return false; continue; }
+    const t = qq / pp;
+    if (pp < 0) t0 = Math.max(t0, t); else t1 = Math.min(t1, t);
+    if (t0 > t1) return false;
+  }
+  return t1 - t0 > 1e-6;
 }
 
 /** SVG path data for a route: vertical runs straight, layer gaps as vertical-tangent curves.

@@ -164,10 +164,13 @@ def mirror_rank(
     columns: dict[str, int],
     partner: dict[str, str],
     given: dict[str, int] | None = None,
+    across: dict[str, list[str]] | None = None,
 ) -> Ranked:
     """Layers of a box drawn as two facing columns (``mirrorRank`` in js/layout.js): column 0
     ranked alone, a mirrored column-1 child in its partner's layer, another in the deepest layer
-    of the column-1 children it touches (else below all); edges within a layer are ``flat``."""
+    of the column-0 children it touches (in ``given``, with ``across``: key -> the forward
+    group's children it touches), else of the column-1 children it touches, else below all;
+    edges within a layer are ``flat``."""
     left = [k for k in keys if columns.get(k) == 0]
     in_left = set(left)
     layer = dict(rank(left, [(a, b) for a, b in edges if a in in_left and b in in_left]).layer)
@@ -183,6 +186,19 @@ def mirror_rank(
     for a, b in edges:
         near.setdefault(a, []).append(b)
         near.setdefault(b, []).append(a)
+    # facing the forward values it reads (a residual, an input), else beside its own column's
+    for k in right:
+        if k in layer:
+            continue
+        found = -1
+        for j in near.get(k, []):
+            if columns.get(j) == 0 and j in src:
+                found = max(found, src[j])
+        for j in (across or {}).get(k, []):
+            if j in src:
+                found = max(found, src[j])
+        if found >= 0:
+            layer[k] = found
     for p in range(2):
         for k in right:
             if k in layer:
@@ -215,11 +231,15 @@ def mirror_rank(
 
 
 def follow_rank(
-    keys: list[str], edges: list[tuple[str, str]], partner: dict[str, str], given: dict[str, int]
+    keys: list[str],
+    edges: list[tuple[str, str]],
+    partner: dict[str, str],
+    given: dict[str, int],
+    across: dict[str, list[str]] | None = None,
 ) -> Ranked:
     """Layers of a backward group's children level with its forward group's (``followRank``):
     each child in its partner's layer of ``given``, one straight column."""
-    return mirror_rank(keys, edges, dict.fromkeys(keys, 1), partner, given)
+    return mirror_rank(keys, edges, dict.fromkeys(keys, 1), partner, given, across)
 
 
 def layout_box(

@@ -15,6 +15,7 @@ from typing import Any
 
 from .graphmodel import Group, PreparedGraph, ancestors, fmt_num, group_phase, top_ops, trunc
 from .layout import (
+    GAP,
     BoxLayout,
     Ranked,
     bottom_port,
@@ -70,6 +71,8 @@ class Box:
     mirror: tuple[dict[str, int], dict[str, str]] | None = None
     #: an open backward group beside its open forward group: (that group, child partners)
     follow: tuple[Box, dict[str, str]] | None = None
+    #: the open backward group that follows this one (it is ``follow[0]`` there)
+    leads: Box | None = None
 
 
 @dataclass
@@ -86,7 +89,8 @@ class SceneEdge:
     flat: bool = False  # between two children of one layer, drawn sideways
     columns: bool = False  # between children of a box drawn as two facing columns
     residual: float | None = None  # a forward call to its backward group: the residual bytes
-    cross: bool = False  # from a forward group's child to its backward group's, side to side
+    cross: bool = False  # from inside a forward group to inside its backward group, side to side
+    depth: int = -1  # the depth in cu / cv of the innermost facing pair holding the two ends
 
 
 @dataclass
@@ -230,21 +234,37 @@ def build_scene(pg: PreparedGraph, expanded: set[str]) -> Scene:
                 else rank(keys, box_edges.get(box.key, []))
             )
     # an open forward group and its open backward group side by side: the backward group's
-    # rows follow the forward group's (both one straight column)
+    # rows follow the forward group's (both one straight column), and so on down, for each pair
+    # of children that are both open
+    across: dict[str, dict[str, list[str]]] = {}
+    for a in edges:
+        for k in range(min(len(a.cu), len(a.cv)) - 1):
+            m = across.setdefault(edge_key(a.cu[k], a.cv[k]), {})
+            m.setdefault(a.cv[k + 1], []).append(a.cu[k + 1])
+
+    def pair_up(f: Box, b: Box) -> None:
+        if f.children is None or b.children is None or f.mirror or b.mirror:
+            return
+        found = _mirror_of(Box("", children=[*f.children, *b.children]), loose=True)
+        if not found or not found[1]:
+            return
+        assert f.ranked is not None
+        f.ranked.columns = {c.key: 0 for c in f.children}
+        b.ranked = follow_rank(
+            [c.key for c in b.children],
+            box_edges.get(b.key, []),
+            found[1],
+            f.ranked.layer,
+            across.get(edge_key(f.key, b.key)),
+        )
+        b.follow = (f, found[1])
+        f.leads = b
+        for bk, fk in found[1].items():
+            pair_up(by_key[fk], by_key[bk])
+
     for box in list(by_key.values()):
         for bk, fk in (box.mirror[1] if box.mirror else {}).items():
-            f, b = by_key[fk], by_key[bk]
-            if f.children is None or b.children is None or f.mirror or b.mirror:
-                continue
-            found = _mirror_of(Box("", children=[*f.children, *b.children]))
-            if not found or not found[1]:
-                continue
-            assert f.ranked is not None
-            f.ranked.columns = {c.key: 0 for c in f.children}
-            b.ranked = follow_rank(
-                [c.key for c in b.children], box_edges.get(b.key, []), found[1], f.ranked.layer
-            )
-            b.follow = (f, found[1])
+            pair_up(by_key[fk], by_key[bk])
 
     def add_ports(chain: list[str], side: str) -> None:
         for k in range(len(chain) - 1):
@@ -263,14 +283,21 @@ def build_scene(pg: PreparedGraph, expanded: set[str]) -> Scene:
             (p == a.cu[0] and q == a.cv[0]) or (p == a.cv[0] and q == a.cu[0])
             for p, q in ranked.flat
         )
-        # from a child of a forward group to a child of its backward group beside it
-        follow = by_key[a.cv[0]].follow
-        a.cross = bool(follow and follow[0].key == a.cu[0] and len(a.cu) == len(a.cv) == 2)
+        # from inside a forward group to inside its backward group beside it: side to side,
+        # between the children of the innermost facing pair that hold the two ends
+        a.depth = -1
+        for k in range(min(len(a.cu), len(a.cv)) - 1):
+            follow = by_key[a.cv[k]].follow
+            if not follow or follow[0].key != a.cu[k]:
+                break
+            a.depth = k
+        a.cross = a.depth >= 0
         if a.cross:
             a.flat = True
+        pair_follow = by_key[a.cv[a.depth]].follow if a.cross else None
         fk, bk, pairs = (
-            (a.cu[1], a.cv[1], follow[1])
-            if a.cross and follow
+            (a.cu[a.depth + 1], a.cv[a.depth + 1], pair_follow[1])
+            if pair_follow
             else (a.cu[0], a.cv[0], common.mirror[1] if common.mirror else None)
         )
         if pairs is not None and pairs.get(bk) == fk:
@@ -281,19 +308,25 @@ def build_scene(pg: PreparedGraph, expanded: set[str]) -> Scene:
                 if label in pair_bytes
                 else pair_bytes.get(_group_path(pg, f), a.bytes)
             )
-        if a.cross:
+        if a.flat:
             continue  # no ports: drawn straight across
         upper, lower = (a.cv, a.cu) if a.up else (a.cu, a.cv)
         add_ports(upper, "bottom")
         add_ports(lower, "top")
     box_agg: dict[str, list[SceneEdge]] = {}
     for a in edges:
-        if not a.cross:
+        if not a.flat:
             box_agg.setdefault(a.box, []).append(a)
     _layout_tree(pg, tree, by_key, box_agg)
     _place(tree, 0.0, 0.0)
     for a in edges:
-        a.points = _route(by_key, a)
+        # a sideways line may run through its ends and the groups holding them, no other box
+        holders = (
+            {"root", a.u, a.v, *("g:" + g for g in ancestors(pg, a.u) + ancestors(pg, a.v))}
+            if a.flat
+            else set()
+        )
+        a.points = _route(by_key, a, holders)
     return Scene(tree, by_key, edges, unit_of)
 
 
@@ -305,9 +338,10 @@ def report_gradient(pg: PreparedGraph) -> dict[str, Any]:
     return pg.report.get("gradient") or {} if pg.report else {}
 
 
-def _mirror_of(box: Box) -> tuple[dict[str, int], dict[str, str]] | None:
+def _mirror_of(box: Box, loose: bool = False) -> tuple[dict[str, int], dict[str, str]] | None:
     """Two facing columns for a box holding calls and their backward groups (``mirrorOf``);
-    None also when the backward side is mostly loose ops, not groups."""
+    None also when the backward side is mostly loose ops, not groups (unless ``loose``: the
+    children of a facing pair)."""
     by_label: dict[str, str] = {}
     for c in box.children or []:
         if c.group is not None:
@@ -328,8 +362,8 @@ def _mirror_of(box: Box) -> tuple[dict[str, int], dict[str, str]] | None:
         else:
             back = (c.node or {}).get("phase") == "backward"
         columns[c.key] = 1 if back else 0
-    loose = sum(1 for c in box.children or [] if columns[c.key] and c.key not in partner)
-    return None if loose > len(partner) else (columns, partner)
+    unpaired = sum(1 for c in box.children or [] if columns[c.key] and c.key not in partner)
+    return None if unpaired > len(partner) and not loose else (columns, partner)
 
 
 def _group_path(pg: PreparedGraph, g: Group | None) -> str:
@@ -360,15 +394,36 @@ def _layout_tree(
     pg: PreparedGraph, box: Box, by_key: dict[str, Box], box_agg: dict[str, list[SceneEdge]]
 ) -> None:
     assert box.children is not None and box.group is not None and box.ranked is not None
+    _layout_children(pg, box, by_key, box_agg)
     for c in box.children:
+        if c.follow is not None:
+            _align_pair(pg, c.follow[0], c, by_key, box_agg)
+    _layout_frame(box, by_key, box_agg)
+
+
+def _layout_children(
+    pg: PreparedGraph, box: Box, by_key: dict[str, Box], box_agg: dict[str, list[SceneEdge]]
+) -> None:
+    """Size an open group's children; a facing pair's two members wait for _align_pair."""
+    for c in box.children or []:
+        if c.follow is not None or c.leads is not None:
+            continue
         if c.children is not None:
             _layout_tree(pg, c, by_key, box_agg)
         else:
             c.lines, c.w, c.h = leaf_text(pg, c)
-    for c in box.children:
+
+
+def _align_pair(
+    pg: PreparedGraph, f: Box, b: Box, by_key: dict[str, Box], box_agg: dict[str, list[SceneEdge]]
+) -> None:
+    """A facing pair, inside out (``alignPair``): its children and their own pairs, its rows."""
+    _layout_children(pg, f, by_key, box_agg)
+    _layout_children(pg, b, by_key, box_agg)
+    for c in b.children or []:
         if c.follow is not None:
-            _align_rows(c.follow[0], c, by_key, box_agg)
-    _layout_frame(box, by_key, box_agg)
+            _align_pair(pg, c.follow[0], c, by_key, box_agg)
+    _align_rows(f, b, by_key, box_agg)
 
 
 def _align_rows(
@@ -462,16 +517,45 @@ def _place(box: Box, x: float, y: float) -> None:
         _place(c, x + box.dx + px, y + box.oy + py)
 
 
-def _route(by_key: dict[str, Box], a: SceneEdge) -> list[tuple[float, float]]:
+def _route(by_key: dict[str, Box], a: SceneEdge, holders: set[str]) -> list[tuple[float, float]]:
     upper, lower = (a.cv, a.cu) if a.up else (a.cu, a.cv)
-    if a.flat and (a.cross or (len(upper) == 1 and len(lower) == 1)):
-        # sideways between two boxes of one row (a residual): from the facing sides
-        p, q = by_key[upper[-1]], by_key[lower[-1]]
-        ltr = p.x <= q.x
-        return [
-            (p.x + p.w if ltr else p.x, p.y + p.h / 2),
-            (q.x if ltr else q.x + q.w, q.y + q.h / 2),
-        ]
+    if a.flat:
+        # sideways between two boxes of one row (a residual), from the facing sides: the two
+        # children of the innermost facing pair that hold the ends, or of an outer pair (at last
+        # of the common box) where the line would run through another box
+        def sideways(k: int) -> list[tuple[float, float]]:
+            p = by_key[a.cu[0] if k < 0 else a.cu[k + 1]]
+            q = by_key[a.cv[0] if k < 0 else a.cv[k + 1]]
+            ltr = p.x <= q.x
+            return [
+                (p.x + p.w if ltr else p.x, p.y + p.h / 2),
+                (q.x if ltr else q.x + q.w, q.y + q.h / 2),
+            ]
+
+        def clear(pts: list[tuple[float, float]]) -> bool:
+            line = _curve(pts[0], pts[1])
+            for b in by_key.values():
+                if b.key in holders:
+                    continue
+                for i in range(1, len(line)):
+                    if _segment_hits(line[i - 1], line[i], b):
+                        return False
+            return True
+
+        start = a.depth if a.cross else -1
+        for k in range(start, -2, -1):
+            pts = sideways(k)
+            if clear(pts):
+                return pts
+        # else around: out of the side, along the gap below the row (clear of the common box's
+        # children), in at the other side
+        common = by_key[a.box]
+        assert common.inner is not None
+        band = common.inner.bands[common.inner.layer_of[a.cu[0]]]
+        gy = common.y + common.oy + band[1] + GAP["layer"] / 2
+        (x0, y0), (x1, y1) = sideways(-1)
+        out = GAP["node"] / 3 if x0 <= x1 else -GAP["node"] / 3
+        return [(x0, y0), (x0 + out, gy), (x1 - out, gy), (x1, y1)]
     pts: list[tuple[float, float]] = []
 
     def push(x: float, y: float) -> None:
@@ -519,6 +603,43 @@ def _route(by_key: dict[str, Box], a: SceneEdge) -> list[tuple[float, float]]:
         push(px, ay(box, 0))
         dummies(box, edge_key(top_port(child), child))
     return pts
+
+
+def _curve(p: tuple[float, float], q: tuple[float, float]) -> list[tuple[float, float]]:
+    """The curve path_data draws from p to q (vertical tangents at both ends), in 8 pieces."""
+    my = (q[1] - p[1]) / 2
+    out = [p]
+    for i in range(1, 9):
+        t = i / 8
+        u = 1 - t
+        a = 3 * u * t * t + t * t * t
+        out.append(
+            (
+                p[0] + (q[0] - p[0]) * a,
+                p[1] + 3 * u * u * t * my + 3 * u * t * t * my + t * t * t * (q[1] - p[1]),
+            )
+        )
+    return out
+
+
+def _segment_hits(p: tuple[float, float], q: tuple[float, float], b: Box) -> bool:
+    """Does the segment pq run strictly inside box b (shrunk by 1 px)? Liang-Barsky clipping."""
+    x0, y0, x1, y1 = b.x + 1, b.y + 1, b.x + b.w - 1, b.y + b.h - 1
+    t0, t1 = 0.0, 1.0
+    dx, dy = q[0] - p[0], q[1] - p[1]
+    for pp, qq in ((-dx, p[0] - x0), (dx, x1 - p[0]), (-dy, p[1] - y0), (dy, y1 - p[1])):
+        if pp == 0:
+            if qq <= 0:
+                return False
+            continue
+        t = qq / pp
+        if pp < 0:
+            t0 = max(t0, t)
+        else:
+            t1 = min(t1, t)
+        if t0 > t1:
+            return False
+    return t1 - t0 > 1e-6
 
 
 def _round(v: float) -> int:

@@ -28,6 +28,7 @@ from nbcompile.report.fallback import fallback_html
 from nbcompile.report.layout import GAP, layout_box, mirror_rank
 from nbcompile.report.svg import graph_scene, graph_svg
 
+from .test_layout import check_scene
 from .test_layout_parity import NODE, _check
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -241,3 +242,40 @@ def test_mirror_rank_puts_each_backward_child_in_its_partners_layer():
     right = min(box.pos[k][0] for k in keys if columns[k])
     assert right - left >= GAP["column"]  # two columns, a gap between them
     assert len({box.pos[k][0] for k in ("b1", "b2", "b3")}) == 1  # a straight column
+
+
+def test_open_pairs_face_each_other_all_the_way_down(nested_step, tmp_path: Path):
+    """``forward#1`` / ``forward#1 (backward)`` open, and inside them ``block#k`` / ``block#k
+    (backward)`` open too: at each depth a backward child sits level with its forward partner,
+    and every edge between the two sides runs straight across, through no box."""
+    from nbcompile.report.graphmodel import prepare_graph
+    from nbcompile.report.scene import build_scene
+
+    report = nested_step.report()
+    pg = prepare_graph(report["graphs"]["gradient"], report)
+    expanded = {
+        g.id
+        for g in pg.groups.values()
+        if g.id
+        and g.call != "library"
+        and g.label.split(" ")[0].split("#")[0] in {"nested_loss", "forward", "block"}
+    }
+    scene = build_scene(pg, expanded)
+    frames = {b.group.label: b for b in scene.boxes.values() if b.children and b.group}
+    assert {"block#3", "block#3 (backward)"} <= set(frames)
+    inner = 0
+    for name in BLOCKS:
+        f, b = frames[name], frames[f"{name} (backward)"]
+        assert f.y == b.y and b.x >= f.x + f.w  # the blocks face each other
+        labels = {c.group.label: c for c in b.children or [] if c.group is not None}
+        for c in f.children or []:
+            back = labels.get(f"{c.group.label} (backward)") if c.group is not None else None
+            if back is not None:  # a call inside the block (gelu, var) faces its backward
+                assert back.y == c.y, (name, c.group.label)
+                inner += 1
+    assert inner >= len(BLOCKS)
+    across = [e for e in scene.edges if e.cross]
+    assert len(across) >= 2 * len(BLOCKS)  # residuals inside the blocks, side to side
+    check_scene(pg, scene)  # no overlap, and no edge, as drawn, runs through a box
+    if NODE is not None:
+        _check(report, tmp_path, limit=400)  # the front end: the same deeper picture

@@ -90,9 +90,17 @@ def check_scene(pg: Any, scene: Scene) -> None:
             (scene.boxes[e.v], scene.boxes[e.u]) if e.up else (scene.boxes[e.u], scene.boxes[e.v])
         )
         (x0, y0), (x1, y1) = e.points[0], e.points[-1]
-        if e.flat and len(e.points) == 2:  # two boxes of one layer: from side to facing side
-            assert x0 in (upper.x, upper.x + upper.w) and upper.y <= y0 <= upper.y + upper.h
-            assert x1 in (lower.x, lower.x + lower.w) and lower.y <= y1 <= lower.y + lower.h
+        if e.flat:  # sideways: from the side of the end, or of a group holding it, to the other's
+            on_side = [
+                [
+                    b
+                    for b in map(scene.boxes.get, chain)
+                    if x in (b.x, b.x + b.w) and y == b.y + b.h / 2
+                ]
+                for chain, (x, y) in ((e.cu, (x0, y0)), (e.cv, (x1, y1)))
+            ]
+            assert all(on_side), (e.u, e.v, e.points)
+            assert len(e.points) in (2, 4)  # straight across, or around along the gap below
         else:
             assert upper.x <= x0 <= upper.x + upper.w and abs(y0 - (upper.y + upper.h)) < 1e-6
             assert lower.x <= x1 <= lower.x + lower.w and abs(y1 - lower.y) < 1e-6
