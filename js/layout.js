@@ -113,7 +113,8 @@ export function rank(keys, edges) {
  * partner's layer; another column-1 child the deepest layer of the column-0 children it touches
  * (in `given` with `across`: Map(key -> the forward group's children it touches)), else of the
  * column-1 children it touches, else a layer below all. Edges within one layer are `flat`
- * (drawn sideways), edges upwards `reversed`. Returns rank()'s fields plus {columns, flat: [[a, b], ...]}.
+ * (drawn sideways), edges upwards `reversed`. Returns rank()'s fields plus {columns, flat:
+ * [[a, b], ...]}.
  */
 export function mirrorRank(keys, edges, columns, partner, given = null, across = null) {
   const left = keys.filter((k) => columns.get(k) === 0);

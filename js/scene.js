@@ -135,7 +135,8 @@ export function buildScene(pg, expanded) {
   // A forward group and its backward group both open side by side: the backward group's rows
   // follow the forward group's (both one straight column), so each child faces its partner;
   // and so on down, for each pair of children that are both open (`block#3` inside `loss`).
-  // the children of two boxes that edges join (edgeKey(F, B) -> Map(B's child -> [F's children]))
+  // `across`: the children of two boxes that edges join (edgeKey(F, B) -> Map(B's child -> [F's
+  // children])), so that an unpaired backward child can face the forward values it reads.
   const across = new Map();
   for (const a of agg) {
     for (let k = 0; k + 1 < a.cu.length && k + 1 < a.cv.length; k++) {
@@ -195,9 +196,8 @@ export function buildScene(pg, expanded) {
   place(tree, 0, 0);
   for (const a of agg) {
     // a sideways line may run through its ends and the groups holding them, through no other box
-    if (a.flat) a.holders = new Set(["root", a.u, a.v, ...[...ancestors(pg, a.u), ...ancestors(pg, a.v)].map((g) => "g:" + g)]);
-    a.points = route(byKey, a);
-    delete a.holders;
+    const holders = a.flat ? new Set(["root", a.u, a.v, ...[...ancestors(pg, a.u), ...ancestors(pg, a.v)].map((g) => "g:" + g)]) : null;
+    a.points = route(byKey, a, holders);
   }
   return { root: tree, boxes: byKey, edges: agg, unitOf };
 }
@@ -336,7 +336,7 @@ function place(box, x, y) {
 }
 
 /** The polyline of one edge, in absolute coordinates (see the file comment). */
-function route(byKey, a) {
+function route(byKey, a, holders) {
   const [upper, lower] = a.up ? [a.cv, a.cu] : [a.cu, a.cv];
   if (a.flat) {
     // sideways between two boxes of one row (a residual), from the facing sides: the two
@@ -350,7 +350,7 @@ function route(byKey, a) {
     const clear = ([p, q]) => {
       const line = curve(p, q);
       for (const b of byKey.values()) {
-        if (a.holders.has(b.key)) continue;
+        if (holders.has(b.key)) continue;
         for (let i = 1; i < line.length; i++) if (segmentHits(line[i - 1], line[i], b)) return false;
       }
       return true;
