@@ -35,18 +35,18 @@ def name_stack_hooks(
 
     ``source_info_util.current()`` is what every new equation's source info comes from; where
     it makes a fresh traceback (the equation is being traced now, not replayed by a transform),
-    ``stack_for(codes, own, name_stack_elements)`` may return the name stack to use instead
+    ``stack_for(frames, own, name_stack_elements)`` may return the name stack to use instead
     (made with :func:`name_stack`; None: JAX's own). Scopes pushed (``extend_name_stack``, used
-    by ``jax.named_scope``; ``transform_name_stack``) are reported to ``on_push(codes, own,
+    by ``jax.named_scope``; ``transform_name_stack``) are reported to ``on_push(frames, own,
     element)``; a name stack replaced (``set_name_stack``: a nested program starts its own) to
-    ``on_set(codes, own)`` and, when it ends, ``on_set(None, 0)``.
+    ``on_set(frames, own)`` and, when it ends, ``on_set(None, 0)``.
 
-    ``codes`` are the code objects of JAX's traceback of the moment, innermost first: the one
-    the equation keeps or, where JAX makes none, one made the same way. ``codes[own]`` is the
-    wrapper here that calls the hook, so inside the hook ``sys._getframe(k - own + 1)`` is the
-    frame of ``codes[k]``: a hook reads the frames it needs, and no others (a frame object
-    outliving its call makes the call's exit copy it). The hooks must not raise. Restores
-    JAX's functions on exit.
+    ``frames`` is JAX's traceback of the moment as ``(codes, lastis)``, innermost first (its
+    ``raw_frames()``): the one the equation keeps or, where JAX makes none, one made the same
+    way. ``codes[own]`` is the wrapper here that calls the hook, so inside the hook
+    ``sys._getframe(k - own + 1)`` is the frame of ``codes[k]``: a hook reads the frames it
+    needs, and no others (a frame object outliving its call makes the call's exit copy it).
+    The hooks must not raise. Restores JAX's functions on exit.
     """
     siu = _siu
     context = siu._source_info_context
@@ -65,7 +65,7 @@ def name_stack_hooks(
             return info
         info = original()
         # codes: [0] JAX's current (returned), [1] this function
-        ours = stack_for(info.traceback.raw_frames()[0], 1, info.name_stack.stack)
+        ours = stack_for(info.traceback.raw_frames(), 1, info.name_stack.stack)
         if ours is None:
             return info
         return siu.SourceInfo(info.traceback, ours)
@@ -74,7 +74,7 @@ def name_stack_hooks(
         stack = context.context.name_stack
         if context.context.traceback:
             return stack
-        ours = stack_for(traceback().raw_frames()[0], 0, stack.stack)  # [0] this function
+        ours = stack_for(traceback().raw_frames(), 0, stack.stack)  # [0] this function
         return stack if ours is None else ours
 
     def pushing(enter: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -82,7 +82,7 @@ def name_stack_hooks(
             out = enter(self)
             stack = context.context.name_stack.stack
             if stack:
-                on_push(traceback().raw_frames()[0], 0, stack[-1])
+                on_push(traceback().raw_frames(), 0, stack[-1])
             return out
 
         return wrapped
@@ -91,7 +91,7 @@ def name_stack_hooks(
 
     def set_entered(self: Any) -> Any:
         out = set_enter(self)
-        on_set(traceback().raw_frames()[0], 0)
+        on_set(traceback().raw_frames(), 0)
         return out
 
     def set_exited(self: Any, *exc: Any) -> Any:

@@ -49,6 +49,7 @@ _CALL_OPS = frozenset(dis.opmap[n] for n in ("CALL", "CALL_FUNCTION_EX") if n in
 _MODEL_LIBS = ("flax", "equinox", "keras")
 _KEEP_FRAMES = False
 _CACHE = dis.opmap.get("CACHE", 0)
+_CLEAN = 1024  # chains of JAX's frames known to hold no user code (see _Recorder._inside_clean)
 _WALKED = 16  # frames where JAX's traceback stopped, remembered (nested traces run in them)
 _NAME = re.compile(r"([A-Za-z_]\w*)\s*$")
 
@@ -65,6 +66,7 @@ class Call:
     line: int | None = None
     ancestors: tuple[Call, ...] = ()  # root first, self last
     ancestor_ids: frozenset[int] = frozenset()  # their ids
+    shown: Call | None = field(default=None, repr=False)  # the innermost of them not transparent
     frame: Any = field(default=None, repr=False)  # keeps the frame alive: ids stay unique
     scope: Any = field(default=None, repr=False)  # its name stack element
 
@@ -99,7 +101,11 @@ class CallLog:
 
 def _callee_name(frame: Any) -> str | None:
     """The name the user wrote for what ``frame`` is calling now (None: not a call)."""
-    code, lasti = frame.f_code, frame.f_lasti
+    return _callee(frame.f_code, frame.f_lasti)
+
+
+def _callee(code: Any, lasti: int) -> str | None:
+    """The name the user wrote for what ``code`` calls at ``lasti`` (None: not a call)."""
     key = (id(code), lasti)  # not the code itself: hashing a code object hashes its bytecode
     hit = _CALLEES.get(key)
     if hit is None or hit[0] is not code:
@@ -193,6 +199,9 @@ class _Recorder:
         self.barriers: list[Call | None] = []
         self.root_code = root.f_code if root is not None else None
         self.stops: dict[int, bool] = {id(self.root_code): True} if root is not None else {}
+        self.other: set[int] = set()  # ids of codes neither the user's nor the root's (as stops)
+        self.hot: tuple[Any, int, Any] = (None, -1, None)  # code, height from the bottom, frame
+        self.clean: dict[tuple[int, int, int], list[Any]] = {}  # see _inside_clean
         self.last: tuple[Any, Any, Call | None] = (None, None, None)  # frame, child, its call
         self.merged: dict[tuple[int, int, int], tuple[Any, Any]] = {}  # -> (key's objects, stack)
         self.held_calls: list[Call] = []  # calls whose frames are held: those running now
@@ -206,9 +215,11 @@ class _Recorder:
         if hit is None or hit[0] is not code:
             hit = self.user[id(code)] = (code, is_user_file(code.co_filename))
             self.stops[id(code)] = hit[1]  # valid while ``user`` holds the code
+            if not hit[1]:
+                self.other.add(id(code))
         return hit[1]
 
-    def frames(self, codes: Any, own: int, depth: int) -> tuple[Any, Any]:
+    def frames(self, raw: Any, own: int, depth: int) -> tuple[Any, Any]:
         """The innermost user frame and the frame it is calling (None: it asked itself), read
         from the code objects of JAX's traceback of the moment (``codes``, innermost first):
         the first user code from ``codes[own + 1]`` on, or the root's code (nothing of the
@@ -219,8 +230,17 @@ class _Recorder:
         Nothing found: JAX's traceback stops below the frame where a nested trace began
         (``trace_to_jaxpr``), so that frame, to walk on from (None: the traceback was all).
         """
-        stops = self.stops  # id(code) -> True: user code or the root's, False: neither
+        codes, lastis = raw
         n = len(codes)
+        code, below, hot = self.hot  # the frame found last time, counted from the bottom
+        i = n - 1 - below
+        if own < i < n and codes[i] is code and self._inside_clean(codes, own + 1, i):
+            # the same code at the same height with nothing of the user's inside it: the common
+            # case (the next equation of the same line), checked at C speed
+            frame = sys._getframe(i - own + depth)
+            if frame is hot:
+                return frame, self._callee_frame(codes, lastis, i, own, depth)
+        stops = self.stops  # id(code) -> True: user code or the root's, False: neither
         for i in range(own + 1, n):
             stop = stops.get(id(codes[i]))
             if stop is None:
@@ -229,20 +249,58 @@ class _Recorder:
                 frame = sys._getframe(i - own + depth)
                 if frame.f_code is not codes[i]:  # not expected: walk from the frame that asked
                     return sys._getframe(1 + depth), None
-                return frame, (sys._getframe(i - own + depth - 1) if i > own + 1 else None)
+                self.hot = (codes[i], n - 1 - i, frame)
+                return frame, self._callee_frame(codes, lastis, i, own, depth)
         try:
-            return sys._getframe(n - own + depth), None
+            frame = sys._getframe(n - own + depth)
         except ValueError:
             return None, None
+        if n > own + 1 and sys._getframe(n - 1 - own + depth).f_code is not codes[n - 1]:
+            # the traceback is not this thread's stack as it is now (not expected): walk
+            return sys._getframe(1 + depth), None
+        return frame, None
+
+    def _inside_clean(self, codes: Any, start: int, stop: int) -> bool:
+        """None of ``codes[start:stop]`` is the user's or the root's code. A chain of JAX's
+        frames met before is recognised by comparing it whole with the one remembered under
+        its ends and length (list equality tests identity first: no code object is hashed)."""
+        inner = codes[start:stop]
+        if not inner:
+            return True
+        key = (id(inner[0]), id(inner[-1]), stop - start)
+        seen = self.clean.get(key)
+        if seen is not None and seen == inner:
+            return True
+        if not all(map(self.other.__contains__, map(id, inner))):
+            return False
+        if len(self.clean) >= _CLEAN:
+            self.clean.clear()
+        self.clean[key] = inner  # holds the codes: the ids in the key stay their own
+        return True
+
+    @staticmethod
+    def _callee_frame(codes: Any, lastis: Any, i: int, own: int, depth: int) -> Any:
+        """The frame ``codes[i]`` is calling, where that is a call the user wrote (``gelu(h)``,
+        ``x.var()``: the library call it names); None for an operator (``x @ w``), which
+        names nothing, or where ``codes[i]`` asked itself. ``own``, ``depth``: as for
+        :meth:`frames`, which calls this (so ``codes[i - 1]`` is one frame further up)."""
+        if i <= own + 1 or _callee(codes[i], lastis[i]) is None:
+            return None
+        return sys._getframe(i - own + depth)
 
     def at(self, frame: Any, child: Any) -> Call | None:
         """The innermost call running, given the frame :meth:`frames` found (``frame``; None:
         none) and the frame it is calling (``child``; None: it asked itself). Records the calls
         that are new on the way."""
+        if frame is None:
+            # not known which calls are running (JAX's traceback was not this stack's): no
+            # labels, and nothing let go of; releasing here would take the frames of calls
+            # still running, and their next equations would count as new calls (``block#11``)
+            return None
         last_frame, last_child, last_found = self.last
         if frame is last_frame and child is last_child:  # nothing above them changed
             return last_found
-        found = self._at(frame, child) if frame is not None else None
+        found = self._at(frame, child)
         self.last = (frame, child, found)
         if found is not last_found:  # the same call as before: the same frames are held
             self._release(found)
@@ -338,6 +396,7 @@ class _Recorder:
         call = Call(label, name, kind, parent, frame=frame, **where)
         call.ancestors = (*(parent.ancestors if parent else ()), call)
         call.ancestor_ids = (parent.ancestor_ids if parent else frozenset()) | {id(call)}
+        call.shown = call if kind != "transparent" else (parent.shown if parent else None)
         if kind != "transparent":  # a transparent call is never in a name stack
             call.scope = _compat.name_scope(label)
         self.by_frame[id(frame)] = call
@@ -364,6 +423,10 @@ class _Recorder:
                 hit.kind = "transparent"
             return hit
         name = _callee_name(caller) if caller is not None else None
+        if name is None and parent is not None and caller is parent.frame:
+            # not a call the user wrote (an operator, ``x.T``): nothing of its own to show, and
+            # nothing worth keeping (the name lookup is cached): the caller's call is running
+            return parent
         if name is None or wraps or _calls_model(callee):
             return self._add(callee, name or callee.f_code.co_name, "transparent", parent)
         line = caller.f_lineno if caller is not None else None
@@ -383,6 +446,7 @@ def _interleave(rec: _Recorder, stack: tuple[Any, ...], call: Call | None) -> An
     """The name stack with the running calls' labels put where they were entered (a JAX
     ``NameStack``, made once per stack, call and barrier), or None: JAX's own is right."""
     barrier = rec.barriers[-1] if rec.barriers else None
+    call = call.shown if call is not None else None  # transparent calls change no label
     key = (id(stack), id(call), id(barrier))
     hit = rec.merged.get(key)
     if hit is not None and hit[0][0] is stack and hit[0][1] is call and hit[0][2] is barrier:
@@ -429,15 +493,15 @@ def record_calls(enabled: bool = True, timed: bool = False) -> Iterator[CallLog]
     thread = threading.get_ident()
     broken: list[BaseException] = []
     get_ident, clock = threading.get_ident, time.perf_counter
-    # the wrappers in ``_namestack`` call these directly: ``codes[own]`` is the wrapper, these
+    # the wrappers in ``_namestack`` call these directly: ``raw[0][own]`` is the wrapper, these
     # run one frame above it and ``rec.frames`` two (its ``depth``)
 
-    def stack_for(codes: Any, own: int, stack: tuple[Any, ...]) -> Any:
+    def stack_for(raw: Any, own: int, stack: tuple[Any, ...]) -> Any:
         if broken or get_ident() != thread:
             return None
         t0 = clock() if timed else 0.0
         try:
-            frame, child = rec.frames(codes, own, 2)
+            frame, child = rec.frames(raw, own, 2)
             barrier = rec.barriers[-1] if rec.barriers else None
             last = rec.last_stack
             if frame is last[0] and child is last[1] and stack is last[2] and barrier is last[3]:
@@ -452,23 +516,23 @@ def record_calls(enabled: bool = True, timed: bool = False) -> Iterator[CallLog]
             if timed:
                 rec.log.seconds += clock() - t0
 
-    def on_push(codes: Any, own: int, elem: Any) -> None:
+    def on_push(raw: Any, own: int, elem: Any) -> None:
         if broken or get_ident() != thread:
             return
         try:
-            rec.owner[id(elem)] = (elem, rec.at(*rec.frames(codes, own, 2)))
+            rec.owner[id(elem)] = (elem, rec.at(*rec.frames(raw, own, 2)))
         except Exception as exc:
             broken.append(exc)
 
-    def on_set(codes: Any, own: int) -> None:
+    def on_set(raw: Any, own: int) -> None:
         if broken or get_ident() != thread:
             return
         try:
-            if codes is None:
+            if raw is None:
                 if rec.barriers:
                     rec.barriers.pop()
             else:
-                rec.barriers.append(rec.at(*rec.frames(codes, own, 2)))
+                rec.barriers.append(rec.at(*rec.frames(raw, own, 2)))
         except Exception as exc:
             broken.append(exc)
 

@@ -143,3 +143,30 @@ def test_recording_does_not_change_the_program(fn):
     assert [e.primitive.name for e in recorded.jaxpr.eqns] == [
         e.primitive.name for e in plain.jaxpr.eqns
     ]
+
+
+def test_a_moment_the_recorder_cannot_place_lets_go_of_no_running_call(monkeypatch):
+    # Should the recorder fail to place one moment (JAX's traceback not matching the stack:
+    # frames() answers (None, None)), the calls running then are still running: letting go of
+    # their frames would make the block's next equation count as a new call (a block#4 of
+    # three blocks; seen once as block#11 of ten in the full suite).
+    real = calls_mod._Recorder.frames
+    blocks: list = []
+    seen = {"lost": 0}
+
+    def flaky(self, raw, own, depth):
+        found = real(self, raw, own, depth + 1)
+        frame = found[0]
+        if frame is not None and frame.f_code is block.__code__:
+            if not any(b is frame for b in blocks):
+                blocks.append(frame)
+            elif len(blocks) == 2 and not seen["lost"]:  # once, inside the second block
+                seen["lost"] += 1
+                return None, None
+        return found
+
+    monkeypatch.setattr(calls_mod._Recorder, "frames", flaky)
+    log, _ = _trace(loop_loss, PARAMS, X)
+    assert seen["lost"] == 1
+    assert log.complete
+    assert _labels(log, "call") == ["block#1", "block#2", "block#3"]
