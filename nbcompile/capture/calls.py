@@ -220,8 +220,9 @@ class _Recorder:
         return hit[1]
 
     def frames(self, raw: Any, own: int, depth: int) -> tuple[Any, Any]:
-        """The innermost user frame and the frame it is calling (None: it asked itself), read
-        from the code objects of JAX's traceback of the moment (``codes``, innermost first):
+        """The innermost user frame and the frame it is calling (None: it asked itself, or
+        calls no function it names), read from JAX's traceback of the moment (``raw``: its
+        ``(codes, lastis)``, innermost first):
         the first user code from ``codes[own + 1]`` on, or the root's code (nothing of the
         user's runs below the root). ``codes[own]`` is the wrapper in ``_namestack`` that asked
         and this method runs ``depth`` frames above it, so ``codes[k]`` is the frame
