@@ -158,7 +158,12 @@ print(f"{within:.0%} of the {len(streamed)} memory-bound kernels took within ×3
 # `--ablate` recompiled the block without XLA's loop fusion (the `fusion` and `fusion-wrapper`
 # passes; the matmuls stay library calls) and timed it. Profile that program too, and compare
 # bytes moved (XLA's count) and measured time of the element-wise kernels (both programs profiled
-# in turns, best of three).
+# in turns, best of three). The counts are the compiler's and the same on every machine; the
+# times are this machine's, now. These kernels are small — a few MB each, near the size of the
+# CPU's caches — so their time follows their bytes only loosely, and on a machine shared with
+# other work a run can even show the unfused ones no slower. The notebook states what it
+# measured either way; tutorial 03 measures fusion's time saving where it is large and stable
+# (a chain far bigger than the caches).
 
 # %% code
 on, off = c.ablation["baseline"], c.ablation["no_loop_fusion"]
@@ -186,9 +191,12 @@ print(f"element-wise kernels: {n_on} → {n_off}; {bytes_on / 1e6:.1f} → {byte
 # %% code
 assert off.changed and off.kernels > on.kernels
 assert off.bytes_accessed > 1.2 * on.bytes_accessed and bytes_off > 1.5 * bytes_on
-assert n_off > n_on and t_off > t_on
-print(f"fusion cut the element-wise kernels' traffic {bytes_off / bytes_on:.1f}× and their "
-      f"measured time {t_off / t_on:.1f}×")
+assert n_off > n_on   # more kernels, more bytes: XLA's counts, the same on every run
+timed = (f"and their measured time {t_off / t_on:.1f}× on this run" if t_off > t_on else
+         f"but on this run their measured time did not follow ({t_on * 1e3:.2f} → "
+         f"{t_off * 1e3:.2f} ms): small kernels, a shared machine")
+print(f"fusion cut the element-wise kernels' traffic {bytes_off / bytes_on:.1f}× (XLA's count), "
+      + timed)
 
 # %% md
 # ## What you saw
@@ -196,7 +204,8 @@ print(f"fusion cut the element-wise kernels' traffic {bytes_off / bytes_on:.1f}�
 #   matrix product took most of it, and nearly all execution time is on named kernels.
 # - On the roofline the matmuls are compute-bound and run far closer to the machine's FLOP/s
 #   than the element-wise kernels, which are held back by memory traffic.
-# - Switching fusion off multiplied the element-wise kernels and the bytes they move, and the
-#   measured time of those kernels grew with them: fusion's saving, kernel by kernel.
+# - Switching fusion off multiplied the element-wise kernels and the bytes they move (XLA's
+#   counts): fusion's saving, kernel by kernel. Their measured time is printed beside the counts;
+#   for kernels this small it follows the bytes only loosely.
 # - In Python: `c.run_profile(calls=20)` / `c.profile`, or `nbcompile.measure.profile(c)`;
 #   `c.profile.to_json()` holds every figure with its source.
