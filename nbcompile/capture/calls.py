@@ -31,6 +31,7 @@ import dis
 import inspect
 import itertools
 import linecache
+import operator
 import re
 import sys
 import threading
@@ -50,6 +51,7 @@ _MODEL_LIBS = ("flax", "equinox", "keras")
 _KEEP_FRAMES = False
 _CACHE = dis.opmap.get("CACHE", 0)
 _CLEAN = 1024  # chains of JAX's frames known to hold no user code (see _Recorder._inside_clean)
+_CHAINS = 8  # of those, kept under one key (its ends and length)
 _WALKED = 16  # frames where JAX's traceback stopped, remembered (nested traces run in them)
 _NAME = re.compile(r"([A-Za-z_]\w*)\s*$")
 
@@ -200,13 +202,14 @@ class _Recorder:
         self.root_code = root.f_code if root is not None else None
         self.stops: dict[int, bool] = {id(self.root_code): True} if root is not None else {}
         self.other: set[int] = set()  # ids of codes neither the user's nor the root's (as stops)
-        self.hot: tuple[Any, int, Any] = (None, -1, None)  # code, height from the bottom, frame
-        self.clean: dict[tuple[int, int, int], list[Any]] = {}  # see _inside_clean
+        self.hot: tuple[Any, int, Any, int, bool] = (None, 1 << 30, None, -1, False)  # see frames
+        self.clean: dict[tuple[int, int, int], list[list[Any]]] = {}  # see _inside_clean
         self.last: tuple[Any, Any, Call | None] = (None, None, None)  # frame, child, its call
-        self.merged: dict[tuple[int, int, int], tuple[Any, Any]] = {}  # -> (key's objects, stack)
-        self.held_calls: list[Call] = []  # calls whose frames are held: those running now
+        self.merged: dict[tuple[Any, int, int], tuple[Any, Any]] = {}  # -> (key's objects, stack)
+        self.held_calls: tuple[Call, ...] = ()  # calls whose frames are held: those running now
         self.walked: dict[int, tuple[Any, Call | None]] = {}  # see _at: the last few
-        self.last_stack: tuple[Any, ...] = (None,) * 5  # frame, child, stack, barrier, out
+        # frame, child, stack, barrier, out: the last answer of the equation-stamp hook
+        self.last_stack: tuple[Any, ...] = (None, None, (), None, None)
 
     def is_user(self, code: Any) -> bool:
         # keyed by the code object's id (hashing a code object hashes its bytecode); the value
@@ -233,14 +236,33 @@ class _Recorder:
         """
         codes, lastis = raw
         n = len(codes)
-        code, below, hot = self.hot  # the frame found last time, counted from the bottom
+        # the frame found last time, counted from the bottom; the instruction it was at and
+        # whether that is a call the user named
+        code, below, hot, hot_lasti, named = self.hot
         i = n - 1 - below
-        if own < i < n and codes[i] is code and self._inside_clean(codes, own + 1, i):
+        if own < i and codes[i] is code:
             # the same code at the same height with nothing of the user's inside it: the common
             # case (the next equation of the same line), checked at C speed
-            frame = sys._getframe(i - own + depth)
-            if frame is hot:
-                return frame, self._callee_frame(codes, lastis, i, own, depth)
+            inner = codes[own + 1 : i]
+            clean = not inner
+            if inner:
+                seen = self.clean.get((id(inner[0]), id(inner[-1]), i - own - 1))
+                if seen is not None:
+                    for chain in seen:  # the same codes, not equal ones (see _inside_clean)
+                        if all(map(operator.is_, chain, inner)):
+                            clean = True
+                            break
+                clean = clean or self._inside_clean(inner)
+            if clean:
+                frame = sys._getframe(i - own + depth)
+                if frame is hot:
+                    lasti = lastis[i]
+                    if lasti != hot_lasti:
+                        named = _callee(code, lasti) is not None
+                        self.hot = (code, below, hot, lasti, named)
+                    if named and i > own + 1:
+                        return frame, sys._getframe(i - 1 - own + depth)
+                    return frame, None
         stops = self.stops  # id(code) -> True: user code or the root's, False: neither
         for i in range(own + 1, n):
             stop = stops.get(id(codes[i]))
@@ -250,7 +272,7 @@ class _Recorder:
                 frame = sys._getframe(i - own + depth)
                 if frame.f_code is not codes[i]:  # not expected: walk from the frame that asked
                     return sys._getframe(1 + depth), None
-                self.hot = (codes[i], n - 1 - i, frame)
+                self.hot = (codes[i], n - 1 - i, frame, -1, False)
                 return frame, self._callee_frame(codes, lastis, i, own, depth)
         try:
             frame = sys._getframe(n - own + depth)
@@ -261,22 +283,25 @@ class _Recorder:
             return sys._getframe(1 + depth), None
         return frame, None
 
-    def _inside_clean(self, codes: Any, start: int, stop: int) -> bool:
-        """None of ``codes[start:stop]`` is the user's or the root's code. A chain of JAX's
-        frames met before is recognised by comparing it whole with the one remembered under
-        its ends and length (list equality tests identity first: no code object is hashed)."""
-        inner = codes[start:stop]
-        if not inner:
-            return True
-        key = (id(inner[0]), id(inner[-1]), stop - start)
-        seen = self.clean.get(key)
-        if seen is not None and seen == inner:
-            return True
+    def _inside_clean(self, inner: list[Any]) -> bool:
+        """None of ``inner`` (a chain of codes, not empty) is the user's or the root's code;
+        remembered when so. :meth:`frames` first looks for the chain among the few remembered
+        under its ends and length, code by code by identity: equal code objects are not the
+        same code (a byte-identical copy of a library function in the user's file equals it,
+        as Python compares code, but is the user's), and no code object is hashed (that hashes
+        its bytecode). Several per key: chains that differ only inside (``tangent_fun`` or
+        ``_pjit_linearize`` between the same two frames) alternate equation by equation."""
         if not all(map(self.other.__contains__, map(id, inner))):
             return False
-        if len(self.clean) >= _CLEAN:
-            self.clean.clear()
-        self.clean[key] = inner  # holds the codes: the ids in the key stay their own
+        key = (id(inner[0]), id(inner[-1]), len(inner))
+        seen = self.clean.get(key)
+        if seen is None:
+            if len(self.clean) >= _CLEAN:
+                self.clean.clear()
+            seen = self.clean[key] = []
+        elif len(seen) >= _CHAINS:
+            del seen[0]
+        seen.append(inner)  # holds the codes: the ids in the key stay their own
         return True
 
     @staticmethod
@@ -336,16 +361,17 @@ class _Recorder:
         """Let go of the frames of calls that have returned: only the calls running now (the
         innermost's ancestors) can be met again, so a frame is held no longer than that."""
         running = found.ancestors if found is not None else ()
-        if len(self.held_calls) == len(running) and all(
-            a is b for a, b in zip(self.held_calls, running, strict=True)
-        ):
-            return
-        keep = set(map(id, running))
-        for call in self.held_calls:
-            if id(call) not in keep and call.frame is not None:
+        held = self.held_calls
+        # both are paths from the root: past the first place they part, the held calls are in
+        # another branch of the call tree than the running ones, so none of them is running
+        k, m = 0, min(len(held), len(running))
+        while k < m and held[k] is running[k]:
+            k += 1
+        for call in held[k:]:
+            if call.frame is not None:
                 self.by_frame.pop(id(call.frame), None)
                 call.frame = None
-        self.held_calls = list(running)
+        self.held_calls = running
 
     def _innermost(self, start: Any) -> Call | None:
         """The innermost call at ``start``, walking the frames up to the first known call and
@@ -445,17 +471,25 @@ class _Recorder:
 
 def _interleave(rec: _Recorder, stack: tuple[Any, ...], call: Call | None) -> Any:
     """The name stack with the running calls' labels put where they were entered (a JAX
-    ``NameStack``, made once per stack, call and barrier), or None: JAX's own is right."""
+    ``NameStack``, made once per stack, call and barrier), or None: JAX's own is right.
+    A stack is known by its elements, not the tuple: JAX makes a new tuple of the same elements
+    for each equation in places (a linearized primitive's tangent runs under a fresh slice of
+    the stack); the cache holds them, so their ids stay their own."""
     barrier = rec.barriers[-1] if rec.barriers else None
     call = call.shown if call is not None else None  # transparent calls change no label
-    key = (id(stack), id(call), id(barrier))
+    key = (tuple(map(id, stack)), id(call), id(barrier))
     hit = rec.merged.get(key)
-    if hit is not None and hit[0][0] is stack and hit[0][1] is call and hit[0][2] is barrier:
+    if hit is not None and hit[0][1] is call and hit[0][2] is barrier:
         return hit[1]
     elems = _merge(rec, stack, call)
     out = None if elems is None else _namestack.name_stack(elems)
     rec.merged[key] = ((stack, call, barrier), out)
     return out
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """The same elements, in order (not merely equal ones: scopes are known by identity)."""
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 def _merge(rec: _Recorder, stack: tuple[Any, ...], call: Call | None) -> list[Any] | None:
@@ -505,7 +539,12 @@ def record_calls(enabled: bool = True, timed: bool = False) -> Iterator[CallLog]
             frame, child = rec.frames(raw, own, 2)
             barrier = rec.barriers[-1] if rec.barriers else None
             last = rec.last_stack
-            if frame is last[0] and child is last[1] and stack is last[2] and barrier is last[3]:
+            if (
+                frame is last[0]
+                and child is last[1]
+                and barrier is last[3]
+                and (stack is last[2] or _same(stack, last[2]))
+            ):
                 return last[4]
             out = _interleave(rec, stack, rec.at(frame, child))
             rec.last_stack = (frame, child, stack, barrier, out)

@@ -170,3 +170,51 @@ def test_a_moment_the_recorder_cannot_place_lets_go_of_no_running_call(monkeypat
     assert seen["lost"] == 1
     assert log.complete
     assert _labels(log, "call") == ["block#1", "block#2", "block#3"]
+
+
+# A library function and a byte-identical copy of it in the user's own file: Python's code
+# objects compare equal (their file is not compared), but only the copy is the user's.
+_TWIN_SOURCE = """
+def relay(f, x):
+    return f(x)
+
+
+def double_sin(x):
+    return jnp.sin(x) * 2
+"""
+
+
+def _twins(tmp_path):
+    lib: dict = {"jnp": jnp}
+    exec(compile(_TWIN_SOURCE, "<nbcompile-test-library>", "exec"), lib)  # not a user file
+    user_file = tmp_path / "twin.py"
+    user_file.write_text(_TWIN_SOURCE)
+    mine: dict = {"jnp": jnp}
+    exec(compile(_TWIN_SOURCE, str(user_file), "exec"), mine)
+    assert lib["double_sin"].__code__ == mine["double_sin"].__code__  # equal, not the same
+    assert lib["double_sin"].__code__ is not mine["double_sin"].__code__
+    return lib, mine
+
+
+def test_a_user_function_equal_to_a_library_one_is_still_the_users(tmp_path):
+    # The chains of JAX's frames between the model and an equation are remembered to skip
+    # re-checking them; the library's `double_sin` runs inside `relay` first, then the user's
+    # copy at the same place. Taking the copy for the library code it equals would hide the
+    # user's call inside the library call `relay`.
+    lib, mine = _twins(tmp_path)
+    relay, theirs, ours = lib["relay"], lib["double_sin"], mine["double_sin"]
+
+    def twin_model(x):
+        a = relay(theirs, x)
+        b = relay(theirs, a)  # jnp.sin's second call: the path the user's copy takes too
+        c = relay(ours, b)
+        return c
+
+    log, traced = _trace(twin_model, X)
+    assert log.complete
+    assert _labels(log, "call") == ["double_sin#1"]
+    assert _stacks(traced) == [
+        "relay", "relay",  # the library's sin and multiply: inside the library call, as written
+        "relay#2", "relay#2",
+        "double_sin#1/sin", "double_sin#1",  # the user's copy: a call of its own
+    ]  # fmt: skip
