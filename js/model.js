@@ -10,11 +10,14 @@ export const CHUNK_MAX = 100;
 const CHUNK = 50;
 const CHUNK_FANOUT = 20;
 
-/** Decode what Python sent: a plain report, or {format: "nbcols1.gz.b64", data}. Async. */
+// What Python sends (nbcompile.report.html.PACK_FORMAT); nbcols1 is nbcols2 without $like/$tab/$tabs.
+const FORMATS = new Set(["nbcols1.gz.b64", "nbcols2.gz.b64"]);
+
+/** Decode what Python sent: a plain report, or {format: "nbcols2.gz.b64", data}. Async. */
 export async function decodeReport(data) {
   if (typeof data === "string") data = JSON.parse(data);
   if (data && data.schema) return data;
-  if (data && data.format === "nbcols1.gz.b64") {
+  if (data && FORMATS.has(data.format)) {
     const raw = atob(data.data);
     const bin = new Uint8Array(raw.length);
     for (let i = 0; i < raw.length; i++) bin[i] = raw.charCodeAt(i);
@@ -24,8 +27,9 @@ export async function decodeReport(data) {
   throw new Error("nbcompile: this is not an nbcompile report (format " + (data && data.format) + ")");
 }
 
-// Inverse of nbcompile.report.html._encode: column-stored record lists, index-delta edges, ids as
-// prefix + deltas.
+// Inverse of nbcompile.report.html._encode: column-stored record lists (a $like column is an
+// earlier column but at the rows listed), index-delta edges, ids as prefix + deltas, repeated
+// strings as a table and indices ($tab; $tabs for lists of them).
 function unpack(obj) {
   if (Array.isArray(obj)) return obj.map(unpack);
   if (obj === null || typeof obj !== "object") return obj;
@@ -34,8 +38,20 @@ function unpack(obj) {
     let n = 0;
     return obj.d.map((d) => obj.$ids + String((n += d)));
   }
+  if ("$tab" in obj) return obj.i.map((i) => obj.$tab[i]);
+  if ("$tabs" in obj) return obj.i.map((row) => row.map((i) => obj.$tabs[i]));
   if (obj.$cols) {
-    const cols = Object.entries(obj.$cols).map(([k, v]) => [k, unpack(v), new Set((obj.$absent || {})[k] || [])]);
+    const isLike = (v) => v !== null && typeof v === "object" && !Array.isArray(v) && "$like" in v;
+    const plain = new Map();
+    for (const [k, v] of Object.entries(obj.$cols)) if (!isLike(v)) plain.set(k, unpack(v));
+    const column = (k, v) => {
+      if (!isLike(v)) return plain.get(k);
+      const col = plain.get(v.$like).slice();
+      let i = 0;
+      v.at.forEach((d, j) => { i += d; col[i] = v.v[j]; });
+      return col;
+    };
+    const cols = Object.entries(obj.$cols).map(([k, v]) => [k, column(k, v), new Set((obj.$absent || {})[k] || [])]);
     const out = new Array(obj.$n);
     for (let i = 0; i < obj.$n; i++) {
       const r = {};

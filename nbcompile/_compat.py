@@ -368,13 +368,21 @@ class EarlyHlo:
     the thread does nothing and :meth:`text` returns None: the analysis converts as before.
     ``cpu_seconds`` is the thread's CPU time (analysis work done early). Checked with JAX 0.10.2
     (``jax._src.stages.Lowering.hlo`` does the same conversion).
+
+    ``then`` (optional) is more analysis that needs no compile (the traced program's): called
+    with the converted text in the same thread right after the conversion, if XLA is still
+    compiling; :meth:`beside` gives what it returned (None: not run, or it raised -- the
+    analysis then does that work itself, and meets the error there).
     """
 
     POLL = 0.005  # seconds between looks at the compiling thread
     STILL = 0.02  # how long its frame must not move: it is in C++, not in Python
 
-    def __init__(self, lowered: Any) -> None:
+    def __init__(self, lowered: Any, then: Callable[[str], Any] | None = None) -> None:
         from jax._src.interpreters import mlir
+
+        self._then = then
+        self._beside: Any = None
 
         self._bytecode = mlir.module_to_bytecode(lowered.compiler_ir("stablehlo"))
         self._tuple_args = bool(lowered._lowering.compile_args.get("tuple_args", False))
@@ -418,12 +426,25 @@ class EarlyHlo:
         except BaseException as exc:  # handed to the analysis, raised there
             self._result = (None, exc)
         finally:
-            self.cpu_seconds = time.thread_time() - t0
             self._bytecode = b""
+        text = self._result[0]
+        if self._then is not None and text is not None and not self._over.is_set():
+            with contextlib.suppress(Exception):  # the analysis redoes it, and raises there
+                self._beside = self._then(text)
+        self._then = None
+        self.cpu_seconds = time.thread_time() - t0
 
     def compile_done(self) -> None:
         """The compile returned: a thread still waiting for it gives up."""
         self._over.set()
+
+    def beside(self) -> Any:
+        """What ``then`` returned (waits for it if it is running), once; None where it did not
+        run."""
+        self._over.set()
+        self._thread.join()
+        result, self._beside = self._beside, None
+        return result
 
     def text(self) -> str | None:
         """The converted text (waits for a conversion under way), once; None where the thread

@@ -102,6 +102,7 @@ class Program:
                     grad_argnums=self.grad_argnums if self.is_value_and_grad else None,
                     progress=progress,
                     pre_optimisation=stages.early_hlo.text if stages.early_hlo else None,
+                    beside_compile=stages.early_hlo.beside if stages.early_hlo else None,
                     calls=stages.calls,
                 )
             )
@@ -114,6 +115,18 @@ class Program:
             from .analysis import refresh_locations
 
             refresh_locations(self._analysis, self.source)
+
+
+def _traced_beside(source: Any, name: str, *, grad: bool) -> Any:
+    """The traced part of a program's analysis, for ``run_stages`` to make beside XLA's compile
+    (what ``Program.analyse`` would make first; it is used only if it is this program's)."""
+
+    def traced(closed_jaxpr: Any, calls: Any, pre_text: str) -> Any:
+        from .analysis.core import analyse_traced
+
+        return analyse_traced(closed_jaxpr, source, name, grad, calls, pre_text)
+
+    return traced
 
 
 def _short_dtype(dtype: Any) -> str:
@@ -318,6 +331,7 @@ def build_program(
         target,
         progress=progress,
         dump=passes,
+        beside_compile=_traced_beside(source, label, grad=False),
         **common,
     )
     grad = None
@@ -341,6 +355,7 @@ def build_program(
             replace(placement, per_device_shapes=dict(placement.per_device_shapes)),
             target,
             progress=say,
+            beside_compile=_traced_beside(source, f"value_and_grad({label})", grad=True),
             **common,
         )
         grad = Program(

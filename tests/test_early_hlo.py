@@ -94,3 +94,66 @@ def test_the_thread_waits_while_the_compiling_thread_runs_python():
     early.compile_done()
     assert early.text() is None
     assert _compat.EarlyHlo.STILL < 0.3
+
+
+def test_the_traced_analysis_is_made_beside_the_compile_and_used(monkeypatch):
+    """The traced graph (and the pre-optimisation module) are made in the early thread while
+    XLA compiles; the analysis then uses them instead of making them again."""
+    import threading
+
+    from nbcompile.analysis import core
+
+    made: list[str] = []
+    original = core.analyse_traced
+
+    def recording(*args, **kwargs):
+        made.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(core, "analyse_traced", recording)
+    fn, args = _slow_enough_program()
+    c = nbcompile.compile(fn, *args)
+    assert made == ["nbcompile-early-hlo"]  # beside XLA's compile, before any analysis
+    analysis = c.analysis
+    assert made == ["nbcompile-early-hlo"]  # not made again
+    assert analysis.counts["jaxpr_eqns"] == len(analysis.walk_order) > 0
+    assert analysis.timings["analyse.traced"] < analysis.timings["analyse.kernels"]
+
+
+def test_the_traced_analysis_made_beside_equals_the_one_made_after(monkeypatch):
+    fn, args = _slow_enough_program()
+    early = nbcompile.compile(fn, *args)
+    early_report = early.report()
+    from nbcompile import pipeline
+
+    monkeypatch.setattr(pipeline, "_traced_beside", lambda *a, **k: None)
+    fn, args = _slow_enough_program()
+    late = nbcompile.compile(fn, *args)
+    assert late.stages.early_hlo.beside() is None  # nothing was made beside this compile
+    late_report = late.report()
+    for key in ("graphs", "folded", "lines"):
+        assert late_report[key] == early_report[key], key
+
+
+def test_a_traced_part_of_another_program_is_not_used():
+    from nbcompile.analysis import Artifacts, analyse
+    from nbcompile.analysis.core import analyse_traced
+
+    fn, args = _slow_enough_program()
+    c = nbcompile.compile(fn, *args)
+    other = jax.jit(lambda x: x * 2).trace(1.0).jaxpr
+    stray = analyse_traced(other, c.program.source, c.program.name, False, None)
+    s = c.stages
+    art = Artifacts(
+        closed_jaxpr=s.closed_jaxpr,
+        lowered=s.lowered,
+        compiled=s.compiled,
+        hlo_text=s.hlo_text,
+        source=c.program.source,
+        name=c.program.name,
+        calls=s.calls,
+        beside_compile=lambda: stray,
+    )
+    got = analyse(art)
+    assert got.counts["jaxpr_eqns"] == c.analysis.counts["jaxpr_eqns"] > 1  # this program's
+    assert got.traced_graph.to_json() == c.analysis.traced_graph.to_json()

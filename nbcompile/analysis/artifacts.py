@@ -34,6 +34,9 @@ class Artifacts:
     progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     #: the user's calls recorded while tracing (``capture.calls.CallLog``; None: not recorded)
     calls: Any | None = field(default=None, compare=False, repr=False)
+    #: the analysis of the traced program if it was made while XLA compiled
+    #: (:func:`~nbcompile.analysis.core.analyse_traced`; None: not)
+    beside_compile: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
     #: the pre-optimisation HLO text if it was converted while XLA compiled (None: not)
     pre_optimisation: Callable[[], str | None] | None = field(
         default=None, compare=False, repr=False

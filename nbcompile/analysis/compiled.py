@@ -217,6 +217,15 @@ def _non_fused(module: HloModule) -> list[Computation]:
 
 
 def _members(module: HloModule, instr: Instruction) -> list[Instruction]:
+    """The instructions of the computations ``instr`` calls, nested ones included (memoised
+    on the module by the instruction's name; treat the list as read-only)."""
+    hit = module._members.get(instr.name)
+    if hit is None or hit[0] is not instr:
+        hit = module._members[instr.name] = (instr, _walk_members(module, instr))
+    return hit[1]
+
+
+def _walk_members(module: HloModule, instr: Instruction) -> list[Instruction]:
     out, seen, todo = [], set(), list(instr.called)
     while todo:
         comp = module.computations.get(todo.pop())

@@ -315,6 +315,56 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@dataclass
+class TracedPart:
+    """The part of an analysis that needs only the traced program (and the pre-optimisation
+    HLO): made by :func:`analyse_traced`, beside XLA's compile where there is time for it."""
+
+    closed_jaxpr: Any
+    name: str
+    grad: bool
+    locator: Locator
+    kinds: CallKinds
+    traced: Traced
+    pre_text: str | None = None  # the text ``pre`` was parsed from
+    pre: HloModule | None = None  # parsed only where folding has candidates to check
+
+
+def analyse_traced(
+    closed_jaxpr: Any,
+    source: Any,
+    name: str,
+    grad: bool,
+    calls: Any | None,
+    pre_text: str | None = None,
+) -> TracedPart:
+    """The traced graph (and, given its text, the pre-optimisation module where folding needs
+    it). Called by :func:`analyse`, or earlier in the thread that converts the pre-optimisation
+    HLO while XLA compiles (``stages.run_stages(beside_compile=...)``), so that a long compile
+    hides this part of the analysis."""
+    locator = Locator(source)
+    kinds = call_kinds(calls)
+    traced = trace_graph(closed_jaxpr, locator, name, grad=grad, calls=kinds)
+    part = TracedPart(closed_jaxpr, name, grad, locator, kinds, traced)
+    if pre_text is not None and has_const_candidates(traced):
+        with contextlib.suppress(HloParseError):  # the analysis parses again and notes why
+            part.pre, part.pre_text = parse_hlo(pre_text), pre_text
+    return part
+
+
+def _traced_part(artifacts: Artifacts, grad: bool) -> TracedPart:
+    part = artifacts.beside_compile() if artifacts.beside_compile is not None else None
+    if (
+        isinstance(part, TracedPart)
+        and part.closed_jaxpr is artifacts.closed_jaxpr
+        and (part.name, part.grad) == (artifacts.name, grad)
+    ):
+        return part
+    return analyse_traced(
+        artifacts.closed_jaxpr, artifacts.source, artifacts.name, grad, artifacts.calls
+    )
+
+
 def analyse(artifacts: Artifacts) -> Analysis:
     """Analyse one compile: graphs, fusions, folding, gradient, cost, per-line map."""
     with _gc_paused():
@@ -325,9 +375,8 @@ def _analyse(artifacts: Artifacts) -> Analysis:
     notes: list[str] = []
     clock = _Clock(artifacts.progress)
     grad = artifacts.grad_argnums is not None
-    source = Locator(artifacts.source)
-    kinds = call_kinds(artifacts.calls)
-    traced = trace_graph(artifacts.closed_jaxpr, source, artifacts.name, grad=grad, calls=kinds)
+    part = _traced_part(artifacts, grad)
+    source, kinds, traced = part.locator, part.kinds, part.traced
     clock.lap("traced")
     post = _optimised(artifacts, notes)
     clock.lap("parse")
@@ -344,11 +393,12 @@ def _analyse(artifacts: Artifacts) -> Analysis:
         else None
     )
     # the pre-optimisation module is parsed only when folding has candidates to check
-    pre = (
-        _pre_optimisation(pre_text, notes)
-        if pre_text is not None and has_const_candidates(traced)
-        else None
-    )
+    if part.pre is not None and part.pre_text is pre_text:
+        pre = part.pre  # parsed beside XLA's compile
+    elif pre_text is not None and has_const_candidates(traced):
+        pre = _pre_optimisation(pre_text, notes)
+    else:
+        pre = None
     clock.lap("pre_optimisation")
     folded = find_folded(traced, pre, post, source, artifacts.fn)
     clock.lap("folding")

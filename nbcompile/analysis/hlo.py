@@ -18,6 +18,7 @@ import functools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "DTYPE_BITS",
@@ -269,6 +270,8 @@ class HloModule:
     locations: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (file id, line)
     frames: dict[int, tuple[int, int]] = field(default_factory=dict)
     _stacks: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict, repr=False)
+    #: a fusion's member instructions by its name (``compiled._members``: asked three times each)
+    _members: dict[str, tuple[Any, list[Any]]] = field(default_factory=dict, repr=False)
 
     @property
     def entry_computation(self) -> Computation | None:

@@ -234,6 +234,7 @@ def run_stages(
     arg_names: list[str] | None = None,
     progress: Progress | None = None,
     dump: bool = False,
+    beside_compile: Callable[[Any, Any, str], Any] | None = None,
 ) -> Stages:
     """Trace, lower and compile ``jitted(*placement.args, **placement.kwargs)`` for ``target``.
 
@@ -242,6 +243,10 @@ def run_stages(
     and dump nothing), so the pass pipeline and the kernels' code need no second compile
     (``Stages.dump``). The executable is the same (dump options change no code) and becomes the
     one later calls of ``jitted`` run (:func:`~nbcompile._compat.adopt_executable`).
+
+    ``beside_compile(closed_jaxpr, calls, pre_optimisation_text)`` (optional) is analysis work
+    that needs no compile: run in :class:`~nbcompile._compat.EarlyHlo`'s low-priority thread
+    while XLA compiles, if there is time; ``Stages.early_hlo.beside()`` gives its result.
 
     Raises :class:`~nbcompile.errors.TraceError`, ``LowerError`` or ``CompileError`` naming the
     visible cell line (from ``source``), the user's argument names (``arg_names``) and what to
@@ -282,7 +287,12 @@ def run_stages(
         started = time.perf_counter()
         try:
             with _timed(timings, "compile"), _native_noise(target), cache:
-                early = EarlyHlo(lowered)
+                then = (
+                    functools.partial(beside_compile, traced.jaxpr, calls)
+                    if beside_compile is not None
+                    else None
+                )
+                early = EarlyHlo(lowered, then=then)
                 try:
                     if dump:
                         folder = tempfile.TemporaryDirectory(prefix="nbcompile-dump-")

@@ -40,14 +40,19 @@ def _file(loc) -> str:
     return loc.file if hasattr(loc, "file") else loc[0]
 
 
-def test_one_heavy_line_gets_at_least_80_percent_of_the_time(ip):
+def test_the_heavy_line_gets_its_kernels_time(ip):
+    """The matmul's kernel is measured and its time lands on the matmul's line, which is the
+    costliest line. (Not a fixed share: on a CPU with a fast matmul the four element-wise lines
+    on the 1024x1024 result really take a fifth of the time; seen: 77 %.)"""
     result = ip.run_cell(HEAVY)
     assert result.success, result.error_in_exec
     c = nbcompile.last()
     p = c.profile
     assert p is not None and p.source == "measured" and p.calls == 5
-    on_lines = sum(p.by_cell_line.values())
-    assert p.by_cell_line[3] / on_lines >= 0.8, p.text()
+    matmul = max(p.kernels, key=lambda k: k.flops or 0)
+    assert matmul.flops and matmul.flops >= 2 * 1024**3, p.text()
+    assert p.by_cell_line[3] >= 0.95 * matmul.seconds, p.text()
+    assert p.by_cell_line[3] == max(p.by_cell_line.values()), p.text()
     heavy = max(p.by_line, key=p.by_line.get)
     assert _line(heavy) == 3 and p.by_line[heavy] == pytest.approx(p.by_cell_line[3])
     # the report every view reads carries the profile

@@ -6,6 +6,7 @@ import base64
 import copy
 import json
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -38,7 +39,7 @@ def test_report_trait_round_trips_json(small_report):
     view = CompilationView(copy.deepcopy(small_report))
     assert view.report == small_report
     state = json.loads(json.dumps(view.get_state()))  # what the front end / saved notebook get
-    assert "report" not in state and state["packed"]["format"] == "nbcols1.gz.b64"
+    assert "report" not in state and state["packed"]["format"] == "nbcols2.gz.b64"
     assert unpack_report(state["packed"]) == small_report
     assert state["tab"] == "graph" and state["selected"] == ""
     view.set_state(
@@ -121,11 +122,132 @@ def graphs(draw):
     return {"nodes": nodes, "edges": edges, "$odd": draw(json_values)}
 
 
+few_texts = st.sampled_from(["a", "b", "loss#1/block#2", "", "1"]) | st.none()
+
+
+@st.composite
+def records(draw):
+    """Record lists whose columns nearly equal each other, repeat strings and mix strings with
+    None, numbers and booleans: what $like, $tab and $tabs encode (and must not confuse)."""
+    n = draw(st.integers(8, 40))
+    base = [draw(few_texts) for _ in range(n)]
+    rows = []
+    for i in range(n):
+        row = {"id": base[i], "name": base[i] if draw(st.integers(0, 5)) else draw(json_values)}
+        if draw(st.booleans()):
+            row["paths"] = draw(st.lists(few_texts.filter(lambda x: x is not None), max_size=3))
+        if draw(st.booleans()):
+            row["flag"] = draw(st.sampled_from([True, 1, "True", None, 1.0]))
+        rows.append(row)
+    return rows
+
+
 @settings(max_examples=150, deadline=None)
-@given(st.one_of(json_values, graphs(), st.lists(graphs(), max_size=3)))
+@given(st.one_of(json_values, graphs(), st.lists(graphs(), max_size=3), records()))
 def test_packing_is_lossless(value):
     report = {"schema": "x", "payload": value}
-    assert unpack_report(pack_report(report)) == report
+    back = unpack_report(pack_report(report))
+    assert back == report
+    _same_types(back, report)
+
+
+def _same_types(a: Any, b: Any, *, js: bool = False) -> None:
+    """``True == 1 == 1.0`` in Python: check the decoded values keep their JSON types (``js``:
+    JavaScript has one number type, so 1 and 1.0 are the same there; booleans are not)."""
+
+    def kind(x: Any) -> Any:
+        return "number" if js and type(x) in (int, float) else type(x)
+
+    assert kind(a) is kind(b) or kind(a) == kind(b), (a, b)
+    if isinstance(a, dict):
+        for k in a:
+            _same_types(a[k], b[k], js=js)
+    elif isinstance(a, list):
+        for x, y in zip(a, b, strict=True):
+            _same_types(x, y, js=js)
+
+
+def _packed_fixture() -> dict[str, Any]:
+    """A report whose packing uses every encoding: columns, $like, $tab, $tabs, $ids, edges."""
+    n = 40
+    fusions = [
+        {
+            "id": f"fusion.{i}",
+            "name": f"fusion.{i}" if i % 9 else f"renamed.{i}",
+            "functions": [f"loss#1/block#{i % 3 + 1}"] + (["loss#1/gelu"] if i % 2 else []),
+            "phase": ["forward", "backward", None][i % 3],
+            "flag": [True, 1, 1.0, None][i % 4],
+        }
+        for i in range(n)
+    ]
+    nodes = [{"id": f"n{i}", "op": "add", "shape": "f32[2]", "bytes": 8} for i in range(n)]
+    edges = [
+        {"src": f"n{i}", "dst": f"n{i + 1}", "shape": "f32[2]", "bytes": 8} for i in range(n - 1)
+    ]
+    kinds = ["op"] * (n - 2) + ["param", "const"]
+    return {
+        "schema": "x",
+        "fusions": fusions,
+        "graph": {"nodes": nodes, "edges": edges},
+        "kinds": kinds,
+    }
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js runs the front end's decoder")
+@pytest.mark.parametrize("which", ["fixture", "small", "big"])
+def test_front_end_decodes_what_python_packs(which, small_report, big_report, tmp_path):
+    """js/model.js's decoder gives back exactly the report Python packed (same values, same
+    JSON types), for every encoding the packer uses."""
+    import gzip
+    import subprocess
+    from pathlib import Path
+
+    report = {"fixture": _packed_fixture(), "small": small_report, "big": big_report}[which]
+    packed = pack_report(report)
+    if which == "fixture":
+        raw = gzip.decompress(base64.b64decode(packed["data"])).decode()
+        for marker in ('"$cols"', '"$like"', '"$tab"', '"$tabs"', '"$ids"', '"$edges"'):
+            assert marker in raw, marker
+    path = tmp_path / "packed.json"
+    path.write_text(json.dumps(packed))
+    tool = Path(__file__).resolve().parents[2] / "js" / "tools" / "decode-dump.mjs"
+    out = subprocess.run(
+        [shutil.which("node"), str(tool), str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    decoded = json.loads(out)
+    assert decoded == report
+    _same_types(decoded, report, js=True)
+
+
+def test_older_packed_reports_still_unpack():
+    """Saved notebooks hold nbcols1 (columns, $ids, edges; before $like / $tab): it still reads."""
+    import gzip
+
+    report = {"schema": "x", "rows": [{"id": f"n{i}", "v": i, "ok": i % 2 == 0} for i in range(10)]}
+    raw = json.dumps(
+        {
+            "schema": "x",
+            "rows": {
+                "$cols": {
+                    "id": {"$ids": "n", "d": [0] + [1] * 9},
+                    "v": list(range(10)),
+                    "ok": [i % 2 == 0 for i in range(10)],
+                },
+                "$n": 10,
+            },
+        }
+    )
+    old = {
+        "format": "nbcols1.gz.b64",
+        "data": base64.b64encode(gzip.compress(raw.encode())).decode(),
+    }
+    assert unpack_report(old) == report
+    with pytest.raises(ValueError, match="not a packed nbcompile report"):
+        unpack_report({"format": "nbcols9.gz.b64", "data": ""})
 
 
 def _svgs(html: str) -> list[ET.Element]:
