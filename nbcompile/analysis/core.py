@@ -64,14 +64,37 @@ class Analysis:
     kernel_modules: dict[str, list[str]] = field(default_factory=dict)
     #: kernel -> call paths of the user's calls its ops came from (``analysis/calls.py``)
     kernel_functions: dict[str, list[str]] = field(default_factory=dict)
-    #: fusion -> how its cost divides among its lines, modules, calls (``analysis/shares.py``)
-    kernel_shares: dict[str, Shares] = field(default_factory=dict)
+    #: what :attr:`kernel_shares` is made from on first use: (optimised HLO text, fusion
+    #: kernel names, locator, call labels); None once made (or nothing to make it from)
+    shares_from: tuple[str, list[str], Locator, CallKinds] | None = field(
+        default=None, repr=False, compare=False
+    )
+    _shares: dict[str, Shares] | None = field(default=None, repr=False, compare=False)
     #: the labels of the user's calls in this program's name stacks (``analysis/calls.py``)
     call_kinds: CallKinds = field(default_factory=CallKinds)
     timings: dict[str, float] = field(default_factory=dict)
     _json: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     fingerprint: str | None = None
     walk_order: list[str] = field(default_factory=list, repr=False)  # eqn node ids, walk order
+
+    @property
+    def kernel_shares(self) -> dict[str, Shares]:
+        """Fusion -> how its cost divides among its lines, modules and calls
+        (``analysis/shares.py``). Only ``--profile`` and ``--memory`` read it, so it is made on
+        first use, from the optimised HLO parsed again (~0.2 s for a GPT-2-small train step;
+        the parsed module of the analysis is not kept: tens of MB)."""
+        if self._shares is None:
+            self._shares = {}
+            if self.shares_from is not None:
+                text, names, locator, kinds = self.shares_from
+                module = parse_hlo(text)
+                kernels = [i for c in module.computations.values() for i in c.instructions]
+                wanted = set(names)
+                self._shares = kernel_shares(
+                    module, [i for i in kernels if i.name in wanted], locator, kinds
+                )
+            self.shares_from = None
+        return self._shares
 
     @property
     def cost_source(self) -> str | None:
@@ -202,10 +225,15 @@ def _pre_optimisation(text: str | None, notes: list[str]) -> HloModule | None:
     return None
 
 
-def _optimised(artifacts: Artifacts, notes: list[str]) -> HloModule | None:
+def _optimised_text(artifacts: Artifacts) -> str | None:
     text = artifacts.hlo_text
     if text is None and artifacts.compiled is not None:
         text = artifacts.compiled.as_text()  # None where the backend prints no text
+    return text
+
+
+def _optimised(artifacts: Artifacts, notes: list[str]) -> HloModule | None:
+    text = _optimised_text(artifacts)
     if text is None:
         notes.append(
             "no optimised HLO: "
@@ -383,7 +411,16 @@ def _analyse(artifacts: Artifacts) -> Analysis:
     info = analyse_compiled(post, source, grad, infer=False) if post is not None else None
     clock.lap("kernels")
     functions = annotate_compiled(info, kinds) if info is not None else {}
-    shares = kernel_shares(post, info.kernels, source, kinds) if info is not None else {}
+    shares_from = (
+        (
+            _optimised_text(artifacts),
+            [k.name for k in info.kernels if k.opcode == "fusion"],
+            source,
+            kinds,
+        )
+        if info is not None
+        else None
+    )
     if info is not None:
         infer_missing_sites(post, info)
     clock.lap("inferred_sources")
@@ -459,7 +496,7 @@ def _analyse(artifacts: Artifacts) -> Analysis:
         kernel_sites=info.sites if info is not None else {},
         kernel_modules=info.modules if info is not None else {},
         kernel_functions=functions,
-        kernel_shares=shares,
+        shares_from=shares_from,
         call_kinds=kinds,
         timings=clock.timings,
         walk_order=[e.node.id for e in traced.eqns],

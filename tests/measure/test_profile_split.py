@@ -69,3 +69,37 @@ def test_shares_divide_a_kernel_by_cost_and_evenly_without_them():
     assert by_function(rows, {"fusion": weighed, "fusion.1": even}) == pytest.approx(
         {"block#1": 0.75, "block#2": 0.25}
     )
+
+
+def test_shares_are_made_on_first_use_and_equal_the_eager_ones():
+    """``Analysis.kernel_shares`` is made when ``--profile`` / ``--memory`` first asks (from the
+    optimised HLO parsed again), and equals the shares of the analysis's own parsed module."""
+    import jax
+    import jax.numpy as jnp
+
+    from nbcompile.analysis.calls import call_kinds
+    from nbcompile.analysis.compiled import analyse_compiled
+    from nbcompile.analysis.hlo import parse_hlo
+    from nbcompile.analysis.shares import kernel_shares
+
+    def block(x, w):
+        return jnp.tanh(x @ w).sum(axis=0, keepdims=True) * 2.0
+
+    def f(x, ws):
+        for w in ws:
+            x = x + block(x, w)
+        return x.sum()
+
+    x = jnp.ones((64, 64))
+    c = nbcompile.compile(jax.grad(f), x, [jnp.ones((64, 64)) * 0.01] * 3)
+    analysis = c.analysis
+    assert analysis.shares_from is not None and analysis._shares is None  # not made yet
+    text, names, locator, _kinds = analysis.shares_from
+    assert text == c.stages.hlo_text and names  # the optimised HLO and its fusions
+    module = parse_hlo(c.stages.hlo_text)
+    info = analyse_compiled(module, locator, False, infer=False)
+    eager = kernel_shares(module, info.kernels, locator, call_kinds(c.stages.calls))
+    lazy = analysis.kernel_shares
+    assert lazy == eager and len(lazy) >= 1
+    assert any(len(s.functions) >= 2 or len(s.lines) >= 2 for s in lazy.values())
+    assert analysis.shares_from is None and analysis.kernel_shares is lazy  # made once
