@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -64,9 +65,10 @@ class Analysis:
     kernel_modules: dict[str, list[str]] = field(default_factory=dict)
     #: kernel -> call paths of the user's calls its ops came from (``analysis/calls.py``)
     kernel_functions: dict[str, list[str]] = field(default_factory=dict)
-    #: what :attr:`kernel_shares` is made from on first use: (optimised HLO text, fusion
-    #: kernel names, locator, call labels); None once made (or nothing to make it from)
-    shares_from: tuple[str, list[str], Locator, CallKinds] | None = field(
+    #: what :attr:`kernel_shares` is made from on first use: (the compiled program, weakly
+    #: held, or its optimised HLO text; fusion kernel names; the sources; call labels); None
+    #: once made (or nothing to make it from)
+    shares_from: tuple[Any, list[str], Any, CallKinds] | None = field(
         default=None, repr=False, compare=False
     )
     _shares: dict[str, Shares] | None = field(default=None, repr=False, compare=False)
@@ -82,11 +84,16 @@ class Analysis:
         """Fusion -> how its cost divides among its lines, modules and calls
         (``analysis/shares.py``). Only ``--profile`` and ``--memory`` read it, so it is made on
         first use, from the optimised HLO parsed again (~0.2 s for a GPT-2-small train step;
-        the parsed module of the analysis is not kept: tens of MB)."""
+        the parsed module of the analysis is not kept: tens of MB, nor the text: the compiled
+        program, which those measurements run, is held weakly and prints it again). Empty
+        where that program is gone."""
         if self._shares is None:
             self._shares = {}
-            if self.shares_from is not None:
-                text, names, locator, kinds = self.shares_from
+            source, names, sources, kinds = self.shares_from or (None, [], None, None)
+            program = source() if isinstance(source, weakref.ref) else None
+            text = source if isinstance(source, str) else _hlo_text(program)
+            if text is not None and sources is not None and kinds is not None:
+                locator = Locator(sources)
                 module = parse_hlo(text)
                 kernels = [i for c in module.computations.values() for i in c.instructions]
                 wanted = set(names)
@@ -223,6 +230,24 @@ def _pre_optimisation(text: str | None, notes: list[str]) -> HloModule | None:
     except HloParseError as err:
         notes.append(f"pre-optimisation HLO could not be parsed ({err}); folding not checked")
     return None
+
+
+def _shares_source(artifacts: Artifacts) -> Any:
+    """The compiled program, weakly (its text is printed again when shares are asked for),
+    else the optimised text itself."""
+    if artifacts.compiled is not None:
+        with contextlib.suppress(TypeError):
+            return weakref.ref(artifacts.compiled)
+    return artifacts.hlo_text
+
+
+def _hlo_text(compiled: Any) -> str | None:
+    if compiled is None:
+        return None
+    try:
+        return compiled.as_text()
+    except Exception:  # no text: no shares (they are an estimate)
+        return None
 
 
 def _optimised_text(artifacts: Artifacts) -> str | None:
@@ -413,9 +438,9 @@ def _analyse(artifacts: Artifacts) -> Analysis:
     functions = annotate_compiled(info, kinds) if info is not None else {}
     shares_from = (
         (
-            _optimised_text(artifacts),
+            _shares_source(artifacts),
             [k.name for k in info.kernels if k.opcode == "fusion"],
-            source,
+            artifacts.source,
             kinds,
         )
         if info is not None

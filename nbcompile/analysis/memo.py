@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import time
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -89,6 +90,9 @@ def analyse_cached(artifacts: Artifacts) -> Analysis:
     graph.eqn_nodes = {id(e): node for e, node in zip(eqns, cached.walk_order, strict=True)}
     hit = copy.copy(cached)
     hit.traced_graph = graph
+    if hit._shares is None and hit.shares_from is not None and artifacts.compiled is not None:
+        # the shares are made from the compiled program, held weakly: this compile's
+        hit.shares_from = (weakref.ref(artifacts.compiled), *hit.shares_from[1:])
     hit.timings = {"analyse.cache_hit": time.perf_counter() - t0}
     return hit
 

@@ -80,6 +80,7 @@ def test_shares_are_made_on_first_use_and_equal_the_eager_ones():
     from nbcompile.analysis.calls import call_kinds
     from nbcompile.analysis.compiled import analyse_compiled
     from nbcompile.analysis.hlo import parse_hlo
+    from nbcompile.analysis.lines import Locator
     from nbcompile.analysis.shares import kernel_shares
 
     def block(x, w):
@@ -94,8 +95,9 @@ def test_shares_are_made_on_first_use_and_equal_the_eager_ones():
     c = nbcompile.compile(jax.grad(f), x, [jnp.ones((64, 64)) * 0.01] * 3)
     analysis = c.analysis
     assert analysis.shares_from is not None and analysis._shares is None  # not made yet
-    text, names, locator, _kinds = analysis.shares_from
-    assert text == c.stages.hlo_text and names  # the optimised HLO and its fusions
+    program, names, sources, _kinds = analysis.shares_from
+    assert program() is c.stages.compiled and names  # held weakly: no text kept meanwhile
+    locator = Locator(sources)
     module = parse_hlo(c.stages.hlo_text)
     info = analyse_compiled(module, locator, False, infer=False)
     eager = kernel_shares(module, info.kernels, locator, call_kinds(c.stages.calls))
@@ -103,3 +105,26 @@ def test_shares_are_made_on_first_use_and_equal_the_eager_ones():
     assert lazy == eager and len(lazy) >= 1
     assert any(len(s.functions) >= 2 or len(s.lines) >= 2 for s in lazy.values())
     assert analysis.shares_from is None and analysis.kernel_shares is lazy  # made once
+
+
+def test_shares_of_a_program_that_is_gone_are_empty_not_wrong():
+    """The analysis holds its compiled program weakly (no HLO text kept for shares nobody may
+    ask for); once that program is gone, the shares are empty (even split), not stale."""
+    import weakref
+
+    import jax.numpy as jnp
+
+    def f(x):
+        return (jnp.tanh(x @ x) * 2).sum()
+
+    analysis = nbcompile.compile(f, jnp.ones((32, 32))).analysis
+    assert isinstance(analysis.shares_from[0], weakref.ref)
+
+    class Gone:
+        pass
+
+    gone = Gone()
+    dead = weakref.ref(gone)
+    del gone
+    analysis.shares_from = (dead, *analysis.shares_from[1:])
+    assert analysis.kernel_shares == {}
