@@ -360,11 +360,24 @@ def test_a_process_that_dies_during_a_compile_gives_the_other_nbc801() -> None:
 @cluster
 def test_profile_on_every_process_side_by_side_shows_the_busy_process(rc: Any) -> None:
     """A thread keeps process 1's CPU busy (numpy matrix products) during ``--profile``: its
-    kernels are slower, process 0 waits longer in the all-reduce across processes."""
+    kernels are slower, process 0 waits longer in the all-reduce across processes. Each
+    process is pinned to a core of its own for the test (otherwise the two processes and the
+    burner share both cores and the burner slows both: seen on a 2-core machine)."""
     px(
         rc,
         """
-        import threading
+        import os, threading
+        _all_cores = sorted(os.sched_getaffinity(0))
+
+        def _pin(cores):
+            for tid in os.listdir("/proc/self/task"):
+                try:
+                    os.sched_setaffinity(int(tid), cores)
+                except OSError:
+                    pass
+
+        if len(_all_cores) >= 2:
+            _pin({_all_cores[jax.process_index() % len(_all_cores)]})
         heavy = jax.make_array_from_process_local_data(
             NamedSharding(mesh, P("data")),
             np.random.default_rng(jax.process_index()).normal(size=(512, 512)).astype(np.float32),
@@ -392,7 +405,7 @@ def test_profile_on_every_process_side_by_side_shows_the_busy_process(rc: Any) -
     try:
         outcomes = compile_everywhere(rc, cell, line="--profile 10", timeout=240)
     finally:
-        px(rc, "stop.set()")
+        px(rc, "stop.set(); _pin(set(_all_cores))")
     assert outcomes == ["ok", "ok"], outcomes
     side = pull(rc, "nbcompile.last().profile.processes.to_json()")
     assert side[0] == side[1]  # the same summaries on every process
