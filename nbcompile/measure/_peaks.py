@@ -1,8 +1,9 @@
 """Machine peaks for the roofline: measured on this CPU, from vendor datasheets for GPUs/TPUs.
 
 * **CPU** (``source="measured"``): two short micro-benchmarks through XLA, once per machine — a
-  1024×1024×1024 f32 matmul for FLOP/s and an in-place streaming ``x * a + b`` over 64 MiB for
-  bytes/s (read + write), near-best of many calls. Cached as JSON under the user cache folder
+  1024×1024×1024 f32 matmul for FLOP/s and an in-place streaming ``x * a + b`` for bytes/s
+  (read + write) over 64 MiB, or twice the largest cache the CPU reports where that is more
+  (up to 1 GiB: some machines report a 480 MiB L3, which holds 64 MiB), near-best of many calls. Cached as JSON under the user cache folder
   (``$NBCOMPILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/nbcompile``, else ``~/.cache/nbcompile``;
   only a folder only this user can write, see ``nbcompile._dirs``) keyed by CPU model and
   core count; ``refresh=True`` measures again. Each figure is the
@@ -27,7 +28,7 @@ from nbcompile import _dirs
 
 __all__ = ["GPU_SPECS", "TPU_SPECS", "Peak", "Peaks", "cpu_peaks", "spec_peaks"]
 
-_VERSION = 1  # bump when the measurement changes: old cache files are then measured again
+_VERSION = 2  # 2: the stream is sized from the caches. Bump when the measurement changes: old cache files are then measured again
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ def _measure_cpu() -> dict[str, Any]:
     jax.block_until_ready(matmul(a, a))
     seconds, matmuls = _best_seconds(matmul, (a, a), 0.5, feed_back=False)
     flops = 2.0 * n**3 / seconds
-    m = 1 << 24  # 64 MiB of f32: well past the caches
+    m = _stream_elements()  # f32 elements: well past the caches
     x = jax.device_put(jnp.ones((m,), jnp.float32), cpu)
     stream = jax.jit(lambda v: v * 0.999 + 0.001, donate_argnums=0).lower(x).compile()
     x = jax.block_until_ready(stream(x))
@@ -223,11 +224,35 @@ def _measure_cpu() -> dict[str, Any]:
         "bytes_per_s": bw,
         "matmul_calls": matmuls,
         "stream_calls": streams,
+        "stream_bytes": 4 * m,
         "load": _load(),
         "seconds": time.perf_counter() - start,
         "jax": jax.__version__,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def _largest_cache() -> int:
+    """Bytes of the largest data cache Linux reports for CPU 0 (0 where none is reported)."""
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    sizes = [0]
+    for index in root.glob("index*") if root.is_dir() else ():
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            size = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        unit = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        digits = size.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * unit)
+    return max(sizes)
+
+
+def _stream_elements() -> int:
+    """f32 elements of the streaming array: 64 MiB, or twice the largest cache (up to 1 GiB)."""
+    return max(1 << 24, min(1 << 28, 2 * _largest_cache() // 4))
 
 
 def _load() -> float | None:
@@ -252,7 +277,8 @@ def _as_peaks(data: dict[str, Any], cached: bool) -> Peaks:
         Peak(
             float(data["bytes_per_s"]),
             "measured",
-            f"64 MiB streaming x*a+b through XLA, read+write, fastest tenth of "
+            f"{data.get('stream_bytes', 1 << 26) / 2**20:.0f} MiB streaming x*a+b through XLA, "
+            f"read+write, fastest tenth of "
             f"{data.get('stream_calls')} calls ({when})",
         ),
         "f32",
