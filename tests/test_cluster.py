@@ -158,6 +158,9 @@ def test_profiles_side_by_side_name_the_slowest_process_and_each_kernels_spread(
     text = got.text()
     assert "← slowest" in text.splitlines()[3] and "all-reduce ⇄" in text
     assert got.to_json()["slowest"] == 1 and got.to_json()["kernels"][0]["ratio"] == 2.0
+    # late between its kernels, not in them (a busy thread delaying dispatch): the others wait
+    late = side_by_side([summary(0.05, 0.06), summary(0.04, 0.01)], ["a", "b"], {"all-reduce"})
+    assert late.slowest == 1
 
 
 FINGERPRINT_CHILD = """
@@ -411,13 +414,12 @@ def test_profile_on_every_process_side_by_side_shows_the_busy_process(rc: Any) -
     assert side[0] == side[1]  # the same summaries on every process
     procs, kernels = side[0]["processes"], side[0]["kernels"]
     assert [p["index"] for p in procs] == [0, 1] and all(p["calls"] == 10 for p in procs)
-    assert procs[1]["own_seconds"] > procs[0]["own_seconds"]
-    assert procs[0]["collective_seconds"] > procs[1]["collective_seconds"]
+    assert procs[0]["collective_seconds"] > procs[1]["collective_seconds"]  # 0 waits for 1
     assert side[0]["slowest"] == 1
     crossing = [k for k in kernels if k["crosses_processes"]]
     assert [k["opcode"] for k in crossing] == ["all-reduce"] and crossing[0]["slowest"] == 0
-    compute = max((k for k in kernels if not k["crosses_processes"]), key=lambda k: k["seconds"][0])
-    assert compute["seconds"][1] > compute["seconds"][0] and compute["slowest"] == 1
+    compute = [k for k in kernels if not k["crosses_processes"]]
+    assert compute and all(None not in k["seconds"] for k in compute)  # measured on both
     views = pull(rc, "repr(nbcompile.last())")
     assert "profile on every process" in views[0] and "← slowest" in views[0]
     assert len(views[1].splitlines()) == 1
