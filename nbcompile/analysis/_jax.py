@@ -19,7 +19,8 @@ from jax._src.lib import _jax as _jaxlib
 
 Literal = _core.Literal
 Jaxpr = _core.Jaxpr
-ClosedJaxpr = _core.ClosedJaxpr
+# JAX 0.12 merged ClosedJaxpr into Jaxpr (a Jaxpr carries its consts; ``.jaxpr`` is itself)
+ClosedJaxpr = getattr(_core, "ClosedJaxpr", _core.Jaxpr)
 _Traceback = _jaxlib.Traceback
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import collections
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +88,18 @@ def extract(space: Any, names: set[str], module: str | None) -> Trace:
 
     ``names``: the HLO instruction names of the program's kernels; ``module``: its HLO module
     name (events of other modules are ignored).
+
+    jaxlib 0.12's ``event.stats`` warns (a ``DeprecationWarning``: its iterator type has no
+    ``__module__``) from C++; where warnings are errors (``-W error``, pytest's
+    ``filterwarnings = error``) that warning aborts the whole process inside nanobind, so it is
+    ignored while the events are read.
     """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _extract(space, names, module)
+
+
+def _extract(space: Any, names: set[str], module: str | None) -> Trace:
     windows: list[tuple[int, int]] = []
     host: list[tuple[Span, Any]] = []
     device: list[tuple[Span, Any]] = []
