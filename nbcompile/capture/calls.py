@@ -46,7 +46,10 @@ from .userfiles import is_user_file
 
 __all__ = ["Call", "CallLog", "record_calls"]
 
-_CALL_OPS = frozenset(dis.opmap[n] for n in ("CALL", "CALL_FUNCTION_EX") if n in dis.opmap)
+# CALL_KW: Python 3.13 calls with keyword arguments (``h.var(axis=-1)``); 3.11/3.12 use CALL
+_CALL_OPS = frozenset(
+    dis.opmap[n] for n in ("CALL", "CALL_KW", "CALL_FUNCTION_EX") if n in dis.opmap
+)
 _MODEL_LIBS = ("flax", "equinox", "keras")
 _KEEP_FRAMES = False
 _CACHE = dis.opmap.get("CACHE", 0)
