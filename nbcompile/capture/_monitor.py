@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import _namestack
+from . import _namestack, _record
 from ._callsite import CALL_EX, CALL_OPS, call_at
 from ._record import CallLog, Recorder
 
@@ -127,19 +127,34 @@ def record(root: Any, timed: bool = False) -> Iterator[CallLog]:
     rec.log.backend = "monitoring"
     thread = threading.get_ident()
     st = _Stack(rec, tool, thread)
-    entries, armed, broken = st.entries, st.armed, rec.broken
-    is_user, get_ident, getframe, clock = (
-        rec.is_user,
-        threading.get_ident,
-        sys._getframe,
-        time.perf_counter,
-    )
+    callbacks = _callbacks(st, mon, tool, thread)
+    hooks = _hooks(st, thread, timed)
+    try:
+        for event, fn in callbacks.items():
+            mon.register_callback(tool, event, fn)
+        ev = mon.events
+        mon.set_events(tool, ev.PY_START | ev.PY_UNWIND | ev.PY_THROW)
+        with _namestack.plain_name_stack_hooks(*hooks):
+            yield rec.log
+    finally:
+        _release_tool(mon, tool, st.armed, callbacks)
+        rec.finish()
+
+
+def _callbacks(st: _Stack, mon: Any, tool: int, thread: int) -> dict[int, Any]:
+    """sys.monitoring's callbacks: keep ``st.entries``, the user frames running on ``thread``.
+    They run for every function's first start (answering DISABLE for library code) and for
+    the user's code only after that: cheap and never raising."""
+    entries, armed, broken = st.entries, st.armed, st.rec.broken
+    codes, user_code = _record._CODES, _record.user_code
+    get_ident, getframe = threading.get_ident, sys._getframe
     ev = mon.events
     disable = mon.DISABLE
     local = ev.PY_RETURN | ev.PY_YIELD | ev.PY_RESUME | ev.CALL
 
     def start(code: Any, offset: int) -> Any:  # PY_START (global), PY_RESUME (local)
-        if not is_user(code):
+        hit = codes.get(id(code))
+        if not (hit[1] if hit is not None and hit[0] is code else user_code(code)):
             return disable
         if get_ident() != thread or broken:
             return None
@@ -165,7 +180,7 @@ def record(root: Any, timed: bool = False) -> Iterator[CallLog]:
             entries.pop()
 
     def thrown(code: Any, offset: int, exc: BaseException) -> None:  # PY_THROW (global)
-        if get_ident() == thread and not broken and is_user(code):
+        if get_ident() == thread and not broken and user_code(code):
             entries.append(_Entry(getframe(1), code))
 
     def called(code: Any, offset: int, fn: Any, arg0: Any) -> None:  # CALL (local)
@@ -174,31 +189,64 @@ def record(root: Any, timed: bool = False) -> Iterator[CallLog]:
             if top.code is code:
                 top.calls += 1
 
-    root = rec.root
-    now, rec_stack_for, at, barriers = st.now, rec.stack_for, rec.at, rec.barriers
+    return {
+        ev.PY_START: start,
+        ev.PY_RESUME: start,
+        ev.PY_RETURN: leave,
+        ev.PY_YIELD: leave,
+        ev.PY_UNWIND: unwind,
+        ev.PY_THROW: thrown,
+        ev.CALL: called,
+    }
+
+
+def _hooks(st: _Stack, thread: int, timed: bool) -> tuple[Any, Any, Any]:
+    """The name-stack hooks (see ``_namestack.plain_name_stack_hooks``). The equation hook
+    answers as last time while the innermost user frame, its instruction, its count of calls,
+    the nested program and the name stack are those of last time (most equations)."""
+    rec = st.rec
+    entries, broken, barriers, root = st.entries, rec.broken, rec.barriers, rec.root
+    now, rec_stack_for, at = st.now, rec.stack_for, rec.at
+    get_ident = threading.get_ident
+    # the last answer: (entry, its f_lasti, its calls, barrier, stack) -> out
+    m_entry: Any = None
+    m_lasti = m_calls = -1
+    m_barrier: Any = None
+    m_stack: Any = None
+    m_out: Any = None
 
     def stack_for(stack: tuple[Any, ...]) -> Any:
-        # the hot path (each equation): the innermost frame and its call as last time
+        nonlocal m_entry, m_lasti, m_calls, m_barrier, m_stack, m_out
         if broken or get_ident() != thread:
             return None
-        t0 = clock() if timed else 0.0
         try:
             if entries:
                 e = entries[-1]
-                frame = e.frame
-                if frame.f_lasti == e.lasti:
-                    if not e.named:
-                        return rec_stack_for(frame, None, stack)
-                    if e.child_calls == e.calls and e.reuse and e.child is not None:
-                        return rec_stack_for(frame, e.child, stack)
-                return rec_stack_for(*now(), stack)
+                lasti = e.frame.f_lasti
+                barrier = barriers[-1] if barriers else None
+                if (
+                    e is m_entry
+                    and lasti == m_lasti
+                    and e.calls == m_calls
+                    and stack is m_stack
+                    and barrier is m_barrier
+                    and e.reuse
+                ):
+                    return m_out
+                out = rec_stack_for(*now(), stack)
+                m_entry, m_lasti, m_calls, m_barrier, m_stack, m_out = (
+                    e,
+                    lasti,
+                    e.calls,
+                    barrier,
+                    stack,
+                    out,
+                )
+                return out
             return rec_stack_for(root, None, stack)
-        except Exception as exc:
+        except Exception as exc:  # never the user's problem: stop recording
             broken.append(exc)
             return None
-        finally:
-            if timed:
-                rec.log.seconds += clock() - t0
 
     def on_push(elem: Any) -> None:
         if broken or get_ident() != thread:
@@ -219,24 +267,18 @@ def record(root: Any, timed: bool = False) -> Iterator[CallLog]:
         except Exception as exc:
             broken.append(exc)
 
-    callbacks = {
-        ev.PY_START: start,
-        ev.PY_RESUME: start,
-        ev.PY_RETURN: leave,
-        ev.PY_YIELD: leave,
-        ev.PY_UNWIND: unwind,
-        ev.PY_THROW: thrown,
-        ev.CALL: called,
-    }
-    try:
-        for event, fn in callbacks.items():
-            mon.register_callback(tool, event, fn)
-        mon.set_events(tool, ev.PY_START | ev.PY_UNWIND | ev.PY_THROW)
-        with _namestack.plain_name_stack_hooks(stack_for, on_push, on_set):
-            yield rec.log
-    finally:
-        _release_tool(mon, tool, armed, callbacks)
-        rec.finish()
+    if not timed:
+        return stack_for, on_push, on_set
+    clock = time.perf_counter
+
+    def timed_stack_for(stack: tuple[Any, ...]) -> Any:
+        t0 = clock()
+        try:
+            return stack_for(stack)
+        finally:
+            rec.log.seconds += clock() - t0
+
+    return timed_stack_for, on_push, on_set
 
 
 def _take_tool(mon: Any) -> int:

@@ -86,24 +86,53 @@ def forget_traces(is_user: Callable[[Any], bool]) -> int:
     must trace the user's functions itself (their calls are what it records), and must not
     leave its call labels to another trace. So before and after each recording the entries
     keyed by a user function are evicted (JAX's other entries, ``jax.numpy``'s own jits, stay).
+    A cache that missed no look-up since it was last looked through holds no new entry, and
+    is skipped (most, in a warm process); one cleared since (``jax.clear_caches()`` starts its
+    counts again) is looked through.
     JAX 0.10.2 and 0.12.0.1: every such cache is registered in ``util._caches`` and keys are
-    tuples led by a weak reference to the function (or to a ``lu.WrappedFun`` of it)."""
+    tuples led by a weak reference to the function (or to a ``lu.WrappedFun`` of it);
+    ``cache_info()`` counts the entries made (misses), the look-ups served (hits) and the
+    entries held (currsize)."""
     dropped = 0
+    seen: dict[int, bool] = {}  # id(target) -> the user's (targets are alive while keyed)
+    function, ref_type = types.FunctionType, weakref.ReferenceType
     for cache in list(getattr(_util, "_caches", {}).keys()):
         evict = getattr(cache, "evict_weakref", None)
         keys = getattr(cache, "cache_keys", None)
         if evict is None or keys is None:
             continue
+        info = cache.cache_info()
+        looked = _LOOKED.get(cache)
+        # no entry made since (misses), none dropped, and not cleared (hits only grow till then)
+        if looked is not None and looked == (info.misses, info.currsize, min(info.hits, looked[2])):
+            continue
         targets = []
         for key in keys():
-            ref = key[0] if isinstance(key, tuple) and key else None
-            target = ref() if isinstance(ref, weakref.ReferenceType) else None
-            if target is not None and _users_function(target, is_user):
+            ref = key[0] if type(key) is tuple and key else None
+            if type(ref) is not ref_type:
+                continue
+            target = ref()
+            if target is None:
+                continue
+            users = seen.get(id(target))
+            if users is None:
+                if type(target) is function:
+                    users = is_user(target.__code__)
+                else:
+                    users = _users_function(target, is_user)
+                seen[id(target)] = users
+            if users:
                 targets.append(target)
         for target in targets:
             evict(target)
             dropped += 1
+        info = cache.cache_info()
+        _LOOKED[cache] = (info.misses, info.currsize, info.hits)
     return dropped
+
+
+# cache -> its (misses, currsize, hits) when last looked through
+_LOOKED: weakref.WeakKeyDictionary[Any, tuple[int, int, int]] = weakref.WeakKeyDictionary()
 
 
 def _users_function(obj: Any, is_user: Callable[[Any], bool]) -> bool:

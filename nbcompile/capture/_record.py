@@ -21,7 +21,7 @@ from . import _namestack
 from ._callsite import call_name, calls_model, is_model_method, named
 from .userfiles import is_user_code
 
-__all__ = ["Call", "CallLog", "Recorder", "interleave", "same"]
+__all__ = ["Call", "CallLog", "Recorder", "interleave", "same", "user_code"]
 
 _WALKED = 16  # frames where JAX's traceback stopped, remembered (nested traces run in them)
 
@@ -145,7 +145,7 @@ class Recorder:
         # holds the code, so the id stays its own while cached
         hit = self.user.get(id(code))
         if hit is None or hit[0] is not code:
-            hit = self.user[id(code)] = (code, is_user_code(code))
+            hit = self.user[id(code)] = (code, user_code(code))
             self.stops[id(code)] = hit[1]  # valid while ``user`` holds the code
             if not hit[1]:
                 self.other.add(id(code))
@@ -218,8 +218,11 @@ class Recorder:
         new: list[tuple[Any, Any]] = []  # (user frame, its callee frame), innermost first
         known: Call | None = None
         child, f = None, start
+        user = self.user
         while f is not None and f is not self.root:
-            if self.is_user(f.f_code):
+            code = f.f_code
+            hit = user.get(id(code))
+            if hit[1] if hit is not None and hit[0] is code else self.is_user(code):
                 hit = self.by_frame.get(id(f))
                 if hit is not None and hit.frame is f:
                     lib = self.by_frame.get(id(child)) if child is not None else None
@@ -333,6 +336,22 @@ class Recorder:
         while k < len(labels) and id(labels[k]) in skip:
             k += 1
         return labels[k:]
+
+
+_CODES: dict[int, tuple[Any, bool]] = {}  # id(code) -> (code, the user's): for every recording
+
+
+def user_code(code: Any) -> bool:
+    """:func:`~nbcompile.capture.userfiles.is_user_code`, remembered by the code object (the
+    sys.monitoring backend asks this for every function that starts)."""
+    hit = _CODES.get(id(code))
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    if len(_CODES) >= 1 << 16:
+        _CODES.clear()
+    found = is_user_code(code)
+    _CODES[id(code)] = (code, found)  # holds the code: the id stays its own
+    return found
 
 
 def _function_name(code: Any) -> str:

@@ -40,8 +40,7 @@ import threading
 from collections.abc import Iterator
 
 from . import _frames, _monitor, _namestack
-from ._record import Call, CallLog
-from .userfiles import is_user_code
+from ._record import Call, CallLog, user_code
 
 __all__ = ["BACKENDS", "Call", "CallLog", "backend_for", "record_calls"]
 
@@ -88,7 +87,7 @@ def record_calls(
     _ACTIVE.on = True
     # the user's functions are traced afresh, and what this trace made of them is not left
     # to another trace (see _namestack.forget_traces)
-    _namestack.forget_traces(is_user_code)
+    _namestack.forget_traces(user_code)
     try:
         try:
             context = recorder(root, timed)
@@ -105,4 +104,4 @@ def record_calls(
             context.__exit__(None, None, None)
     finally:
         _ACTIVE.on = False
-        _namestack.forget_traces(is_user_code)
+        _namestack.forget_traces(user_code)

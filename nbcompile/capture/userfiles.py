@@ -5,7 +5,8 @@ the user's functions, and source locations prefer the nearest frame in user code
 inside Flax, Equinox, Keras or JAX. Code with no file of its own is the user's too when typed at
 a Python prompt (``<stdin>``, Python 3.13's ``<python-input-0>``, IDLE's ``<pyshell#3>``), given
 to ``python -c`` or ``exec``'d (``<string>``); not the code Python's own modules generate under
-those names (dataclasses' ``__init__``), nor other ``<...>`` names (``<frozen ...>``).
+those names (dataclasses' ``__init__``, namedtuples' ``__new__``), nor other ``<...>`` names
+(``<frozen ...>``).
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ __all__ = ["is_user_code", "is_user_file"]
 _CELL = re.compile(r"(?:^<ipython-input-\d+-\w+>$|ipykernel_\d+[/\\]\w+\.py$)")
 # code typed or passed as a string: the prompt, python -c, exec
 _TYPED = re.compile(r"^<(?:stdin|string|console|input|python-input-\d+|pyshell#\d+)>$")
-# code Python's standard library generates under those names: dataclasses' methods
-_GENERATED = ("__create_fn__.",)
+# code Python's standard library generates under those names: dataclasses' methods, and
+# namedtuples' ``__new__`` (``lambda _cls, a, b: _tuple_new(_cls, (a, b))``, eval'd: JAX makes
+# thousands of namedtuples while tracing, each a call the recorder would otherwise watch)
+_GENERATED = "__create_fn__."
+_NAMEDTUPLE_NEW = ("_tuple_new",)  # the only global a namedtuple's ``__new__`` reads
 
 
 def _install_folders(entries: tuple[str, ...]) -> set[str]:
@@ -74,4 +78,9 @@ def is_user_code(code: Any) -> bool:
     """:func:`is_user_file` for a code object, less what Python generates as ``<string>``."""
     if not is_user_file(code.co_filename):
         return False
-    return not (code.co_filename.startswith("<") and code.co_qualname.startswith(_GENERATED))
+    if not code.co_filename.startswith("<"):
+        return True
+    qualname = code.co_qualname
+    if qualname.startswith(_GENERATED):
+        return False
+    return not (qualname == "<lambda>" and code.co_names == _NAMEDTUPLE_NEW)
