@@ -78,3 +78,14 @@ def xla_cost(hlo_text: str) -> dict[str, float] | None:
         return None
     except jax.errors.JaxRuntimeError:  # XLA rejected the module text: no figure for it
         return None
+
+
+def scan_layout(params: dict[str, Any]) -> tuple[int, int]:
+    """(constants, carries) among a ``scan`` equation's inputs, which are
+    ``[*constants, *carries, *xs]`` (its outputs ``[*carries, *ys]``). JAX 0.10.2 names the
+    counts (``num_consts``, ``num_carry``); JAX 0.12 describes the three parts as a flat tree
+    (``ft_in``: constants, carries, xs)."""
+    if "num_consts" in params:
+        return int(params["num_consts"]), int(params["num_carry"])
+    consts, carry, _xs = params["ft_in"].unpack()
+    return len(consts), len(carry)
