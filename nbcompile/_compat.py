@@ -512,8 +512,10 @@ def xla_dump_options(platform: str) -> dict[str, Any]:
 
     ``xla_dump_hlo_pass_re=.*`` writes the module after every pass that changed it. The other
     options pin what a user's ``XLA_FLAGS`` may have turned off (compile options override
-    ``XLA_FLAGS``): ``--xla_dump_hlo_as_text=false`` would leave no text to read (``c.passes``
-    was then silently None), a module or pipeline filter would leave out the program's passes.
+    ``XLA_FLAGS``): ``--xla_dump_hlo_as_text=false`` with another format on
+    (``--xla_dump_hlo_as_proto=true``; alone, XLA falls back to text) left no text to read and
+    ``c.passes`` silently None; other formats only slow the dump down; a module or pipeline
+    filter would leave out the program's passes.
     On CPU ``xla_dump_emitter_re=llvm`` has XLA:CPU write its kernels' optimised LLVM IR
     (``*.ir-with-opt.ll``): jaxlib 0.12.0.1 writes it only for emitters that regex matches
     (``llvm``: the LLVM IR, not the MLIR dumps ``.*`` adds, 350 KB per kernel), 0.10.2 always
@@ -522,6 +524,9 @@ def xla_dump_options(platform: str) -> dict[str, Any]:
     options: dict[str, Any] = {
         "xla_dump_hlo_pass_re": ".*",
         "xla_dump_hlo_as_text": True,
+        "xla_dump_hlo_as_proto": False,
+        "xla_dump_hlo_as_dot": False,
+        "xla_dump_hlo_as_html": False,
         "xla_dump_hlo_module_re": ".*",
         "xla_dump_max_hlo_modules": -1,
     }

@@ -179,13 +179,14 @@ _TEXT_OFF_CHILD = textwrap.dedent(
 
 
 def test_xla_flags_turning_the_text_dump_off_still_give_the_pass_log(tmp_path):
-    """``XLA_FLAGS=--xla_dump_hlo_as_text=false`` left no text in nbcompile's dump, and
-    ``c.passes`` was silently None: nbcompile's dump options now override it."""
+    """``XLA_FLAGS=--xla_dump_hlo_as_text=false --xla_dump_hlo_as_proto=true`` left no text in
+    nbcompile's dump (text off alone, XLA falls back to text), and ``c.passes`` was silently
+    None: nbcompile's dump options now override them."""
     script = tmp_path / "child.py"
     script.write_text(_TEXT_OFF_CHILD)
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_dump_hlo_as_text=false",
+        "XLA_FLAGS": "--xla_dump_hlo_as_text=false --xla_dump_hlo_as_proto=true",
         "JAX_PLATFORMS": "cpu",
         "PYTHONPATH": str(ROOT),
     }
