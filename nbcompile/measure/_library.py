@@ -92,16 +92,25 @@ def library_fusion(module: HloModule, name: str) -> LibraryFusion | None:
     """The :class:`LibraryFusion` named ``name`` in optimised module ``module``; None when no
     kernel of that name is a library fusion."""
     instr = _kernel_instructions(module).get(name)
+    if instr is not None and instr.opcode in HEAVY:  # left unfused: XLA:CPU's runtime (Eigen)
+        shapes = {i.name: i.shape for c in module.computations.values() for i in c.instructions}
+        ins = [shapes.get(o, "?").split("{")[0] for o in instr.operands]
+        found = _DTYPE.match(ins[0]) if ins else None
+        desc = f"{instr.opcode} {' x '.join(ins)} -> {instr.shape.split('{')[0]}"
+        return LibraryFusion(
+            name, "Eigen", "runtime", {instr.opcode: 1}, [desc], found and found.group(1)
+        )
     if instr is None or instr.opcode != "fusion" or instr.kind != "custom":
         return None
     match = _KIND.search(instr.text)
     kind = match.group(1) if match else "custom"
     library = LIBRARY_FUSION_KINDS.get(kind, f"a library ({kind})")
-    members = [m for m in _members(module, instr) if m.opcode != "parameter"]
+    every = _members(module, instr)
+    members = [m for m in every if m.opcode != "parameter"]
     opcodes: dict[str, int] = {}
     for m in members:
         opcodes[m.opcode] = opcodes.get(m.opcode, 0) + 1
-    shapes = {m.name: m.shape for c in module.computations.values() for m in c.instructions}
+    shapes = {m.name: m.shape for m in every}  # a fused dot's operands are in its body
     heavy, dtype = [], None
     for m in members:
         if m.opcode in HEAVY:
@@ -201,15 +210,34 @@ def library_call_error(fusion: LibraryFusion, with_code: Sequence[str]) -> Targe
             + ", ".join(f"ynn::{n}" for n in functions[:3])
             + ")"
         )
+    elif fusion.library == "Eigen":
+        chosen = f"XLA:CPU's runtime runs it with {_eigen_kernel(fusion)}, compiled into jaxlib"
+
     else:
         chosen = f"{fusion.library} picks its kernel at run time"
     known = ", ".join(with_code[:8]) or "none"
     return TargetError(
-        f"{short(fusion.name)} is a {fusion.library} library call ({fusion.summary()}): "
+        f"{short(fusion.name)} is a{'n' if fusion.library[0] in 'AEIOU' else ''} "
+        f"{fusion.library} library call ({fusion.summary()}): "
         f"{chosen}; XLA writes no code of its own for it",
         code="NBC600",
         hint=f"kernels with XLA's own code: {known}",
     )
+
+
+#: HLO element types as C++ names them in XLA:CPU's Eigen kernels (``EigenConv2D<float>``)
+_CPP_TYPE = {"f32": "float", "f16": "Eigen::half", "f64": "double", "bf16": "Eigen::bfloat16"}
+
+
+def _eigen_kernel(fusion: LibraryFusion) -> str:
+    """The Eigen code XLA:CPU's runtime runs for an unfused dot or convolution: its convolution
+    thunk calls ``xla::cpu::internal::EigenConv{2,3}D<T>`` (named in jaxlib 0.10.2 and 0.12.0.1's
+    symbol tables), its dot thunk Eigen's tensor contraction."""
+    if "convolution" not in fusion.opcodes:
+        return "Eigen's tensor contraction (xla::cpu::DotThunk)"
+    rank = fusion.heavy[0].rsplit("-> ", 1)[-1].count(",") + 1 if fusion.heavy else 4
+    cpp = _CPP_TYPE.get(fusion.dtype or "", fusion.dtype or "T")
+    return f"xla::cpu::internal::EigenConv{max(rank - 2, 1)}D<{cpp}> (xla::cpu::ConvolutionThunk)"
 
 
 def on_request_error(fusion: LibraryFusion) -> TargetError:

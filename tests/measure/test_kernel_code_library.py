@@ -134,3 +134,26 @@ def test_a_name_that_is_not_a_string_is_an_nbcompile_error(chain):
     with pytest.raises(NbcompileError) as err:
         chain.kernel_code(3)
     assert err.value.code == "NBC600" and "int" in str(err.value)
+
+
+def _conv(x, k):
+    import jax
+
+    return jax.nn.relu(jax.lax.conv_general_dilated(x, k, (1, 1), "SAME"))
+
+
+def test_a_convolution_names_the_library_and_its_kernel():
+    """XLA:CPU leaves a convolution unfused (YNNPACK takes dots only, by default) and its
+    runtime runs it with Eigen: the error names Eigen and the kernel function."""
+    import jax.numpy as jnp
+
+    from nbcompile.analysis.hlo import parse_hlo
+
+    comp = nbcompile.compile(_conv, jnp.ones((2, 8, 16, 16)), jnp.ones((4, 8, 3, 3)))
+    entry = parse_hlo(comp.hlo).entry_computation
+    [conv] = [i for i in entry.instructions if i.opcode == "convolution"]  # 0.10.2 and 0.12
+    with pytest.raises(NbcompileError) as err:
+        comp.kernel_code(conv.name)
+    text = str(err.value)
+    assert err.value.code == "NBC600" and "convolution f32[2,16,16,8]" in text
+    assert "Eigen library call" in text and "EigenConv2D<float>" in text
