@@ -38,8 +38,19 @@ def test_installing_nbcompile_keeps_the_jax_that_is_here(tmp_path):
     JAX 0.12 with 0.10.2 here."""
     report = tmp_path / "report.json"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--report", str(report)]
-        + ["--disable-pip-version-check", "-e", str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--dry-run",
+            "--report",
+            str(report),
+            "--disable-pip-version-check",
+            "-e",
+            str(ROOT),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
