@@ -175,6 +175,7 @@ class Runs:
             compiled_outputs=compiled,
             hlo=self.hlo,
             program=self.name,
+            compiler_options=self.program.request.compiler_options,
         )
 
     def freeze(
