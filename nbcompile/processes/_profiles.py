@@ -129,7 +129,7 @@ class ProcessProfiles:
         lines = [
             f"profile on every process (medians per call, {self.processes[0].calls} calls each):"
         ]
-        width = max(len("process"), *(len(k.name) + 2 for k in self.kernels[:top]))
+        width = max([len("process"), *(len(k.name) + 2 for k in self.kernels[:top])])
         lines.append(
             f"  {'process':<{width}}  {'step':>10}  {'own kernels':>12}  "
             f"{'in collectives across processes':>31}"
