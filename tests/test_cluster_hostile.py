@@ -256,3 +256,20 @@ def test_any_bytes_from_another_process_are_refused_on_every_process(rc: Any, da
     name = f"any_{data.hex()[:16] or 'empty'}"
     source = f"lambda k, b, s: {data!r}"
     _assert_refused(rc, _refused_everywhere(rc, source, "fingerprint", name), name, "sent")
+
+
+@cluster
+def test_a_100kb_scope_name_across_processes_is_shown_cut(rc: Any) -> None:
+    """Issue 41 item 1 under two processes: the collective's op_name carries the scope; the
+    fingerprints agree, the program binds, and process 0's view shows the name cut."""
+    cell = """
+    def long_scope(x):
+        with jax.named_scope("a" * 100_000):
+            return (x**2).mean()
+
+    long_scope(batch)
+    """
+    assert compile_everywhere(rc, cell, timeout=WAIT + 120) == ["ok", "ok"]
+    views = pull(rc, "repr(nbcompile.last())")
+    assert "crosses processes 0, 1" in views[0]
+    assert "100,000 chars" in views[0] and "a" * 500 not in views[0]

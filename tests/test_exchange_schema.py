@@ -237,3 +237,15 @@ def test_the_version_sent_is_named_and_cut() -> None:
         _schema.decode(json.dumps(sent).encode(), "fingerprint")
     assert err.value.version is not None and len(err.value.version) < 50
     assert "\n" not in err.value.version
+
+
+def test_a_long_label_from_another_process_is_shown_cut() -> None:
+    """A label fits the schema up to 65,536 characters; the NBC800 text shows it cut."""
+    label = "/very/long/path/" + "d" * 60_000 + ".py:3"
+    lines = {**FINGERPRINT["lines"], label: [None, "99"]}  # the only line that differs
+    other = {**FINGERPRINT, "digest": "cd" * 32, "lines": lines}
+    assert _schema.decode(_schema.encode("fingerprint", other), "fingerprint") == other
+    with pytest.raises(NbcompileError) as err:
+        _check_same(SOURCE, [FINGERPRINT, other])
+    assert err.value.code == "NBC800" and len(str(err.value)) < 1000
+    assert "60,021 chars" in str(err.value)

@@ -28,6 +28,7 @@ import jax
 
 from .. import _compat
 from ..analysis.lines import Locator
+from ..analysis.namestack import shown
 from ..capture.source import SourceInfo
 from ..errors import TargetError
 from . import _schema
@@ -211,7 +212,7 @@ def _check_same(source: SourceInfo, payloads: list[dict[str, Any]]) -> None:
     who = ", ".join(f"process {i}" for i in differ)
     verb = "compiles" if len(differ) == 1 else "compile"
     where = (
-        f" from {label}" + (f" (`{source.line_text(line).strip()}`)" if line else "")
+        f" from {shown(label)}" + (f" (`{source.line_text(line).strip()}`)" if line else "")
         if label
         else " (not at one cell line: constants, shardings or options)"
     )

@@ -134,12 +134,12 @@ def _pair(first: Check, second: Check) -> Check:
     return check
 
 
-def _list(item: Check) -> Check:
+def _list(item: Check, most: int = _MANY) -> Check:
     def check(value: Any, where: str) -> None:
         if not isinstance(value, list):
             raise _fail(where, f"is {_kind_of(value)}, not a list")
-        if len(value) > _MANY:
-            raise _fail(where, f"has {len(value):,} entries (at most {_MANY:,})")
+        if len(value) > most:
+            raise _fail(where, f"has {len(value):,} entries (at most {most:,})")
         for k, v in enumerate(value):
             item(v, f"{where}[{k}]")
 
@@ -185,7 +185,7 @@ BODIES: dict[str, Check] = {
             "digest": _hex(64),
             "lines": _map(_pair(_optional(_int(1, 10**9)), _text(64))),
             "host": _text(255),
-            "devices": _list(_text(_NAME)),
+            "devices": _list(_text(64), 1 << 16),  # "cpu:0", "tpu:123"
         }
     ),
     # _profiles._summary: medians of one process's --profile
