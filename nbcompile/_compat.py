@@ -474,7 +474,8 @@ _Scope: Any = None
 
 def distributed_client() -> Any | None:
     """The client of ``jax.distributed`` (its key-value store: ``key_value_set``,
-    ``blocking_key_value_get(key, timeout_in_ms)``, ``key_value_try_get``), None where
+    ``blocking_key_value_get(key, timeout_in_ms)``, ``key_value_try_get``, and the ``_bytes``
+    forms ``processes`` uses, on JAX 0.10.2 and 0.12.0.1), None where
     ``jax.distributed.initialize`` was not called. JAX 0.10.2: ``jax._src.distributed.
     global_state.client`` (a ``jaxlib._jax.DistributedRuntimeClient``)."""
     try:

@@ -68,6 +68,7 @@ CODES: dict[str, str] = {
     "NBC801": "another JAX process did not reach the %%compile in time (died, busy, other code)",
     "NBC802": "--freeze of a program sharded across JAX processes",
     "NBC803": "the local cluster of JAX processes could not be started",
+    "NBC804": "another JAX process sent what this nbcompile cannot read (another nbcompile version?)",
 }
 
 
