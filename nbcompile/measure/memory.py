@@ -50,6 +50,13 @@ __all__ = [
 ]
 
 
+#: How XLA writes the dumped module: every ``get-tuple-element`` as its own instruction, as in
+#: the live-range dump's schedule. XLA shipped with jaxlib 0.12 prints them folded into their
+#: users (``%fusion#1``) by default, so the schedule's steps could not be read from the text;
+#: jaxlib 0.10.2 and 0.12.0.1 both accept the option (checked).
+DUMP_TEXT = {"xla_dump_compact_gte": False}
+
+
 @dataclass
 class XlaMemoryFiles:
     """XLA's own memory dumps of one compile (see :mod:`nbcompile.analysis.memory_xla`)."""
@@ -89,7 +96,7 @@ def _dump(lowered: Any, folder: str) -> tuple[Any | None, str | None]:
     import jax
 
     try:
-        return lowered.compile(compiler_options={"xla_dump_to": folder}), None
+        return lowered.compile(compiler_options={"xla_dump_to": folder, **DUMP_TEXT}), None
     except jax.errors.JaxRuntimeError as err:
         message = str(err)
         if "RESOURCE_EXHAUSTED" not in message:
