@@ -440,28 +440,37 @@ class _Builder:
         (same size, element-wise use), the two do not hold memory at that step together."""
         for step, (instr, _ctx) in enumerate(order):
             result = trees.get(instr.name)
-            if (
-                not isinstance(result, LiveValue)
-                or result.start != step
-                or result.kind not in ("temporary", "output")
-            ):
+            if isinstance(result, LiveValue):
+                results = [result]
+            elif isinstance(result, tuple) and instr.opcode == "fusion":
+                # a multi-output fusion: each element may take a dying operand's buffer (seen
+                # on XLA:GPU: an Adam update writing new moments over the gradients)
+                results = [r for r in result[1] if isinstance(r, LiveValue)]
+            else:
                 continue
-            dims = _LAYOUT.sub("", result.shape)
-            for k, name in enumerate(instr.operands):
-                operand = trees.get(name)
-                if (
-                    isinstance(operand, LiveValue)
-                    and operand.kind == "temporary"
-                    and operand.end == step
-                    and operand.counted_end is None
-                    and operand.bytes == result.bytes
-                    and operand.space == result.space
-                    and _LAYOUT.sub("", operand.shape) == dims
-                    and instr.operands.count(name) == 1
-                    and self.can_share(instr, k)
-                ):
-                    operand.counted_end = step - 1
-                    break
+            for out in results:
+                if out.start == step and out.kind in ("temporary", "output"):
+                    self.share_one(instr, out, step, trees)
+
+    def share_one(
+        self, instr: Instruction, result: LiveValue, step: int, trees: dict[str, object]
+    ) -> None:
+        dims = _LAYOUT.sub("", result.shape)
+        for k, name in enumerate(instr.operands):
+            operand = trees.get(name)
+            if (
+                isinstance(operand, LiveValue)
+                and operand.kind == "temporary"
+                and operand.end == step
+                and operand.counted_end is None
+                and operand.bytes == result.bytes
+                and operand.space == result.space
+                and _LAYOUT.sub("", operand.shape) == dims
+                and instr.operands.count(name) == 1
+                and self.can_share(instr, k)
+            ):
+                operand.counted_end = step - 1
+                return
 
     def mark_outputs(
         self,
