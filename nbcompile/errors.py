@@ -40,6 +40,7 @@ CODES: dict[str, str] = {
     "NBC209": "tracing or compiling was interrupted",
     "NBC210": "the compilation cannot run here (another device, or abstract example arguments)",
     "NBC211": "no device memory for the copies of donated arguments a measurement runs on",
+    "NBC212": "an array the compilation was given is gone or no longer fits its program",
     "NBC215": "an array of the program is too large for XLA to represent",
     "NBC216": "the program has too long a chain of dependent operations for XLA",
     "NBC217": "an example argument is nested too deeply",
