@@ -27,6 +27,7 @@ from ..errors import TargetError
 from ._calls import CallForm
 from ._delta import ProfileDelta, profile_delta
 from ._estimate import estimate
+from ._hlo import entry_kernels
 from ._kernels import CONTAINERS, kernels_of, module_name
 from ._peaks import Peaks, cpu_peaks, spec_peaks
 from ._result import (
@@ -111,7 +112,8 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
     for _ in range(warmup):
         _warm(call)
     containers = frozenset(n for n, i in infos.items() if i.opcode in CONTAINERS)
-    trace = capture(call, calls, set(infos), module_name(c.hlo))
+    library = [n for n, op in entry_kernels(c.hlo) if op == "custom-call" and n in infos]
+    trace = capture(call, calls, set(infos), module_name(c.hlo), library)
     per_call = [
         _per_call(r, containers) for r in trace.calls if any(s.start < r.end for s in r.spans)
     ]
@@ -125,6 +127,12 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         notes.append(f"{len(trace.calls) - len(per_call)} call(s) had no kernel events")
     if trace.outside:
         notes.append(f"{trace.outside} kernel event(s) fell outside every call window")
+    if trace.unnamed_in_graphs:
+        notes.append(
+            f"{trace.unnamed_in_graphs} kernel launch(es) ran inside XLA's CUDA-graph command "
+            "buffer naming no instruction of the program, in calls where their number was not "
+            "one per library call (cuBLAS): their time is in the step, not in a kernel row"
+        )
     ns = 1e-9
     walls = [p["wall"] * ns for p in per_call]
     step = median(walls)
