@@ -51,6 +51,9 @@ class Loop:
     trip_count: int | None
     body_kernels: list[str] = field(default_factory=list)
     nested: list[Loop] = field(default_factory=list)
+    #: the kernels of the body itself (not of a branch or an inner loop): each runs once in
+    #: every iteration, which is how a profile tells iterations apart
+    every_iteration: list[str] = field(default_factory=list)
     phase: str | None = None
     reverse: bool = False
     unroll: int = 1
@@ -94,6 +97,7 @@ class Loop:
             "reverse": self.reverse,
             "unroll": self.unroll,
             "body_kernels": list(self.body_kernels),
+            "every_iteration": list(self.every_iteration),
             "nested": [n.index for n in self.nested],
             "parent": self.parent,
             "whiles": list(self.whiles),
@@ -198,6 +202,10 @@ class _While:
     trip: int | None
     parent: _While | None
     computations: set[str] = field(default_factory=set)  # body + condition, transitively
+
+    @property
+    def body(self) -> str | None:
+        return self.instr.attrs.get("body", "").lstrip("%") or None
 
 
 def _xla_whiles(module: HloModule, locator: Locator, kinds: CallKinds) -> list[_While]:
@@ -309,6 +317,7 @@ def find_loops(
         loop.whiles = [w.instr.name for w in found]
         comps: set[str] = set().union(*(w.computations for w in found)) if found else set()
         loop.body_kernels = sorted({k for c in comps for k in by_comp.get(c, ())})
+        loop.every_iteration = sorted({k for w in found for k in by_comp.get(w.body or "", ())})
         loop.compiled_groups = [g for w in found for g in groups.get(w.instr.name, [])]
         if found:
             loop.xla_trip_count = found[0].trip
