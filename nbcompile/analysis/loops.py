@@ -32,6 +32,9 @@ from .traced import Traced, _subprograms
 __all__ = ["Loop", "find_loops"]
 
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+# XLA:CPU (jaxlib 0.12) compiles a ``call`` marked so into one kernel, loops and all: the
+# profiler then sees that call and none of the loop's iterations
+_SMALL_CALL = 'xla_cpu_small_call="true"'
 _KINDS = {"scan": "scan", "fori_loop": "fori_loop", "while_loop": "while_loop", "map": "map"}
 
 
@@ -54,6 +57,9 @@ class Loop:
     #: the kernels of the body itself (not of a branch or an inner loop): each runs once in
     #: every iteration, which is how a profile tells iterations apart
     every_iteration: list[str] = field(default_factory=list)
+    #: the kernel XLA compiled the whole loop into (XLA:CPU's "small call"), else None: no
+    #: iteration of it is seen by a profiler
+    one_kernel: str | None = None
     phase: str | None = None
     reverse: bool = False
     unroll: int = 1
@@ -101,6 +107,7 @@ class Loop:
             "nested": [n.index for n in self.nested],
             "parent": self.parent,
             "whiles": list(self.whiles),
+            "one_kernel": self.one_kernel,
             "changes": list(self.changes),
             "node": self.node,
             "body_group": self.body_group,
@@ -202,6 +209,7 @@ class _While:
     trip: int | None
     parent: _While | None
     computations: set[str] = field(default_factory=set)  # body + condition, transitively
+    small_call: str | None = None  # the ``call`` XLA:CPU compiles, loop and all, as one kernel
 
     @property
     def body(self) -> str | None:
@@ -213,7 +221,7 @@ def _xla_whiles(module: HloModule, locator: Locator, kinds: CallKinds) -> list[_
     out: list[_While] = []
     seen: set[str] = set()
 
-    def visit(comp_name: str, owner: _While | None) -> None:
+    def visit(comp_name: str, owner: _While | None, small: str | None) -> None:
         comp = module.computations.get(comp_name)
         if comp is None or comp_name in seen:
             return
@@ -222,9 +230,12 @@ def _xla_whiles(module: HloModule, locator: Locator, kinds: CallKinds) -> list[_
             if instr.opcode not in CONTROL_OPS:
                 continue
             if instr.opcode != "while":
+                inner = small
+                if instr.opcode == "call" and small is None and _SMALL_CALL in instr.tail:
+                    inner = instr.name
                 for called in instr.called:
                     _add(owner, called)
-                    visit(called, owner)
+                    visit(called, owner, inner)
                 continue
             location, line = locator.of_instruction(module, instr)
             trip = _TRIP.search(instr.tail)
@@ -237,11 +248,12 @@ def _xla_whiles(module: HloModule, locator: Locator, kinds: CallKinds) -> list[_
                 op_name_phase(instr.op_name) == "backward",
                 int(trip.group(1)) if trip else None,
                 owner,
+                small_call=small,
             )
             out.append(w)
             for called in instr.called:
                 _add(w, called)
-                visit(called, w)
+                visit(called, w, small)
 
     def _add(w: _While | None, comp: str) -> None:
         while w is not None:  # an inner loop's computations run in every outer iteration
@@ -249,7 +261,7 @@ def _xla_whiles(module: HloModule, locator: Locator, kinds: CallKinds) -> list[_
             w = w.parent
 
     if module.entry:
-        visit(module.entry, None)
+        visit(module.entry, None, None)
     return out
 
 
@@ -320,6 +332,7 @@ def find_loops(
         loop.every_iteration = sorted({k for w in found for k in by_comp.get(w.body or "", ())})
         loop.compiled_groups = [g for w in found for g in groups.get(w.instr.name, [])]
         if found:
+            loop.one_kernel = found[0].small_call
             loop.xla_trip_count = found[0].trip
             if loop.trip_count is None and found[0].trip is not None:
                 loop.trip_count, loop.trip_count_from = found[0].trip, "XLA"
@@ -389,6 +402,11 @@ def _changes(
         shown = ", ".join(hoisted[:3]) + (", …" if len(hoisted) > 3 else "")
         out.append(
             f"XLA hoisted {len(hoisted)} kernel(s) out of the loop (loop-invariant): {shown}"
+        )
+    if found[0].small_call is not None:
+        out.append(
+            f"XLA:CPU compiles the whole loop into one kernel "
+            f"({found[0].small_call}, a small call): a profile sees no iteration of it"
         )
     fused = {f.name for f in info.fusions} if info is not None else set()
     n = len(loop.body_kernels)

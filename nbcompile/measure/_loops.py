@@ -29,6 +29,10 @@ from ._timeline import Span, attribute
 
 __all__ = ["LoopTime", "layer_rows", "loop_times"]
 
+#: seconds per body kernel below which the profiler's own per-event cost (0.5-1 µs per kernel
+#: execution on XLA:CPU, jaxlib 0.10.2 and 0.12, 2-core x86: docs/profile.md) shows in a loop
+_SHORT = 5e-6
+
 
 @dataclass
 class LoopTime:
@@ -82,6 +86,9 @@ def _one(loop: Any, calls: list[list[Span]], containers: frozenset[str]) -> Loop
         if not loop.whiles:  # XLA left no loop: its kernels' time is its time
             totals.append(sum(s.duration for s in inside if s.name not in containers) * ns)
             continue
+        if loop.one_kernel is not None:  # the loop runs inside one kernel: its time is its
+            totals.append(sum(s.duration for s in spans if s.name == loop.one_kernel) * ns)
+            continue
         total = 0
         for start, end, mine in _runs(spans, whiles, inside):
             total += end - start
@@ -95,6 +102,12 @@ def _one(loop: Any, calls: list[list[Span]], containers: frozenset[str]) -> Loop
         out.note = (
             "no per-iteration events: no loop is left of it in XLA's program "
             f"({'; '.join(loop.changes) or 'unrolled'}); total is the time of its kernels"
+        )
+        return out
+    if loop.one_kernel is not None:
+        out.note = (
+            f"no per-iteration events: XLA:CPU compiled this loop into one kernel "
+            f"({loop.one_kernel}, a small call); total is that kernel's time"
         )
         return out
     if not runs:
@@ -114,6 +127,14 @@ def _one(loop: Any, calls: list[list[Span]], containers: frozenset[str]) -> Loop
     }
     if len(same) < len(runs):
         out.note = f"{len(runs) - len(same)} run(s) of it had another number of iterations"
+    per_kernel = median(out.iterations) / max(len(marks), 1)
+    if per_kernel < _SHORT:
+        short = (
+            f"short iterations ({len(marks)} kernel(s) each, {per_kernel * 1e6:.1f} µs per "
+            "kernel): the profiler's own cost per kernel execution (0.5-1 µs measured on XLA:CPU)"
+            " is a large part of them; time them without the profiler with --bench"
+        )
+        out.note = f"{out.note}; {short}" if out.note else short
     if loop.unroll > 1:
         extra = f"each measured iteration is one of XLA's: {loop.unroll} copies of the body"
         out.note = f"{out.note}; {extra}" if out.note else extra
@@ -221,6 +242,8 @@ def layer_rows(
                 continue
             covered.add(kernel)
             for i, value in enumerate(per):
+                if value <= 0:  # a branch not taken in this iteration
+                    continue
                 k = n - 1 - i if loop.reverse else i
                 part = seconds[kernel] * value / total / len(names)
                 for name in names:
@@ -229,27 +252,32 @@ def layer_rows(
     return rows, covered
 
 
-def _relative(loop: Any, path: str) -> list[str]:
+def _user_labels(loop: Any, path: str, kinds: Any) -> list[str]:
+    """The user's functions (not library calls) on a body kernel's call path, inside the
+    loop's own call group."""
     labels = path.split("/")
     outer = loop.group.split("/") if loop.group else []
-    return labels[len(outer) :] if labels[: len(outer)] == outer else labels
+    if labels[: len(outer)] == outer:
+        labels = labels[len(outer) :]
+    return [x for x in labels if kinds.get(x.removesuffix(BACKWARD)) == "call"]
 
 
 def _body_function(loop: Any, paths: dict[str, list[str]], kinds: Any) -> str | None:
-    """The label of the scan's body function where every body kernel is inside it."""
-    firsts = {(_relative(loop, p) or [""])[0] for ps in paths.values() for p in ps if ps}
-    if len(firsts) == 1:
-        first = firsts.pop()
-        if kinds.get(first.removesuffix(BACKWARD)) == "call":
-            return first
-    return None
+    """The scan's body function (its first user function where every body kernel has the
+    same), else None."""
+    firsts = {
+        (_user_labels(loop, p, kinds) or [""])[0].removesuffix(BACKWARD)
+        for ps in paths.values()
+        for p in ps
+    }
+    return firsts.pop() or None if len(firsts) == 1 else None
 
 
 def _row(loop: Any, path: str, head: str | None, kinds: Any) -> str | None:
-    labels = [x for x in _relative(loop, path) if kinds.get(x.removesuffix(BACKWARD)) == "call"]
+    labels = _user_labels(loop, path, kinds)
     if not labels:
         return None
-    if head is not None and labels[0] == head and len(labels) > 1:
+    if head is not None and labels[0].removesuffix(BACKWARD) == head and len(labels) > 1:
         labels = labels[1:]
     label = labels[0]
     backward = label.endswith(BACKWARD)

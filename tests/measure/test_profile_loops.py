@@ -58,9 +58,6 @@ def test_each_kernel_per_iteration(heavy):
     assert heavy_only, t.by_kernel
     own = set(c.loops[0].every_iteration) & set(t.by_kernel)
     assert own and all(all(x > 0 for x in t.by_kernel[k]) for k in own)
-    # within an iteration the kernels' shares never exceed the iteration
-    for i in range(6):
-        assert sum(v[i] for v in t.by_kernel.values()) <= t.iterations[i] * 1.0001
 
 
 def test_the_iterations_add_up_to_the_loop(heavy):
@@ -120,3 +117,23 @@ def test_a_loop_xla_unrolled_says_so_and_gives_its_total():
     (t,) = profile(c, calls=3).loops
     assert not t.iterations and t.total_seconds and t.total_seconds > 0
     assert "no per-iteration events" in t.note and "unrolled by JAX" in t.note
+
+
+def test_a_small_loop_gives_its_iterations_or_says_why_not():
+    """XLA:CPU (jaxlib 0.12) compiles a small loop into one kernel (a "small call"): then the
+    profile says so and gives that kernel's time; where the loop runs as kernels (jaxlib
+    0.10.2) every iteration is found, and short ones carry the profiler's own cost in a note."""
+
+    def f(x):
+        return lax.scan(lambda c, _: (jnp.tanh(c) * 0.5 + 0.5, None), x, None, length=200)[0]
+
+    c = nbcompile.compile(f, jnp.ones(4096))
+    (loop,) = c.loops
+    (t,) = profile(c, calls=3, roofline=False).loops
+    assert t.total_seconds and t.total_seconds > 0
+    if loop.one_kernel is not None:
+        assert not t.iterations and "one kernel" in t.note and loop.one_kernel in t.note
+        assert any("one kernel" in s for s in loop.changes)
+    else:
+        assert len(t.iterations) == 200
+        assert t.note is None or "short iterations" in t.note
