@@ -63,13 +63,22 @@ def test_a_while_event_that_ends_early_keeps_its_kernels():
 
 
 def test_inner_loop_runs_are_told_apart_by_their_while_events():
-    inner = scan(index=1, parent=0, trip_count=2, body_kernels=["x"], every_iteration=["x"],
-                 whiles=["while.2"])
+    inner = scan(
+        index=1,
+        parent=0,
+        trip_count=2,
+        body_kernels=["x"],
+        every_iteration=["x"],
+        whiles=["while.2"],
+    )
     spans = []
     for r in range(3):  # three runs of a 2-iteration inner loop, 100 ns apart
         base = r * 100
-        spans += [Span("while.2", base, base + 50), Span("x", base + 5, base + 15),
-                  Span("x", base + 25, base + 45)]
+        spans += [
+            Span("while.2", base, base + 50),
+            Span("x", base + 5, base + 15),
+            Span("x", base + 25, base + 45),
+        ]
     (t,) = loop_times([inner], [spans], frozenset({"while.2"}))
     assert t.runs == 3.0 and t.iterations == pytest.approx([20e-9, 25e-9])
     assert t.total_seconds == pytest.approx(150e-9)
