@@ -322,7 +322,7 @@ def find_loops(
     by_comp: dict[str, list[str]] = {}
     for k in info.kernels if info is not None else ():
         by_comp.setdefault(k.computation, []).append(k.name)
-    groups = _compiled_groups(info)
+    groups = _compiled_groups(info, whiles)
     for t in tloops:
         loop = t.loop
         found = matched.get(loop.index, [])
@@ -337,15 +337,44 @@ def find_loops(
             if loop.trip_count is None and found[0].trip is not None:
                 loop.trip_count, loop.trip_count_from = found[0].trip, "XLA"
         loop.changes = _changes(t, found, info, total, comps, module is not None)
-    return [t.loop for t in tloops]
+    loops = [t.loop for t in tloops]
+    _label_groups(loops, traced.graph, info.graph if info is not None else None)
+    return loops
 
 
-def _compiled_groups(info: CompiledInfo | None) -> dict[str, list[str]]:
-    """XLA ``while`` name -> the compiled graph's groups of its body and condition."""
+def _label_groups(loops: list[Loop], traced: Graph, compiled: Graph | None) -> None:
+    """Name each loop's body in the pictures as the loop (``scan × 6 · line 6``): the traced
+    body group, and the compiled graph's groups of its ``while`` (body first, then the
+    condition, each with the ``while``'s name)."""
+    groups = {g.id: g for g in traced.groups}
+    cgroups = {g.id: g for g in compiled.groups} if compiled is not None else {}
+    for loop in loops:
+        if loop.body_group in groups:
+            groups[loop.body_group].label = loop.label
+        for gid in loop.compiled_groups:
+            g = cgroups.get(gid)
+            if g is not None and not g.label.startswith(loop.label):
+                name, _, part = g.label.partition(" ")
+                what = "condition · " if part == "condition" else ""
+                g.label = f"{loop.label} · {what}{name}"
+
+
+def _compiled_groups(info: CompiledInfo | None, whiles: list[_While]) -> dict[str, list[str]]:
+    """XLA ``while`` name -> the compiled graph's groups of its body, then its condition (the
+    condition's label says ``condition`` from here on)."""
     out: dict[str, list[str]] = {}
+    bodies = {w.instr.name: w.body for w in whiles}
     for g in info.graph.groups if info is not None else ():
-        if g.kind == "loop":
-            out.setdefault(g.label.split(" ", 1)[0], []).append(g.id)
+        if g.kind != "loop":
+            continue
+        name, _, comp = g.label.partition(" ")
+        if name not in bodies:
+            continue
+        if comp == bodies[name]:
+            out.setdefault(name, []).insert(0, g.id)
+        else:
+            g.label = f"{name} condition"
+            out.setdefault(name, []).append(g.id)
     return out
 
 
