@@ -441,7 +441,13 @@ def _changes(
     n = len(loop.body_kernels)
     if n:
         k = sum(1 for name in loop.body_kernels if name in fused)
-        out.append(f"XLA runs one iteration as {n} kernel(s), {k} of them fusions")
+        every = len(loop.every_iteration)
+        out.append(
+            f"XLA made its body {n} kernel(s) ({k} fusions); {every} of them run in every "
+            "iteration, the others in a branch, an inner loop or the loop's condition"
+            if every < n
+            else f"XLA made its body {n} kernel(s) ({k} fusions), all run in every iteration"
+        )
     return out
 
 
