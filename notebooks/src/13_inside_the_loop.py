@@ -152,8 +152,8 @@ assert runs["full"][1].whiles == [] and "unrolled by JAX" in runs["full"][1].cha
 true_flops = runs["full"][0].cost["flops"]
 for k in (1, 2, 4):
     assert abs(runs[k][0].cost["flops"] * (LAYERS // k) / true_flops - 1) < 0.01
-print(f"XLA's flops × XLA's trip count: {[f'{runs[k][0].cost['flops'] * (LAYERS // k):.3g}' for k in (1, 2, 4)]}, "
-      f"fully unrolled: {true_flops:.3g}")
+counted = ", ".join(f"{runs[k][0].cost['flops'] * (LAYERS // k):.3g}" for k in (1, 2, 4))
+print(f"XLA's flops × XLA's trip count: {counted}; fully unrolled: {true_flops:.3g}")
 
 # %% md
 # **Measured:** profiled, the unrolled loop has fewer, longer iterations (one per `k` layers);
@@ -169,6 +169,61 @@ for k in (2, "full"):
         assert tk.iterations == [] and "no per-iteration events" in tk.note
     else:
         assert len(tk.iterations) == LAYERS // k
+
+# %% md
+# ## Where the memory of each iteration goes
+# Differentiate the stack: `--grad` also compiles `value_and_grad` of the loss, and `--memory`
+# maps its memory step by step. **Prediction:** the forward scan keeps, for every layer, what
+# the backward pass will need of it (its *residuals*: each matrix product's input and each
+# `tanh` output, `BATCH × D` floats each), writing one layer's worth per iteration into buffers
+# XLA allocates whole before the loop; the backward scan runs the layers in reverse and reads
+# them back one layer per iteration. So through the forward loop the bytes holding residuals
+# grow by one layer's worth per iteration, through the backward loop they shrink the same way,
+# and the stack holds all of them when the backward starts. (The loop itself is run out
+# iteration by iteration; the `lax.cond` inside it is counted at its larger branch, so the
+# peak is labelled an estimate.)
+
+# %% code
+%%compile --grad --memory
+def loss(stack, x):
+    return jnp.mean(forward(stack, x) ** 2)
+loss(stack, x)
+
+# %% code
+g = loss.compilation
+m = g.memory_map
+fwd_loop, bwd_loop = g.grad.loops
+print(fwd_loop.label, "|", bwd_loop.label)
+first = {}  # (loop, iteration) -> the first step of that iteration
+for s in m.steps:
+    if s.get("loop"):
+        first.setdefault((s["loop"], s["iteration"]), s)
+written = [first[(fwd_loop.whiles[0], k)]["written"] for k in range(LAYERS)]
+unread = [first[(bwd_loop.whiles[0], k)]["unread"] for k in range(LAYERS)]
+print("written after each forward iteration (KB):", [w // 1024 for w in written])
+print("still to read at each backward iteration (KB):", [u // 1024 for u in unread])
+print(m.text(top=3))
+assert bwd_loop.reverse and m.peak_source == "estimate" and "branch" in m.notes[-1]
+assert all(b > a for a, b in zip(written, written[1:])) and all(b < a for a, b in zip(unread, unread[1:]))
+assert written[-1] == unread[0]
+
+# %% md
+# **How much per layer?** A narrow layer keeps two `BATCH × D` float32 arrays (its matrix
+# product's input and its `tanh` output), a wide one two more per extra matrix product. But a
+# scan stacks *one* shape per iteration: a `lax.cond` inside it keeps what either branch
+# needs, in every iteration. So the prediction is at least the wide layers' residuals for
+# *every* layer (JAX's version decides which other intermediates it keeps besides), not the
+# average of two wide and six narrow layers.
+
+# %% code
+per_layer = written[0]
+array = BATCH * D * 4
+predicted_layer = (2 + 2 * 8) * array
+average = (2 * LAYERS + 16 * sum(i % 4 == 3 for i in range(LAYERS))) * array / LAYERS
+print(f"one layer's residuals: {per_layer / 1024:.0f} KB = {per_layer / array:.0f} arrays of {array / 1024:.0f} KB "
+      f"(predicted at least {predicted_layer / 1024:.0f} KB; the average layer would need {average / 1024:.0f} KB); "
+      f"all of them: {written[-1] / 2**20:.2f} MiB")
+assert predicted_layer <= per_layer < 2 * predicted_layer and written[-1] == LAYERS * per_layer
 
 # %% md
 # ## In the picture

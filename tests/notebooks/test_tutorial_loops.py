@@ -25,6 +25,12 @@ CLAIMS = {
         "assert abs(t.iteration_seconds / t.total_seconds - 1) < 0.1",
         'assert set(rows) == {f"layer[{i}]" for i in range(LAYERS)}',
     ],
+    "a scan's residuals fill its stacks one layer per forward iteration and empty through the "
+    "backward; a lax.cond keeps its wide branch's residuals in every iteration": [
+        "assert all(b > a for a, b in zip(written, written[1:])) and all(b < a for a, b in zip(unread, unread[1:]))",
+        "assert written[-1] == unread[0]",
+        "assert predicted_layer <= per_layer < 2 * predicted_layer and written[-1] == LAYERS * per_layer",
+    ],
     "unroll=k puts k bodies in each of LAYERS / k iterations; XLA's cost counts a body once": [
         "assert runs[k][1].xla_trip_count == LAYERS // k",
         'assert runs["full"][1].whiles == [] and "unrolled by JAX" in runs["full"][1].changes[0]',
@@ -39,7 +45,9 @@ ABLATIONS = [
     (
         # the body runs twice per XLA iteration: its kernels no longer run once per layer
         "assert own and all(counts[k] == LAYERS for k in own)",
-        {"(stack, jnp.arange(LAYERS)))\n    return h": "(stack, jnp.arange(LAYERS)), unroll=2)\n    return h"},
+        {
+            "(stack, jnp.arange(LAYERS)))\n    return h": "(stack, jnp.arange(LAYERS)), unroll=2)\n    return h"
+        },
         ("%%compile", "c = forward.compilation", "p = c.profile"),
     ),
     (
@@ -52,6 +60,15 @@ ABLATIONS = [
             "assert sorted(slowest) == wide_layers": "pass",
         },
         None,
+    ),
+    (
+        # no lax.cond in the layer: only its own two arrays per layer are kept
+        "assert predicted_layer <= per_layer < 2 * predicted_layer and written[-1] == LAYERS * per_layer",
+        {
+            "return jax.lax.cond(i % 4 == 3, wide, lambda h: h, h)": "return h",
+            'assert bwd_loop.reverse and m.peak_source == "estimate" and "branch" in m.notes[-1]': "pass",
+        },
+        ("%%compile --profile", "%%compile --grad", "g = loss.compilation"),
     ),
     (
         # no unroll reaches JAX: XLA's loop runs once per layer whatever k says
