@@ -22,7 +22,10 @@ COMPAT_TESTS := tests/test_jax_reaches.py tests/analysis/test_capture_hooks.py \
 	tests/analysis/test_capture_backends.py tests/test_cache_live.py \
 	tests/test_persistent_cache.py tests/test_reruns.py tests/realmodels \
 	tests/frozen/test_golden.py tests/frozen/test_cross_version.py \
-	tests/frozen/test_roundtrip.py tests/test_versions.py
+	tests/frozen/test_roundtrip.py tests/test_versions.py tests/measure/test_metal_reaches.py \
+	tests/measure/test_kernel_code_library.py tests/measure/test_dump_damage.py \
+	tests/measure/test_kernel_code.py tests/measure/test_passes.py \
+	tests/test_exchange_schema.py tests/analysis/test_long_names.py
 
 .PHONY: lab demo newest-python test test-compat test-fast test-ui test-fuzz test-gpu-deviceless test-tutorials-plugins bench bench-check gpu-check docs lint clean
 

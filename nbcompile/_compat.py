@@ -474,7 +474,8 @@ _Scope: Any = None
 
 def distributed_client() -> Any | None:
     """The client of ``jax.distributed`` (its key-value store: ``key_value_set``,
-    ``blocking_key_value_get(key, timeout_in_ms)``, ``key_value_try_get``), None where
+    ``blocking_key_value_get(key, timeout_in_ms)``, ``key_value_try_get``, and the ``_bytes``
+    forms ``processes`` uses, on JAX 0.10.2 and 0.12.0.1), None where
     ``jax.distributed.initialize`` was not called. JAX 0.10.2: ``jax._src.distributed.
     global_state.client`` (a ``jaxlib._jax.DistributedRuntimeClient``)."""
     try:
@@ -499,4 +500,73 @@ def partition_devices(compiled: Any) -> list[Any] | None:
             devices = getattr(sharding, "_device_assignment", None)
             if devices:
                 return list(devices)
+    return None
+
+
+# --- XLA:CPU's dump and library fusions (nbcompile/measure/metal.py, measure/_library.py) ------
+# XLA debug options and file layouts are XLA internals: each is checked here, on jaxlib 0.10.2
+# and 0.12.0.1, by tests/measure/test_metal_reaches.py, which names the reach that broke.
+
+
+def xla_dump_options(platform: str) -> dict[str, Any]:
+    """XLA debug options (beside ``xla_dump_to``) of a compile that records its pass pipeline.
+
+    ``xla_dump_hlo_pass_re=.*`` writes the module after every pass that changed it. The other
+    options pin what a user's ``XLA_FLAGS`` may have turned off (compile options override
+    ``XLA_FLAGS``): ``--xla_dump_hlo_as_text=false`` with another format on
+    (``--xla_dump_hlo_as_proto=true``; alone, XLA falls back to text) left no text to read and
+    ``c.passes`` silently None; other formats only slow the dump down; a module or pipeline
+    filter would leave out the program's passes.
+    On CPU ``xla_dump_emitter_re=llvm`` has XLA:CPU write its kernels' optimised LLVM IR
+    (``*.ir-with-opt.ll``): jaxlib 0.12.0.1 writes it only for emitters that regex matches
+    (``llvm``: the LLVM IR, not the MLIR dumps ``.*`` adds, 350 KB per kernel), 0.10.2 always
+    wrote it and accepts the option. libtpu's XLA is another build: TPU gets the options every
+    XLA has had for years only."""
+    options: dict[str, Any] = {
+        "xla_dump_hlo_pass_re": ".*",
+        "xla_dump_hlo_as_text": True,
+        "xla_dump_hlo_as_proto": False,
+        "xla_dump_hlo_as_dot": False,
+        "xla_dump_hlo_as_html": False,
+        "xla_dump_hlo_module_re": ".*",
+        "xla_dump_max_hlo_modules": -1,
+    }
+    if platform == "cpu":
+        options.update(xla_dump_emitter_re="llvm", xla_dump_hlo_pipeline_re=".*")
+    return options
+
+
+#: XLA:CPU's library fusions by their ``fusion_config`` kind (``backend_config={"fusion_config":
+#: {"kind":"__ynn_fusion"}}`` on a ``kind=kCustom`` fusion): the library that runs them. jaxlib
+#: 0.10.2 and 0.12.0.1 name these two in their binaries; ``__xnn_fusion`` is older XLA's.
+LIBRARY_FUSION_KINDS = {
+    "__ynn_fusion": "YNNPACK",
+    "__xnn_fusion": "XNNPACK",
+    "__onednn_fusion": "oneDNN",
+}
+
+#: XLA:CPU debug options that keep every op in XLA's own code generator: an empty
+#: ``xla_cpu_experimental_ynn_fusion_type`` turns every YNNPACK fusion off (default: dots,
+#: plus reductions with the element-wise ops that feed them, on jaxlib 0.10.2 and 0.12.0.1);
+#: the XNNPACK and oneDNN equivalents are off by default and stay off. All four are accepted as
+#: compile options by both versions (a name XLA does not know is refused, not ignored).
+LIBRARY_FUSIONS_OFF: dict[str, Any] = {
+    "xla_cpu_experimental_ynn_fusion_type": "",
+    "xla_cpu_experimental_xnn_fusion_type": "",
+    "xla_cpu_use_onednn": False,
+    "xla_cpu_experimental_onednn_fusion_type": "",
+}
+
+
+def jaxlib_native_library() -> str | None:
+    """The shared library that holds XLA and its CPU libraries (YNNPACK, oneDNN) in the jaxlib
+    installed: ``jaxlib/libjax_common.so`` (jaxlib 0.10.2 and 0.12.0.1, Linux; it keeps its
+    ELF symbol table, so YNNPACK's kernel functions are found by name); None where absent."""
+    import jaxlib
+
+    folder = os.path.dirname(jaxlib.__file__)
+    for name in ("libjax_common.so", "libjax_common.dylib"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
     return None

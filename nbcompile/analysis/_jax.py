@@ -80,6 +80,17 @@ def xla_cost(hlo_text: str) -> dict[str, float] | None:
         return None
 
 
+def scan_layout(params: dict[str, Any]) -> tuple[int, int]:
+    """(constants, carries) among a ``scan`` equation's inputs, which are
+    ``[*constants, *carries, *xs]`` (its outputs ``[*carries, *ys]``). JAX 0.10.2 names the
+    counts (``num_consts``, ``num_carry``); JAX 0.12 describes the three parts as a flat tree
+    (``ft_in``: constants, carries, xs)."""
+    if "num_consts" in params:
+        return int(params["num_consts"]), int(params["num_carry"])
+    consts, carry, _xs = params["ft_in"].unpack()
+    return len(consts), len(carry)
+
+
 # --- loops (analysis/loops.py) ---------------------------------------------------------------
 # Checked on JAX 0.10.2 and 0.12.0.1: ``lax.fori_loop`` with static bounds and ``lax.map`` are
 # ``scan`` equations, ``fori_loop`` with traced bounds and ``while_loop`` are ``while``; the

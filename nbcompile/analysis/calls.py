@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .namestack import shown, strip_transforms
+
 __all__ = [
     "BACKWARD",
     "CallKinds",
@@ -30,7 +32,6 @@ __all__ = [
 ]
 
 BACKWARD = " (backward)"
-_TRANSFORM = re.compile(r"^(?:[\w.\-]+\()+|\)+$")
 _JITTED = re.compile(r"(?:^|\()p?jit\([^()]*\)+$")
 
 
@@ -65,7 +66,8 @@ class CallKinds:
 
 def call_kinds(log: Any | None) -> CallKinds:
     """The labels of a ``capture.calls.CallLog`` (None or no calls: empty)."""
-    return CallKinds(dict(log.kinds) if log is not None else {})
+    # labels as name-stack parsing keeps them (``namestack.shown``: an absurdly long one cut)
+    return CallKinds({shown(k): v for k, v in log.kinds.items()} if log is not None else {})
 
 
 def split_scopes(scopes: tuple[str, ...], kinds: CallKinds) -> tuple[list[str], list[str]]:
@@ -113,9 +115,10 @@ def _op_name_parts(op_name: str | None, kinds: CallKinds) -> tuple[list[str], li
             backward = True
         if _JITTED.search(part):
             continue
-        name = _TRANSFORM.sub("", part)
+        name = strip_transforms(part, dotted=True)
         if not name:
             continue
+        name = shown(name)  # as the traced scopes and the kinds' labels are
         if name in kinds:
             calls.append(name + BACKWARD if backward else name)
         else:

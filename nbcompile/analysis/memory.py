@@ -403,7 +403,9 @@ def memory_map_from_hlo(
     module = module or parse_hlo(hlo_text)
     live: Liveness = liveness(module, hlo_text, platform)
     where = _Where(module, source)
-    counted = [v for v in live.values if v.aliased_parameter is None]
+    # an output written into a donated argument is its own value (XLA's live ranges): the
+    # argument's buffer holds it from its definition, the argument before (see memory_live)
+    counted = list(live.values)
     kinds = {id(v): _kind(v, where) for v in counted}
     for inner in live.nested.values():
         kinds.update({id(v): _kind(v, where) for v in inner})

@@ -165,6 +165,12 @@ def _code(k: dict[str, Any]) -> str:
         f"<b>{escape(k['name'])}</b>: {k.get('instructions')} {escape(str(k.get('isa')))} "
         f"instructions, {width}"
         + (f"; the code of {escape(k['shared_with'])}" if k.get("shared_with") else "")
+        + (
+            f"; {escape(k['library'])} runs it: XLA's own code for its ops, compiled with "
+            f"{escape(k['library'])} off — not what runs"
+            if k.get("library")
+            else ""
+        )
     )
     return (
         f'<details data-testid="nbc-static-kernel-code" data-kernel="{escape(k["name"])}">'

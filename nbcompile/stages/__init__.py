@@ -34,6 +34,7 @@ from .._compat import (
     compile_fresh,
     key_persistent_cache_by_locations,
     persistent_cache_disabled,
+    xla_dump_options,
 )
 from ..capture.calls import CallLog, record_calls
 from ..capture.source import SourceInfo, cell_identity
@@ -90,8 +91,22 @@ key_persistent_cache_by_locations(cell_identity)
 
 
 #: XLA debug options of a compile that records its pass pipeline (``--passes``): every HLO
-#: pass's module, the kernels' LLVM IR and objects (PTX on GPU), written to ``xla_dump_to``
+#: pass's module, the kernels' LLVM IR and objects (PTX on GPU), written to ``xla_dump_to``;
+#: the full set per platform is ``_compat.xla_dump_options(platform)``
 DUMP_OPTIONS = {"xla_dump_hlo_pass_re": ".*"}
+
+
+def _dump_folder(notes: list[str]) -> tempfile.TemporaryDirectory[str] | None:
+    """A temporary folder for XLA's dump of the program's own compile (``--passes``); None,
+    with an NBC610 note, where none can be made (a full disk): the program then compiles
+    without the dump."""
+    try:
+        return tempfile.TemporaryDirectory(prefix="nbcompile-dump-")
+    except OSError as err:
+        from ..measure._dump_check import dump_unwritable
+
+        notes.append(str(dump_unwritable(err)))
+        return None
 
 
 @dataclass
@@ -294,9 +309,9 @@ def run_stages(
                 )
                 early = EarlyHlo(lowered, then=then)
                 try:
-                    if dump:
-                        folder = tempfile.TemporaryDirectory(prefix="nbcompile-dump-")
-                        options = {"xla_dump_to": folder.name, **DUMP_OPTIONS}
+                    folder = _dump_folder(notes) if dump else None
+                    if folder is not None:
+                        options = {"xla_dump_to": folder.name, **xla_dump_options(target.platform)}
                         clock = time.time()
                         compiled = lowered.compile(compiler_options=options)
                         written = XlaDump(folder, clock, time.time())
