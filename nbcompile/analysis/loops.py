@@ -314,6 +314,8 @@ def find_loops(
     kinds: CallKinds,
 ) -> list[Loop]:
     """The loops of one compile, in program order (outer loops before the loops inside them)."""
+    if not any(e.primitive in ("scan", "while") for e in traced.eqns):
+        return []  # most programs: no walk at all
     tloops, total = _traced_loops(closed_jaxpr, traced, kinds)
     if not tloops:
         return []
