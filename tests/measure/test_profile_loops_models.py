@@ -83,5 +83,3 @@ def test_iterations_add_up_to_the_loop(model, kind, trips, relaxed_dtypes):
     assert t.note is None and len(t.iterations) == trips, p.text()
     assert all(s > 0 for s in t.iterations)
     assert abs(t.iteration_seconds - t.total_seconds) <= 0.1 * t.total_seconds, p.text()
-    # the loop is most of this program: its time is part of the call's
-    assert t.total_seconds <= p.step_seconds
