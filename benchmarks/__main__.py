@@ -85,7 +85,11 @@ class Plan:
 
 FULL = Plan(
     overhead=[("tiny fn", 301, 100), ("2-layer fwd d256", 61, 10)],
-    compile=[("2-layer train", 11, None), ("12-layer train", 11, 1.25)],
+    compile=[
+        ("2-layer train", 11, None),
+        ("12-layer train", 11, 1.25),
+        ("12-layer scan train", 11, 1.25),
+    ],
     eager=[
         ("MLP", 7, 20, 200),
         ("attention block", 7, 10, 100),
@@ -98,7 +102,7 @@ FULL = Plan(
     paint_target={"12-layer train": 1.5},
     frozen=[("MLP", 7), ("2-layer fwd", 7)],
     magic=[("MLP", 11, True), ("12-layer train", 11, False)],
-    profile=[("12-layer train", 3, 20)],
+    profile=[("12-layer train", 3, 20), ("12-layer scan train", 3, 20)],
     growth=(200, 1),
     calibration=3,
     scale=[("GPT-2 small train", 3, 1.25, 1.05), ("GPT-2 24-layer train", 2, 1.5, 1.05)],

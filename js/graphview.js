@@ -2,6 +2,7 @@
 // highlight, search. Never lays out more than `budget` boxes at once.
 
 import { exportPng, exportSvg } from "./export.js";
+import { decorateLoop } from "./loops.js";
 import { ancestors, groupPhase } from "./model.js";
 import { BUDGET, HEADER, INITIAL_LIMIT, LINE, PAD, buildScene, initialExpansion, pathData, unitKey } from "./scene.js";
 import { fmtBytes, h, s } from "./util.js";
@@ -157,6 +158,7 @@ export class GraphView {
       "aria-label": `collapse ${box.group.label}`, ...this.hooks(null, box.group) });
     head.appendChild(s("rect", { x: box.x, y: box.y, width: box.w, height: HEADER - 4, rx: 6 }));
     head.appendChild(s("text", { x: box.x + PAD, y: box.y + 13, text: box.title }));
+    decorateLoop(this.pg, head, box, false);
     g.appendChild(head);
     parent.appendChild(g);
     this.els.set(box.key, head);
@@ -187,6 +189,7 @@ export class GraphView {
     }
     g.appendChild(face);
     box.lines.forEach((t, i) => g.appendChild(s("text", { x: 7, y: 15 + i * LINE, class: i ? "nbc-sub" : "nbc-main", text: t })));
+    if (group) decorateLoop(this.pg, g, box, true);
     this.els.set(box.key, g);
     return g;
   }

@@ -11,6 +11,7 @@
 // its port for the static picture.
 
 import { bottomPort, edgeKey, followRank, GAP, layoutBox, mirrorRank, rank, topPort } from "./layout.js";
+import { loopLeafLines } from "./loops.js";
 import { ancestors, groupPhase, topOps } from "./model.js";
 import { fmtNum, trunc } from "./util.js";
 
@@ -84,7 +85,7 @@ export function leafText(pg, c) {
   } else {
     const g = c.group;
     const lr = g.lineMin <= g.lineMax ? ` · L${g.lineMin}${g.lineMax > g.lineMin ? "–" + g.lineMax : ""}` : "";
-    lines = [`▸ ${g.label}`, `${g.kind} · ${fmtNum(g.count)} ops${lr}`, topOps(g, 3).join(", ")];
+    lines = [`▸ ${g.label}`, `${g.kind} · ${fmtNum(g.count)} ops${lr}`, topOps(g, 3).join(", "), ...loopLeafLines(pg, g)];
   }
   const maxChars = Math.floor((MAXW - 14) / CH);
   lines = lines.map((t) => trunc(t, maxChars));

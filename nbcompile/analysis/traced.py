@@ -327,6 +327,8 @@ class _Walker:
                     sg = g  # jax.numpy's own jit (``_var``) is the library call the user made
                 else:
                     sg = graph.group(g, str(label or prim), kind or "function", unique=True)
+                if kind == "loop" and sub_label in ("jaxpr", "body_jaxpr"):
+                    node.extra["loop_body"] = sg  # analysis/loops.py: the loop's body group
                 inner = sub.jaxpr if isinstance(sub, _jax.ClosedJaxpr) else sub
                 inner_env: dict[Any, str] = {}
                 if isinstance(sub, _jax.ClosedJaxpr):

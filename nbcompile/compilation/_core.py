@@ -266,6 +266,13 @@ class Compilation(Runs, Display):
         return self.grad.analysis.gradient if self.grad is not None else None
 
     @property
+    def loops(self) -> list[Any]:
+        """Every ``lax.scan`` / ``fori_loop`` / ``while_loop`` / ``lax.map`` of the program, in
+        program order (:class:`nbcompile.analysis.loops.Loop`: kind, the user's line, call
+        group, trip count, body kernels, nested loops, what XLA did to it)."""
+        return list(self.analysis.loops)
+
+    @property
     def cost(self) -> dict[str, Any] | None:
         """XLA's cost analysis, normalised (None where the backend reports none)."""
         return self.analysis.cost

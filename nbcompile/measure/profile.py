@@ -29,6 +29,7 @@ from ._delta import ProfileDelta, profile_delta
 from ._estimate import estimate
 from ._hlo import entry_kernels
 from ._kernels import CONTAINERS, kernels_of, module_name
+from ._loops import LoopTime, layer_rows, loop_times
 from ._peaks import Peaks, cpu_peaks, spec_peaks
 from ._result import (
     KernelTime,
@@ -49,14 +50,18 @@ __all__ = ["KernelTime", "Profile", "ProfileDelta", "calibrate", "profile", "pro
 
 
 # --- measuring -----------------------------------------------------------------------------
-def _per_call(record: CallRecord, containers: frozenset[str]) -> dict[str, Any]:
+def _clipped(record: CallRecord) -> list[Span]:
     # Everything is clipped to the call's window: a late completion marker must not make the
     # call's kernels outlast the call itself.
-    spans = [
+    return [
         Span(s.name, max(s.start, record.start), min(s.end, record.end), s.thread)
         for s in record.spans
         if s.start < record.end
     ]
+
+
+def _per_call(record: CallRecord, containers: frozenset[str]) -> dict[str, Any]:
+    spans = _clipped(record)
     shares = attribute(spans, containers)
     own: dict[str, list[tuple[int, int]]] = {}
     counts: dict[str, int] = {}
@@ -114,9 +119,8 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
     containers = frozenset(n for n, i in infos.items() if i.opcode in CONTAINERS)
     library = [n for n, op in entry_kernels(c.hlo) if op == "custom-call" and n in infos]
     trace = capture(call, calls, set(infos), module_name(c.hlo), library)
-    per_call = [
-        _per_call(r, containers) for r in trace.calls if any(s.start < r.end for s in r.spans)
-    ]
+    records = [r for r in trace.calls if any(s.start < r.end for s in r.spans)]
+    per_call = [_per_call(r, containers) for r in records]
     notes: list[str] = []
     if not per_call:
         raise TargetError(
@@ -157,6 +161,7 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         )
     rows.sort(key=lambda r: -r.seconds)
     by_line, by_cell, by_module, no_line = spread(rows, infos)
+    loops, functions = _loops(c, records, containers, rows, infos)
     q25, q75 = quartiles(walls)
     # differences of medians over the same calls: exact, and >= 0 because per call
     # wall >= busy >= kernel union
@@ -170,7 +175,8 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         by_line=by_line,
         by_cell_line=by_cell,
         by_module=by_module,
-        by_function=by_function(rows, infos),
+        by_function=functions,
+        loops=loops,
         coverage=coverage,
         peaks=peaks,
         calls=len(per_call),
@@ -187,6 +193,29 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         method="jax.profiler trace, kernel events by HLO name",
         notes=notes,
     )
+
+
+def _loops(
+    c: Any,
+    records: list[CallRecord],
+    containers: frozenset[str],
+    rows: list[KernelTime],
+    infos: dict[str, Any],
+) -> tuple[list[LoopTime], dict[str, float]]:
+    """Per-iteration time of every loop, and ``by_function`` with the kernels of a scan over
+    the user's function given to its ``layer[k]`` rows (``_loops.layer_rows``)."""
+    analysis = c.analysis
+    loops = list(getattr(analysis, "loops", None) or [])
+    if not loops:
+        return [], by_function(rows, infos)
+    times = loop_times(loops, [_clipped(r) for r in records], containers)
+    seconds = {r.name: r.seconds for r in rows}
+    kinds = getattr(analysis, "call_kinds", None)
+    functions = getattr(analysis, "kernel_functions", {}) or {}
+    layers, covered = layer_rows(times, seconds, functions, kinds) if kinds else ({}, set())
+    out = by_function([r for r in rows if r.name not in covered], infos)
+    out.update(layers)
+    return times, out
 
 
 def _local_peaks(c: Any, notes: list[str]) -> Peaks | None:

@@ -63,6 +63,7 @@ def build_report(
         report["graphs"]["gradient"] = grad.get("graphs", {}).get("traced")
         report["graphs"]["gradient_compiled"] = grad.get("graphs", {}).get("compiled")
         report["gradient_fusions"] = grad.get("fusions", [])
+        report["gradient_loops"] = grad.get("loops", [])
     _lean_graphs(report)
     traced = report["graphs"].get("traced")
     if node_values and traced:  # overlay on copies: the analysis JSON may be shared

@@ -26,6 +26,7 @@ from .layout import (
     rank,
     top_port,
 )
+from .loops import loop_leaf_lines
 
 __all__ = [
     "CH",
@@ -181,6 +182,7 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
             if g.line_max > g.line_min:
                 lr += "–" + _js_str(g.line_max)
         lines = [f"▸ {g.label}", f"{g.kind} · {fmt_num(g.count)} ops{lr}", ", ".join(top_ops(g, 3))]
+        lines += loop_leaf_lines(pg, g)
     max_chars = math.floor((MAXW - 14) / CH)
     lines = [trunc(t, max_chars) for t in lines]
     w = min(MAXW, max(70, max(len(t) for t in lines) * CH + 14))
