@@ -219,8 +219,11 @@ function buildTree(pg) {
   pg.parentOf = parentOf; // unit key -> containing group id ("" = root)
 }
 
-/** The user's call paths of a node (``loss#1/block#3``): its own, else its fusion's. */
+/** Where a kernel sits among the user's groups: the paths of its ops through the user's calls
+ * and modules as they nest (`Transformer/blocks_0/attn`, `loss#1/block#3`; analysis/calls.py),
+ * else its own call paths, else its fusion's. */
 function callPaths(pg, n) {
+  if (Array.isArray(n.scopes)) return n.scopes;
   if (Array.isArray(n.calls)) return n.calls;
   const f = n.fusion ? pg.fusionById.get(n.fusion) : null;
   return f && Array.isArray(f.functions) ? f.functions : [];
@@ -237,6 +240,8 @@ function callSite(calls) {
   return { prefix, next, key: prefix.join("/") + "\u0001" + next.join(" + ") };
 }
 
+const CALL_LABEL = /#\d+( \(backward\))?$/;
+
 /** The group of a kernel: the call holding all its ops, one group per call (ids "c:" + path).
  * A kernel whose ops come from several calls sits there, on their boundary, and `pg.across`
  * names them; several kernels on one boundary are one group of their own ("⇄ a + b"). */
@@ -245,7 +250,11 @@ function callGroup(pg, groups, n, site, shared) {
   let parent = "";
   for (let i = 0; i < prefix.length; i++) {
     const gid = "c:" + prefix.slice(0, i + 1).join("/");
-    if (!groups.has(gid)) groups.set(gid, mkGroup(gid, prefix[i], "function", parent));
+    if (!groups.has(gid)) {
+      // a call of the user's function is numbered (`layer#3`); a module or scope is not
+      const call = CALL_LABEL.test(prefix[i]);
+      groups.set(gid, Object.assign(mkGroup(gid, prefix[i], call ? "function" : "scope", parent), { call: call ? "call" : null }));
+    }
     parent = gid;
   }
   if (next.length > 1) {
@@ -298,6 +307,31 @@ function mergeStats(g, c) {
   for (const p in c.phases) g.phases[p] += c.phases[p];
   g.lineMin = Math.min(g.lineMin, c.lineMin);
   g.lineMax = Math.max(g.lineMax, c.lineMax);
+}
+
+// What a kernel does, in a word: its most telling op (a matmul before the adds fused into it).
+const OP_WORDS = { dot: "matmul", convolution: "conv", "reduce-window": "pool", reduce: "reduce", scatter: "scatter",
+  gather: "gather", exponential: "exp", logistic: "sigmoid", "select-and-scatter": "pool grad", sort: "sort" };
+const PLAIN = new Set(["parameter", "constant", "bitcast", "broadcast", "reshape", "copy", "convert", "tuple",
+  "get-tuple-element", "iota", "slice", "concatenate", "pad", "transpose", "dynamic-slice", "dynamic-update-slice"]);
+
+/** A kernel's box title, in the user's words: the call or module it sits in and what it does
+ * (`layer#3 · matmul`, `blocks_0 · gelu`, `loss · log_softmax`); XLA's name is its second line. */
+export function kernelTitle(pg, n) {
+  const f = n.fusion ? pg.fusionById.get(n.fusion) : null;
+  const ops = f?.ops?.length ? f.ops : [n.opcode || n.op];
+  let what;
+  if (Array.isArray(n.lib) && n.lib.length) what = n.lib.slice(0, 2).join("+");
+  else {
+    const telling = ops.find((o) => OP_WORDS[o] && o !== "reduce") || ops.find((o) => o === "reduce");
+    const rest = [...new Set(ops.filter((o) => !PLAIN.has(o)))];
+    what = telling ? OP_WORDS[telling] : rest.length ? rest.slice(0, 2).join("+") : ops[0] || n.op;
+  }
+  let g = pg.groups?.get(pg.parentOf?.get("n:" + n.id) || "");
+  while (g && g.id !== "" && (g.kind === "chunk" || g.kind === "across")) g = pg.groups.get(g.parent);
+  const across = pg.across?.get(n.id);
+  const where = across ? across.join(" + ") : g && g.id !== "" ? g.label : pg.report?.name || "";
+  return where ? `${where} · ${what}` : what;
 }
 
 /** The k most frequent ops of a group. */

@@ -7,7 +7,7 @@
 
 import { renderDiff } from "./diff.js";
 import { GraphView } from "./graphview.js";
-import { BUDGET, INITIAL_LIMIT } from "./scene.js";
+import { BUDGET, FIRST_LIMIT, INITIAL_LIMIT } from "./scene.js";
 import { decodeReport, prepareGraph } from "./model.js";
 import { detailsFor, fusionTable, gradientPanel } from "./panels.js";
 import { kernelCodeOf, kernelCodePanel, passesPanel } from "./passes.js";
@@ -106,13 +106,16 @@ function build(el, report, opts, view) {
   const search = h("input", { class: "nbc-search", "data-testid": "nbc-search", type: "search", placeholder: "search op or name…",
     "aria-label": "search ops and names (Enter: next match)" });
   const count = h("span", { class: "nbc-count", "data-testid": "nbc-match-count", "aria-live": "polite" }, "");
-  const budget = opts.budget || BUDGET, initialBudget = opts.initialBudget || INITIAL_LIMIT;
+  const budget = opts.budget || BUDGET;
+  // the first picture: the user's calls and modules (at most FIRST_LIMIT boxes); the Gradient
+  // tab's two facing columns have room for twice as many
+  const initialBudget = (tab) => opts.initialBudget || (tab === "gradient" ? INITIAL_LIMIT : FIRST_LIMIT);
 
   const graphFor = (tab) => {
     if (graphs.has(tab)) return graphs.get(tab);
     const gname = graphOfTab(tab);
     const colorBy = tab === "gradient" ? "phase" : "kind";
-    const gv = new GraphView(pgs[gname], { name: tab, colorBy, budget, initialBudget, heat: tab === "compiled" ? heat : null,
+    const gv = new GraphView(pgs[gname], { name: tab, colorBy, budget, initialBudget: initialBudget(tab), heat: tab === "compiled" ? heat : null,
       onStatus: (msg) => { if (state.tab === tab) status.textContent = msg; },
       onActivate: (kind, id) => select(kind === "group" ? `group:${gname}:${id}` : `${gname}:${id}`) });
     gv.graphName = gname;
@@ -158,7 +161,7 @@ function build(el, report, opts, view) {
     if (gv && !gv.boxes) gv.render();
     else if (gv) { if (!gv.fitted) gv.firstView(); gv.render(); }
     if (!gv) status.textContent = "";
-    for (const b of graphButtons) b.disabled = !gv;
+    for (const b of graphButtons) b.hidden = !gv; // zoom, fit and export only where a graph is drawn
     applySelection();
     runSearch();
     if (!silent) opts.onTab?.(tab);
@@ -291,10 +294,11 @@ function build(el, report, opts, view) {
     chip(`${fmtNum(s.fusions)} fusions`), chip(`${fmtNum(s.flops)} flops${flopsFrom ? ` (${flopsFrom})` : ""}`, "floating-point operations of one call"),
     chip(`compile ${fmtSeconds(s.compile_seconds)} (measured)`));
   const toolbar = h("div", { class: "nbc-toolbar" }, tabBar, h("span", { class: "nbc-spacer" }), search, count,
+    btn("⊕", "nbc-expand-level", "open one level", (gv) => gv.expandLevel()),
     btn("⊞", "nbc-expand-all", "expand groups (within the node budget)", (gv) => gv.expandAll()),
     btn("⊟", "nbc-collapse-all", "collapse all groups", (gv) => gv.collapseAll()),
     btn("+", "nbc-zoom-in", "zoom in", (gv) => gv.zoom(1.25)), btn("−", "nbc-zoom-out", "zoom out", (gv) => gv.zoom(0.8)),
-    btn("⤢", "nbc-fit", "fit to view", (gv) => gv.fit()),
+    btn("⤢", "nbc-fit", "fit to view: the whole graph, or its width where labels would be under 8 px (then scroll)", (gv) => gv.fit()),
     btn("SVG", "nbc-export-svg", "download this graph as SVG", (gv) => download(doc, fileBase() + ".svg", new Blob([gv.exportSvg()], { type: "image/svg+xml" }))),
     btn("PNG", "nbc-export-png", "download this graph as PNG", (gv) => gv.exportPng().then((blob) => download(doc, fileBase() + ".png", blob))));
   const notes = (report.notes || []).length ? h("ul", { class: "nbc-notes", "data-testid": "nbc-notes" }, report.notes.map((n) => h("li", null, n))) : null;

@@ -11,7 +11,7 @@
 // its port for the static picture.
 
 import { bottomPort, edgeKey, followRank, GAP, layoutBox, mirrorRank, rank, topPort } from "./layout.js";
-import { ancestors, groupPhase, topOps } from "./model.js";
+import { ancestors, groupPhase, kernelTitle, topOps } from "./model.js";
 import { fmtNum, trunc } from "./util.js";
 
 export const CH = 6.7; // px per character of the 11px monospace label font
@@ -24,16 +24,34 @@ export const MAXW = 250;
  * this small: their contents are there on demand, the first view stays readable. */
 export const CHUNK_LIMIT = 40;
 
-/** The first picture: whole levels of groups open while at most this many boxes are drawn
- * (one group alone may open up to the budget). nbcompile/report/svg.py draws the same. */
+/** The first picture (the whiteboard picture): the user's calls and modules, opened level by
+ * level while at most FIRST_LIMIT boxes are drawn (one group alone may open up to the budget);
+ * the Gradient tab, two facing columns, up to INITIAL_LIMIT. nbcompile/report/svg.py draws the same. */
+export const FIRST_LIMIT = 25;
 export const INITIAL_LIMIT = 60;
 export const BUDGET = 400;
+
+/** A group the user wrote: a call of their own function, a module or named scope, a loop, a
+ * nested jit; not a library call (`gelu`), a custom-derivative wrapper or a program chunk. */
+export function isUserGroup(g) {
+  return g.call !== "library" && !["custom", "chunk", "across"].includes(g.kind);
+}
+
+/** Opening `g` shows more of the user's own structure: it holds a call or module of theirs
+ * (a wrapper holding one group opens only where that group does). */
+function holdsUserGroups(pg, g) {
+  const subs = g.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id));
+  if (!subs.some(isUserGroup)) return false;
+  return g.items.length > 1 || holdsUserGroups(pg, subs[0]);
+}
 
 /** Group ids to expand first: breadth-first, whole depth levels while they fit `limit` boxes;
  * where a level does not fit, its groups other than chunks when they do (the program's own
  * groups first: chunks open on demand). A library call the user made (`gelu`, `var`) stays one
- * collapsed box. */
-export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT) {
+ * collapsed box. With `userOnly` (the first picture) a group opens only where it holds the
+ * user's own calls or modules: `mlp#1` opens to `layer#1…#10`, each `layer#k` stays a box
+ * (where that leaves fewer than 5 boxes and nothing open, whole levels open as without it). */
+export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT, userOnly = true) {
   const expanded = new Set();
   let level = [pg.root];
   let count = pg.root.items.length;
@@ -45,7 +63,7 @@ export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT) {
   };
   while (level.length) {
     let groups = level.flatMap((g) => g.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id)))
-      .filter((g) => g.call !== "library");
+      .filter((g) => g.call !== "library" && (!userOnly || g.kind === "chunk" || holdsUserGroups(pg, g)));
     if (!fits(groups)) {
       const own = groups.filter((g) => g.kind !== "chunk");
       if (own.length === groups.length || !fits(own)) break;
@@ -56,6 +74,8 @@ export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT) {
     count += extra;
     level = groups;
   }
+  // a program with no structure of the user's below its top (one call, `predict`): its contents
+  if (userOnly && !expanded.size && count < 5) return initialExpansion(pg, limit, budget, chunkLimit, false);
   return expanded;
 }
 
@@ -73,8 +93,9 @@ export function leafText(pg, c) {
     const fusion = pg.isCompiled && n.fusion ? pg.fusionById.get(n.fusion) : null;
     const ins = (pg.inLabels.get(n.id) || []).map((id) => pg.byId.get(id).label || id);
     const where = n.line != null ? ` · L${n.line}` : n.loc ? ` · ${n.loc}` : "";
-    if (fusion || n.kind === "fusion") {
-      lines = [`${n.label || n.op}${fusion ? " · " + fusion.kind : ""}`, (fusion?.ops || []).join("+") || n.shape || "", (n.shape || "") + where];
+    if (fusion || n.kind === "fusion" || (pg.isCompiled && n.kind === "op")) {
+      // a kernel: where it came from in the user's words, then XLA's name
+      lines = [kernelTitle(pg, n), `${n.label || n.op}${fusion ? " · " + fusion.kind : ""}`, (n.shape || "") + where];
     } else {
       lines = [n.label && n.label !== n.op ? `${n.op} ${n.label}` : n.op, (n.shape || "") + where];
     }

@@ -170,7 +170,10 @@ def _gradient(report: dict[str, Any]) -> str:
     if not graph:
         return head
     svg = graph_svg(
-        graph, report, title=f"{report.get('name')}: gradient (value_and_grad)", color="phase"
+        graph,
+        report,
+        title=f"{report.get('name')}: gradient (value_and_grad)",
+        color="phase",
     )
     return head + _img(svg, f"gradient program of {report.get('name')}", "nbc-graph-gradient")
 

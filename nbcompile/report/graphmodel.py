@@ -25,6 +25,7 @@ __all__ = [
     "PreparedGraph",
     "ancestors",
     "fmt_num",
+    "kernel_title",
     "prepare_graph",
     "top_ops",
     "trunc",
@@ -36,6 +37,38 @@ CHUNK_FANOUT = 20
 MAX_DEPTH = 64
 GATHER = 8  # more outputs than this at the top: each drawn in the group that made it
 _SCALAR = re.compile(r"^[a-z0-9]+\[\]$", re.IGNORECASE)
+_CALL_LABEL = re.compile(r"#\d+( \(backward\))?$")
+#: what a kernel does, in a word (``kernelTitle``): its most telling op
+_OP_WORDS = {
+    "dot": "matmul",
+    "convolution": "conv",
+    "reduce-window": "pool",
+    "reduce": "reduce",
+    "scatter": "scatter",
+    "gather": "gather",
+    "exponential": "exp",
+    "logistic": "sigmoid",
+    "select-and-scatter": "pool grad",
+    "sort": "sort",
+}
+_PLAIN = {
+    "parameter",
+    "constant",
+    "bitcast",
+    "broadcast",
+    "reshape",
+    "copy",
+    "convert",
+    "tuple",
+    "get-tuple-element",
+    "iota",
+    "slice",
+    "concatenate",
+    "pad",
+    "transpose",
+    "dynamic-slice",
+    "dynamic-update-slice",
+}
 _UNITS = ["", "K", "M", "G", "T", "P"]
 
 
@@ -265,7 +298,10 @@ def _build_tree(pg: PreparedGraph) -> None:
 
 
 def _call_paths(pg: PreparedGraph, n: dict[str, Any]) -> list[str]:
-    """The user's call paths of a node (``callPaths``): its own, else its fusion's."""
+    """Where a kernel sits among the user's groups (``callPaths``): its ops' paths through the
+    user's calls and modules as they nest, else its own call paths, else its fusion's."""
+    if isinstance(n.get("scopes"), list):
+        return n["scopes"]
     if isinstance(n.get("calls"), list):
         return n["calls"]
     f = pg.fusion_by_id.get(n["fusion"]) if n.get("fusion") else None
@@ -299,7 +335,10 @@ def _call_group(
     for i in range(len(prefix)):
         gid = "c:" + "/".join(prefix[: i + 1])
         if gid not in groups:
-            groups[gid] = Group(gid, prefix[i], "function", parent)
+            # a call of the user's function is numbered (``layer#3``); a module is not
+            call = _CALL_LABEL.search(prefix[i]) is not None
+            kind = "function" if call else "scope"
+            groups[gid] = Group(gid, prefix[i], kind, parent, call="call" if call else None)
         parent = gid
     if len(nxt) > 1:
         pg.across[n["id"]] = nxt
@@ -309,6 +348,33 @@ def _call_group(
                 groups[gid] = Group(gid, "⇄ " + " + ".join(nxt), "across", parent)
             parent = gid
     return parent
+
+
+def kernel_title(pg: PreparedGraph, n: dict[str, Any]) -> str:
+    """A kernel's box title in the user's words (``kernelTitle``): the call or module it sits
+    in and what it does (``layer#3 · matmul``, ``blocks_0 · gelu``, ``loss · log_softmax``)."""
+    f = pg.fusion_by_id.get(n["fusion"]) if n.get("fusion") else None
+    ops = (f or {}).get("ops") or [n.get("opcode") or n.get("op")]
+    lib = n.get("lib")
+    if isinstance(lib, list) and lib:
+        what = "+".join(lib[:2])
+    else:
+        telling = next((o for o in ops if o in _OP_WORDS and o != "reduce"), None) or next(
+            (o for o in ops if o == "reduce"), None
+        )
+        rest = list(dict.fromkeys(o for o in ops if o not in _PLAIN))
+        what = _OP_WORDS[telling] if telling else "+".join(rest[:2]) if rest else ops[0] or n["op"]
+    g = pg.groups.get(pg.parent_of.get("n:" + n["id"], ""))
+    while g is not None and g.id != "" and g.kind in ("chunk", "across"):
+        g = pg.groups.get(g.parent or "")
+    across = pg.across.get(n["id"])
+    if across:
+        where = " + ".join(across)
+    elif g is not None and g.id != "":
+        where = g.label
+    else:
+        where = str((pg.report or {}).get("name") or "")
+    return f"{where} · {what}" if where else str(what)
 
 
 def _gather_outputs(pg: PreparedGraph, drawn: list[dict[str, Any]], node_group: dict[str, str]):

@@ -13,7 +13,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .graphmodel import Group, PreparedGraph, ancestors, fmt_num, group_phase, top_ops, trunc
+from .graphmodel import (
+    Group,
+    PreparedGraph,
+    ancestors,
+    fmt_num,
+    group_phase,
+    kernel_title,
+    top_ops,
+    trunc,
+)
 from .layout import (
     GAP,
     BoxLayout,
@@ -29,7 +38,9 @@ from .layout import (
 
 __all__ = [
     "CH",
+    "FIRST_LIMIT",
     "HEADER",
+    "INITIAL_LIMIT",
     "LINE",
     "MAXW",
     "PAD",
@@ -38,6 +49,7 @@ __all__ = [
     "SceneEdge",
     "build_scene",
     "initial_expansion",
+    "is_user_group",
     "path_data",
 ]
 
@@ -101,10 +113,41 @@ class Scene:
     unit_of: dict[str, str]
 
 
-def initial_expansion(pg: PreparedGraph, limit: int, budget: int) -> set[str]:
+#: the first picture (the whiteboard picture): the user's calls and modules, at most this many
+#: boxes (one group alone: up to the budget); the Gradient tab's facing columns: INITIAL_LIMIT
+FIRST_LIMIT = 25
+INITIAL_LIMIT = 60
+_NOT_USER = ("custom", "chunk", "across")
+
+
+def is_user_group(g: Group) -> bool:
+    """A group the user wrote (``isUserGroup``): a call of their function, a module or named
+    scope, a loop, a nested jit; not a library call, a custom-derivative wrapper or a chunk."""
+    return g.call != "library" and g.kind not in _NOT_USER
+
+
+def _holds_user_groups(pg: PreparedGraph, g: Group) -> bool:
+    """Opening ``g`` shows more of the user's own structure (``holdsUserGroups``)."""
+    while True:
+        subs = [pg.groups[iid] for typ, iid, _ in g.items if typ == "group"]
+        if not any(is_user_group(c) for c in subs):
+            return False
+        if len(g.items) > 1:
+            return True
+        g = subs[0]
+
+
+def initial_expansion(
+    pg: PreparedGraph,
+    limit: int,
+    budget: int,
+    chunk_limit: int = CHUNK_LIMIT,
+    user_only: bool = True,
+) -> set[str]:
     """Group ids expanded first: whole depth levels while they fit ``limit`` boxes; where a
     level does not fit, its groups other than chunks when they do (``initialExpansion``). A
-    library call the user made (``gelu``, ``var``) stays one collapsed box."""
+    library call the user made (``gelu``, ``var``) stays one collapsed box; with ``user_only``
+    a group opens only where it holds the user's own calls or modules."""
     expanded: set[str] = set()
     assert pg.root is not None
     level = [pg.root]
@@ -112,14 +155,19 @@ def initial_expansion(pg: PreparedGraph, limit: int, budget: int) -> set[str]:
 
     def fits(groups: list[Group]) -> bool:
         extra = sum(len(g.items) - 1 for g in groups)
-        cap = min(limit, CHUNK_LIMIT) if all(g.kind == "chunk" for g in groups) else limit
+        cap = min(limit, chunk_limit) if all(g.kind == "chunk" for g in groups) else limit
         return bool(groups) and (
             count + extra <= cap or (len(groups) == 1 and count + extra <= budget)
         )
 
     while level:
         groups = [pg.groups[iid] for g in level for typ, iid, _ in g.items if typ == "group"]
-        groups = [g for g in groups if g.call != "library"]
+        groups = [
+            g
+            for g in groups
+            if g.call != "library"
+            and (not user_only or g.kind == "chunk" or _holds_user_groups(pg, g))
+        ]
         if not fits(groups):
             own = [g for g in groups if g.kind != "chunk"]
             if len(own) == len(groups) or not fits(own):
@@ -129,6 +177,9 @@ def initial_expansion(pg: PreparedGraph, limit: int, budget: int) -> set[str]:
         expanded.update(g.id for g in groups)
         count += extra
         level = groups
+    if user_only and not expanded and count < 5:
+        # a program with no structure of the user's below its top (one call): its contents
+        return initial_expansion(pg, limit, budget, chunk_limit, False)
     return expanded
 
 
@@ -161,9 +212,10 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
         )
         shape = n.get("shape") or ""
         op = n.get("op")
-        if fusion or n.get("kind") == "fusion":
-            head = f"{n.get('label') or op}{' · ' + str(fusion.get('kind')) if fusion else ''}"
-            lines = [head, "+".join((fusion or {}).get("ops") or []) or shape or "", shape + where]
+        if fusion or n.get("kind") == "fusion" or (pg.is_compiled and n.get("kind") == "op"):
+            # a kernel: where it came from in the user's words, then XLA's name
+            name = f"{n.get('label') or op}{' · ' + str(fusion.get('kind')) if fusion else ''}"
+            lines = [kernel_title(pg, n), name, shape + where]
         else:
             label = n.get("label")
             lines = [f"{op} {label}" if label and label != op else str(op), shape + where]

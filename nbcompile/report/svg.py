@@ -15,13 +15,33 @@ from html import escape
 from typing import Any
 
 from .charts import fmt_bytes
-from .graphmodel import group_phase, prepare_graph
-from .scene import HEADER, LINE, PAD, Scene, build_scene, initial_expansion, path_data
+from .graphmodel import ancestors, group_phase, kernel_title, prepare_graph
+from .scene import (
+    FIRST_LIMIT,
+    HEADER,
+    INITIAL_LIMIT,
+    LINE,
+    PAD,
+    Scene,
+    build_scene,
+    initial_expansion,
+    path_data,
+)
 
-__all__ = ["BUDGET", "LIMIT", "STATUS_COLOURS", "graph_scene", "graph_svg", "heat_colour"]
+__all__ = [
+    "BUDGET",
+    "GRADIENT_LIMIT",
+    "LIMIT",
+    "STATUS_COLOURS",
+    "graph_scene",
+    "graph_svg",
+    "heat_colour",
+]
 
-#: the widget's first expansion: whole levels while at most LIMIT boxes (one group: BUDGET)
-LIMIT = 60
+#: the widget's first expansion: the user's calls and modules, whole levels while at most LIMIT
+#: boxes (one group: BUDGET); the Gradient tab's facing columns: GRADIENT_LIMIT
+LIMIT = FIRST_LIMIT
+GRADIENT_LIMIT = INITIAL_LIMIT
 BUDGET = 400
 _FILL = {
     "op": ("#e3effa", "#1e6fbf"),
@@ -70,8 +90,10 @@ def _group_phase(group: Any) -> str | None:
 
 def box_hooks(pg: Any, node: dict[str, Any] | None, group: Any, phases: bool) -> str:
     """The test hooks of a drawn box (``boxHooks``, SPEC §8.1) as SVG attributes: data-kind
-    (group | op | fusion | output | input), data-name (its label) and, with ``phases``,
-    data-phase (forward | backward | mixed)."""
+    (group | op | fusion | output | input), data-name (its label; a kernel's in the user's words,
+    ``layer#3 · matmul``, with XLA's name in data-kernel), data-in (the groups holding it,
+    ``mlp#1/layer#3``) and, with ``phases``, data-phase (forward | backward | mixed)."""
+    kernel = None
     if node is not None:
         k = node.get("kind")
         kind = (
@@ -84,9 +106,19 @@ def box_hooks(pg: Any, node: dict[str, Any] | None, group: Any, phases: bool) ->
             else "op"
         )
         name, phase = node.get("label") or node.get("op"), node.get("phase")
+        if pg.is_compiled and kind in ("fusion", "op"):
+            name, kernel = kernel_title(pg, node), name
+        key = "n:" + node["id"]
     else:
         kind, name, phase = "group", group.label if group else "", _group_phase(group)
+        key = "g:" + (group.id if group else "")
+    holders = [pg.groups[g] for g in ancestors(pg, key)]
+    inside = "/".join(g.label for g in holders if g.kind not in ("chunk", "across"))
     out = f' data-kind="{kind}" data-name="{escape(str(name or ""))}"'
+    if kernel is not None:
+        out += f' data-kernel="{escape(str(kernel))}"'
+    if inside:
+        out += f' data-in="{escape(inside)}"'
     return out + (f' data-phase="{phase}"' if phases and phase else "")
 
 
@@ -101,12 +133,17 @@ def graph_scene(
     graph: dict[str, Any],
     report: dict[str, Any] | None = None,
     *,
-    limit: int = LIMIT,
+    limit: int | None = None,
     budget: int = BUDGET,
 ) -> tuple[Any, Scene]:
     """The prepared graph and the widget's first scene of it (memoised by the identity of what
-    it reads: a re-run of an unchanged cell shares the program's graphs and fusions)."""
+    it reads: a re-run of an unchanged cell shares the program's graphs and fusions). ``limit``:
+    the first picture's boxes, by default the widget's for that tab (``GRADIENT_LIMIT`` for the
+    gradient program's facing columns, else ``LIMIT``)."""
     report = report or {"graphs": {}}
+    if limit is None:
+        gradient = graph is (report.get("graphs") or {}).get("gradient")
+        limit = GRADIENT_LIMIT if gradient else LIMIT
     fusions = report.get("fusions")
     compiled = graph is (report.get("graphs") or {}).get("compiled")
     key = (id(graph), id(fusions), compiled, limit, budget)
@@ -130,7 +167,7 @@ def graph_svg(
     *,
     title: str | None = None,
     color: str = "kind",
-    limit: int = LIMIT,
+    limit: int | None = None,
     heat: dict[str, float] | None = None,
     status: dict[str, str] | None = None,
 ) -> str:
