@@ -146,8 +146,10 @@ export class GraphView {
 
   updateStatus() {
     const units = [...this.boxes.values()].filter((b) => !b.children).length;
-    this.onStatus?.(`${units} boxes drawn for ${this.pg.nodes.length - this.pg.labels.size} ops` +
-      (this.pg.labels.size ? ` (${this.pg.labels.size} parameters/scalars shown as labels)` : "") +
+    const { labels, folded } = this.pg, shown = labels.size - folded.size;
+    this.onStatus?.(`${units} boxes drawn for ${this.pg.nodes.length - labels.size} ${this.pg.isCompiled ? "kernels" : "ops"}` +
+      (shown ? ` (${shown} parameters/scalars shown as labels)` : "") +
+      (folded.size ? ` · ${folded.size} zero-cost bitcasts/copies folded into their neighbours` : "") +
       (this.partial ? " · scroll or drag to see the rest" : ""));
   }
 

@@ -105,12 +105,41 @@ export function leafText(pg, c) {
   } else {
     const g = c.group;
     const lr = g.lineMin <= g.lineMax ? ` · L${g.lineMin}${g.lineMax > g.lineMin ? "–" + g.lineMax : ""}` : "";
-    lines = [`▸ ${g.label}`, `${g.kind} · ${fmtNum(g.count)} ops${lr}`, topOps(g, 3).join(", ")];
+    lines = [`▸ ${g.label}`, `${g.kind === "chunk" ? "" : g.kind + " · "}${fmtNum(g.count)} ${pg.isCompiled ? "kernels" : "ops"}${lr}`,
+      groupSummary(pg, g)];
   }
   const maxChars = Math.floor((MAXW - 14) / CH);
   lines = lines.map((t) => trunc(t, maxChars));
   const w = Math.min(MAXW, Math.max(70, Math.max(...lines.map((t) => t.length)) * CH + 14));
   return { lines, w, h: lines.length * LINE + 8 };
+}
+
+/** A collapsed group's last line, in what a person sizes a layer by: its output's shape and
+ * its parameters (`→ f32[16,32] · 1.06K params`); for kernels, their flops (XLA). */
+export function groupSummary(pg, g) {
+  if (pg.isCompiled) return g.flops ? `${fmtNum(g.flops)} flops (XLA)` : topOps(g, 3).join(", ");
+  let last = null;
+  const params = new Set();
+  const walk = (grp) => {
+    for (const it of grp.items) {
+      if (it.type === "group") { walk(pg.groups.get(it.id)); continue; }
+      const n = pg.byId.get(it.id);
+      if (n.kind === "op" && (!last || it.first > last.first)) last = { first: it.first, shape: n.shape };
+      for (const id of pg.inLabels.get(n.id) || []) if (pg.byId.get(id).kind === "param") params.add(id);
+    }
+  };
+  walk(g);
+  if (!last?.shape) return topOps(g, 3).join(", ");
+  let count = 0;
+  for (const id of params) count += elements(pg.byId.get(id).shape);
+  return `→ ${String(last.shape).replace(/\{[^}]*\}/g, "")}${count ? ` · ${fmtNum(count)} params` : ""}`;
+}
+
+/** Elements of an array shape `f32[16,32]{1,0}` (a scalar: 1). */
+function elements(shape) {
+  const m = /\[([^\]]*)\]/.exec(String(shape || ""));
+  if (!m) return 0;
+  return m[1].split(",").filter((d) => d.trim()).reduce((k, d) => k * (Number.parseInt(d, 10) || 0), 1);
 }
 
 /**
@@ -304,7 +333,7 @@ function layoutFrame(box, byKey, boxAgg) {
   box.inner = layoutBox(box.children.map((c) => ({ key: c.key, w: c.w, h: c.h })), box.ranked, box.ports,
     attachments(box, byKey, boxAgg.get(box.key) || []));
   const root = box.key === "root";
-  box.title = root ? "" : `▾ ${trunc(box.group.label, 40)} · ${box.group.kind} · ${fmtNum(box.group.count)} ops`;
+  box.title = root ? "" : `▾ ${trunc(box.group.label, 40)} · ${box.group.kind} · ${fmtNum(box.group.count)} ${box.group.unit || "ops"}`;
   const minW = root ? 0 : box.title.length * CH + 2 * PAD;
   box.w = Math.max(box.inner.width + (root ? 0 : 2 * PAD), minW);
   box.h = box.inner.height + (root ? 0 : HEADER + PAD);

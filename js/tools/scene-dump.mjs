@@ -7,7 +7,7 @@ import { buildScene, initialExpansion } from "../scene.js";
 const [file, limit = "60", budget = "400"] = process.argv.slice(2);
 const report = JSON.parse(readFileSync(file, "utf8"));
 const out = {};
-for (const which of ["traced", "compiled", "gradient"]) {
+for (const which of ["traced", "compiled", "gradient", "gradient_compiled"]) {
   const graph = report.graphs?.[which];
   if (!graph) continue;
   const pg = prepareGraph(graph, report);

@@ -112,17 +112,19 @@ def fusion_scopes(op_names: list[str], kinds: CallKinds) -> tuple[list[str], lis
     the tanh of a ``jax.nn.gelu`` in ``block``. Backward labels are marked ``(backward)``."""
     paths: set[str] = set()
     libs: set[str] = set()
+    bare = False  # an op with no label at all: a reducer's region, a shared constant
     for op_name in op_names:
         for part in op_name.split(";"):
             found = _op_name_scope(part, kinds)
             if found is not None:
-                paths.add(found[0])
+                if found[0] or found[1]:
+                    paths.add(found[0])
+                else:
+                    bare = True
                 if found[1]:
                     libs.add(found[1])
-    if len(paths) > 1:
-        # an op of the top level beside ops in groups is a reducer's region or a shared constant
-        # (XLA strips their scopes): the kernel is the groups'
-        paths.discard("")
+    if bare and not paths:
+        paths.add("")  # a kernel of the top level
     return sorted(paths), sorted(libs)
 
 

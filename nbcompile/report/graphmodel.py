@@ -37,6 +37,7 @@ CHUNK_FANOUT = 20
 MAX_DEPTH = 64
 GATHER = 8  # more outputs than this at the top: each drawn in the group that made it
 _SCALAR = re.compile(r"^[a-z0-9]+\[\]$", re.IGNORECASE)
+_BACKWARD = " (backward)"
 _CALL_LABEL = re.compile(r"#\d+( \(backward\))?$")
 #: what a kernel does, in a word (``kernelTitle``): its most telling op
 _OP_WORDS = {
@@ -90,6 +91,7 @@ class Group:
     line_min: float = float("inf")
     line_max: float = float("-inf")
     call: str | None = None  # "call" (the user's function) | "library" (a library call) | None
+    unit: str = "ops"  # what it counts: "ops", or "kernels" in a compiled graph
 
 
 @dataclass
@@ -110,6 +112,8 @@ class PreparedGraph:
     #: node id -> the calls a kernel was fused across (it is drawn on their boundary)
     across: dict[str, list[str]] = field(default_factory=dict)
     report: dict[str, Any] | None = None
+    #: zero-cost kernels folded into their neighbours (also in ``labels``: not drawn)
+    folded: set[str] = field(default_factory=set)
 
 
 def fmt_num(x: Any) -> str:
@@ -145,27 +149,67 @@ def _is_label(n: dict[str, Any]) -> bool:
     )
 
 
+#: a kernel that moves no data of its own (``zeroCost``): folded into its neighbours
+_ZERO_COST = {"bitcast", "copy", "reshape", "tuple", "get-tuple-element"}
+
+
+def _zero_cost(n: dict[str, Any], fusion_by_id: dict[str, dict[str, Any]]) -> bool:
+    if n.get("kind") not in ("op", "fusion"):
+        return False
+    f = fusion_by_id.get(n["fusion"]) if n.get("fusion") else None
+    ops = (f.get("ops") or []) if f is not None else [n.get("opcode") or n.get("op")]
+    return bool(ops) and all(o in _ZERO_COST for o in ops)
+
+
 def prepare_graph(graph: dict[str, Any], report: dict[str, Any]) -> PreparedGraph:
     """Index one report graph for drawing (``prepareGraph``)."""
     nodes = graph.get("nodes") or []
-    by_id, index, labels = {}, {}, set()
+    graphs = report.get("graphs") or {}
+    # the train step's kernels (--grad: the value_and_grad program) are its own fusions'
+    step = graph is graphs.get("gradient_compiled")
+    fusion_by_id = {
+        f["id"]: f for f in (report.get("gradient_fusions" if step else "fusions") or [])
+    }
+    is_compiled = step or graph is graphs.get("compiled")
+    by_id, index, labels, folded = {}, {}, set(), set()
     for i, n in enumerate(nodes):
         by_id[n["id"]] = n
         index[n["id"]] = i
         if _is_label(n):
             labels.add(n["id"])
+        elif is_compiled and _zero_cost(n, fusion_by_id):
+            folded.add(n["id"])
+    into: dict[str, list[str]] = {}
+    if folded:
+        for e in graph.get("edges") or []:
+            if e.get("dst") in folded:
+                into.setdefault(e["dst"], []).append(e.get("src"))
+
+    def sources_of(nid: str, seen: set[str]) -> list[str]:
+        if nid not in folded:
+            return [nid]
+        if nid in seen:
+            return []
+        seen.add(nid)
+        return [q for p in into.get(nid, []) for q in sources_of(p, seen)]
+
     in_labels: dict[str, list[str]] = {}
     label_users: dict[str, list[str]] = {}
     edges = []
     for e in graph.get("edges") or []:
         src, dst = e.get("src"), e.get("dst")
-        if src not in by_id or dst not in by_id or dst in labels:
+        if src not in by_id or dst not in by_id or dst in labels or dst in folded:
             continue
-        if src in labels:
-            in_labels.setdefault(dst, []).append(src)
-            label_users.setdefault(src, []).append(dst)
-            continue
-        edges.append(e)
+        srcs = list(dict.fromkeys(sources_of(src, set()))) if src in folded else [src]
+        for s in srcs:
+            if s not in by_id:
+                continue
+            if s in labels:
+                in_labels.setdefault(dst, []).append(s)
+                label_users.setdefault(s, []).append(dst)
+                continue
+            edges.append(e if s == src else {**e, "src": s})
+    labels |= folded  # not drawn (and not a label on its consumers)
     pg = PreparedGraph(
         graph=graph,
         nodes=nodes,
@@ -175,11 +219,14 @@ def prepare_graph(graph: dict[str, Any], report: dict[str, Any]) -> PreparedGrap
         in_labels=in_labels,
         label_users=label_users,
         edges=edges,
-        fusion_by_id={f["id"]: f for f in report.get("fusions") or []},
-        is_compiled=graph is (report.get("graphs") or {}).get("compiled"),
+        fusion_by_id=fusion_by_id,
+        is_compiled=is_compiled,
         report=report,
+        folded=folded,
     )
     _build_tree(pg)
+    for g in pg.groups.values():
+        g.unit = "kernels" if is_compiled else "ops"
     return pg
 
 
@@ -205,25 +252,35 @@ def _build_tree(pg: PreparedGraph) -> None:
             calls = _call_paths(pg, n)
             if calls:
                 sites[n["id"]] = _call_site(calls)
+        if sites and pg.is_compiled:
+            _place_bare(pg, drawn, sites)
         shared: dict[str, int] = {}  # kernels on one boundary
         for _prefix, nxt, key in sites.values():
             if len(nxt) > 1:
                 shared[key] = shared.get(key, 0) + 1
-        # with calls known, more than GATHER kernels outside them are one group, not a row
-        outside = [
-            n
-            for n in drawn
-            if sites and n["id"] not in sites and n.get("kind") != "output" and not n.get("path")
-        ]
+
+        def top(n: dict[str, Any]) -> bool:
+            site = sites.get(n["id"])
+            if site is None:
+                return not n.get("path")
+            return not site[0] and len(site[1]) < 2
+
+        # with calls known, more than GATHER kernels outside them are one group (two in a
+        # train step: forward, backward), not a row of boxes
+        outside = [n for n in drawn if sites and n.get("kind") != "output" and top(n)]
         if len(outside) > GATHER:
-            groups["x:"] = Group("x:", "outside your calls", "chunk", "")
             for n in outside:
-                node_group[n["id"]] = "x:"
+                back = n.get("phase") == "backward"
+                gid = "x:b" if back else "x:"
+                if gid not in groups:
+                    label = "outside your calls (backward)" if back else "outside your calls"
+                    groups[gid] = Group(gid, label, "chunk", "")
+                node_group[n["id"]] = gid
         for n in drawn:
+            if n["id"] in node_group:
+                continue
             if n["id"] in sites:
                 node_group[n["id"]] = _call_group(pg, groups, n, sites[n["id"]], shared)
-                continue
-            if n["id"] in node_group:
                 continue
             segs = [s for s in str(n.get("path") or "").split("/") if s]
             if len(segs) > MAX_DEPTH:
@@ -308,10 +365,37 @@ def _call_paths(pg: PreparedGraph, n: dict[str, Any]) -> list[str]:
     return f["functions"] if f and isinstance(f.get("functions"), list) else []
 
 
+def _place_bare(
+    pg: PreparedGraph, drawn: list[dict[str, Any]], sites: dict[str, tuple[Any, ...]]
+) -> None:
+    """A kernel XLA left without the user's names (a broadcast, an iota) sits with its
+    neighbour: its first consumer's place, else its first producer's."""
+    preds: dict[str, list[str]] = {}
+    succs: dict[str, list[str]] = {}
+    for e in pg.edges:
+        preds.setdefault(e["dst"], []).append(e["src"])
+        succs.setdefault(e["src"], []).append(e["dst"])
+
+    def bare(n: dict[str, Any]) -> bool:
+        return n["id"] not in sites and n.get("kind") in ("op", "fusion") and not n.get("path")
+
+    for n in reversed(drawn):
+        nb = next((i for i in succs.get(n["id"], []) if i in sites), None) if bare(n) else None
+        if nb is not None:
+            sites[n["id"]] = sites[nb]
+    for n in drawn:
+        nb = next((i for i in preds.get(n["id"], []) if i in sites), None) if bare(n) else None
+        if nb is not None:
+            sites[n["id"]] = sites[nb]
+
+
 def _call_site(calls: list[str]) -> tuple[list[str], list[str], str]:
     """Where a kernel's call paths meet (``callSite``): (their longest common path, the calls
-    below it they come from, a key)."""
+    below it they come from, a key). Forward ops fused into a backward kernel are recomputed
+    for it: the kernel is the backward group's."""
     paths = [[s for s in str(c).split("/") if s] for c in calls]
+    if any(s.endswith(_BACKWARD) for p in paths for s in p):
+        paths = [[s if s.endswith(_BACKWARD) else s + _BACKWARD for s in p] for p in paths]
     k = 0
     while all(k < len(p) and p[k] == paths[0][k] for p in paths):
         k += 1

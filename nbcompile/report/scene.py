@@ -10,6 +10,7 @@ the widget (tests/widgets/test_layout_parity.py).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,6 +198,48 @@ def _js_str(v: Any) -> str:
     return str(v)
 
 
+_LAYOUT = re.compile(r"\{[^}]*\}")
+_DIMS = re.compile(r"\[([^\]]*)\]")
+
+
+def group_summary(pg: PreparedGraph, g: Group) -> str:
+    """A collapsed group's last line (``groupSummary``): its output's shape and parameters
+    (``→ f32[16,32] · 1.06K params``); for kernels, their flops (XLA)."""
+    if pg.is_compiled:
+        return f"{fmt_num(g.flops)} flops (XLA)" if g.flops else ", ".join(top_ops(g, 3))
+    last: tuple[float, Any] | None = None
+    params: dict[str, None] = {}
+    stack = [g]
+    while stack:
+        grp = stack.pop()
+        for typ, iid, first in grp.items:
+            if typ == "group":
+                stack.append(pg.groups[iid])
+                continue
+            n = pg.by_id[iid]
+            if n.get("kind") == "op" and (last is None or first > last[0]):
+                last = (first, n.get("shape"))
+            for lid in pg.in_labels.get(iid, []):
+                if pg.by_id[lid].get("kind") == "param":
+                    params[lid] = None
+    if last is None or not last[1]:
+        return ", ".join(top_ops(g, 3))
+    count = sum(_elements(pg.by_id[lid].get("shape")) for lid in params)
+    return f"→ {_LAYOUT.sub('', str(last[1]))}" + (f" · {fmt_num(count)} params" if count else "")
+
+
+def _elements(shape: Any) -> int:
+    m = _DIMS.search(str(shape or ""))
+    if not m:
+        return 0
+    out = 1
+    for d in m.group(1).split(","):
+        if d.strip():
+            digits = re.match(r"\s*(-?\d+)", d)
+            out *= int(digits.group(1)) if digits else 0
+    return out
+
+
 def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
     """Lines of text and size of a leaf box (``leafText``)."""
     if c.node is not None:
@@ -232,7 +275,9 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
             lr = f" · L{_js_str(g.line_min)}"
             if g.line_max > g.line_min:
                 lr += "–" + _js_str(g.line_max)
-        lines = [f"▸ {g.label}", f"{g.kind} · {fmt_num(g.count)} ops{lr}", ", ".join(top_ops(g, 3))]
+        kind = "" if g.kind == "chunk" else f"{g.kind} · "
+        unit = "kernels" if pg.is_compiled else "ops"
+        lines = [f"▸ {g.label}", f"{kind}{fmt_num(g.count)} {unit}{lr}", group_summary(pg, g)]
     max_chars = math.floor((MAXW - 14) / CH)
     lines = [trunc(t, max_chars) for t in lines]
     w = min(MAXW, max(70, max(len(t) for t in lines) * CH + 14))
@@ -510,7 +555,8 @@ def _layout_frame(box: Box, by_key: dict[str, Box], box_agg: dict[str, list[Scen
     )
     root = box.key == "root"
     g = box.group
-    box.title = "" if root else f"▾ {trunc(g.label, 40)} · {g.kind} · {fmt_num(g.count)} ops"
+    unit = g.unit or "ops"
+    box.title = "" if root else f"▾ {trunc(g.label, 40)} · {g.kind} · {fmt_num(g.count)} {unit}"
     min_w = 0 if root else len(box.title) * CH + 2 * PAD
     box.w = max(box.inner.width + (0 if root else 2 * PAD), min_w)
     box.h = box.inner.height + (0 if root else HEADER + PAD)

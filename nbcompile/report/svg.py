@@ -182,8 +182,12 @@ def graph_svg(
     root = scene.root
     n_drawn = len(pg.nodes) - len(pg.labels)
     units = sum(1 for b in scene.boxes.values() if b.children is None)
-    note = f"{units} boxes for {n_drawn} ops" + (
-        f"; {len(pg.labels)} parameters/scalars shown as labels" if pg.labels else ""
+    shown = len(pg.labels) - len(pg.folded)
+    what = "kernels" if pg.is_compiled else "ops"
+    note = (
+        f"{units} boxes for {n_drawn} {what}"
+        + (f"; {shown} parameters/scalars shown as labels" if shown else "")
+        + (f"; {len(pg.folded)} zero-cost bitcasts/copies folded" if pg.folded else "")
     )
     width = max(root.w + 2 * m, len(title or "") * 8.0 + 2 * m, len(note) * 6.2 + 2 * m)
     height = root.h + 2 * m + top + foot

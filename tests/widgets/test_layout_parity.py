@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js runs the front end
 
 def _python(report: dict[str, Any], limit: int, budget: int) -> dict[str, Any]:
     out = {}
-    for which in ("traced", "compiled", "gradient"):
+    for which in ("traced", "compiled", "gradient", "gradient_compiled"):
         graph = (report.get("graphs") or {}).get(which)
         if not graph:
             continue
