@@ -35,6 +35,13 @@ export function gradientPanel(report) {
 }
 
 /** Fusion table under the compiled graph (largest first; the first 100 until asked). */
+/** The user's call or module a kernel came from: its first call path, else its first module
+ * path, with how many more (report/fallback.py: fusion_where). */
+export function fusionWhere(f) {
+  const paths = (f.functions || []).length ? f.functions : f.modules || [];
+  return paths.length ? String(paths[0]) + (paths.length > 1 ? ` +${paths.length - 1}` : "") : "–";
+}
+
 export function fusionTable(report, select, pg = null) {
   // pg: the drawn compiled graph (the train step's with --grad): its fusions, rows select its nodes
   const step = pg && pg.graph === report.graphs?.gradient_compiled;
@@ -48,11 +55,11 @@ export function fusionTable(report, select, pg = null) {
       const name = h("span", { class: "nbc-link" }, f.name || f.id);
       activatable(name, () => select(target(f)));
       const where = (f.lines || []).join(", ") || (f.locations || []).map((l) => l.label).slice(0, 2).join(", ") || "–";
-      return [name, f.kind, trunc((f.ops || []).join(", "), 60), fmtNum(f.flops), fmtBytes(f.bytes), fmtBytes(f.bytes_saved),
+      return [name, fusionWhere(f), f.kind, trunc((f.ops || []).join(", "), 60), fmtNum(f.flops), fmtBytes(f.bytes), fmtBytes(f.bytes_saved),
         where, f.phase || "–"];
     });
     const from = fusions[0] ? ` (${fromOf(fusions[0], "flops") || "?"})` : "";
-    wrap.appendChild(table(["fusion", "kind", "ops", `flops${from}`, `bytes${from}`, "bytes saved (estimate)", "lines", "phase"], rows));
+    wrap.appendChild(table(["fusion", "call / module", "kind", "ops", `flops${from}`, `bytes${from}`, "bytes saved (estimate)", "lines", "phase"], rows));
     if (fusions.length > limit) {
       const more = h("button", { class: "nbc-btn", type: "button" }, `show all ${fusions.length}`);
       more.addEventListener("click", () => draw(fusions.length));

@@ -94,11 +94,11 @@ function build(el, report, opts, view) {
   // with --grad the Compiled tab draws the train step's kernels (forward and backward), or on
   // request the forward program's alone
   const hasStep = !!report.graphs.gradient_compiled && !!report.graphs.compiled;
-  state.step = hasStep;
   const gkey = (tab) => (tab === "compiled" && state.step ? "compiled-step" : tab);
   const graphOfTab = (tab) => (tab === "compiled" ? (state.step ? "gradient_compiled" : "compiled")
     : tab === "gradient" && report.graphs.gradient ? "gradient" : "traced");
   const heat = timeHeat(report, report.graphs.compiled);
+  state.step = hasStep && !heat; // a profiled forward program first, coloured by measured time
   const diff = report.extras?.changes?.diff || null;
   view.timings.prepared = performance.now() - view.t0;
   const has = { graph: true, compiled: !!report.graphs.compiled, source: (report.source?.lines || []).length > 0 || (report.sources || []).length > 0,
