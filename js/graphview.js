@@ -79,7 +79,12 @@ export class GraphView {
     this.expanded.add(gid);
     this.render();
     const box = this.boxes.get("g:" + gid);
-    if (box) this.focusBox(box); // fit the group just opened
+    // fit the group just opened; beside its open forward (or backward) twin, the two of them
+    const twin = box && (box.follow?.lead || box.leads);
+    if (box && twin) {
+      const x = Math.min(box.x, twin.x), y = Math.min(box.y, twin.y);
+      this.focusBox({ x, y, w: Math.max(box.x + box.w, twin.x + twin.w) - x, h: Math.max(box.y + box.h, twin.y + twin.h) - y });
+    } else if (box) this.focusBox(box);
     return true;
   }
 

@@ -171,13 +171,15 @@ export function buildScene(pg, expanded) {
     a.cv = [...av.slice(i).map((g) => "g:" + g), a.v];
     (boxEdges.get(a.box) || boxEdges.set(a.box, []).get(a.box)).push([a.cu[0], a.cv[0]]);
   }
+  // outputs the backward pass made (the gradients)
+  const backOut = new Set(pg.nodes.filter((n) => n.kind === "output" && (pg.preds.get(n.id) || []).some((p) => pg.byId.get(p)?.phase === "backward")).map((n) => n.id));
   const byKey = new Map();
   const index = (box) => { byKey.set(box.key, box); (box.children || []).forEach(index); };
   index(tree);
   for (const box of byKey.values()) {
     if (!box.children) continue;
     const keys = box.children.map((c) => c.key);
-    box.mirror = mirrorOf(box);
+    box.mirror = mirrorOf(box, false, backOut);
     box.ranked = box.mirror ? mirrorRank(keys, boxEdges.get(box.key) || [], box.mirror.columns, box.mirror.partner)
       : rank(keys, boxEdges.get(box.key) || []);
     box.ports = { top: [], bottom: [] };
@@ -196,7 +198,7 @@ export function buildScene(pg, expanded) {
   }
   const pairUp = (F, B) => {
     if (!F.children || !B.children || F.mirror || B.mirror) return;
-    const inner = mirrorOf({ children: [...F.children, ...B.children] }, true)?.partner;
+    const inner = mirrorOf({ children: [...F.children, ...B.children] }, true, backOut)?.partner;
     if (!inner?.size) return;
     F.ranked.columns = new Map(F.children.map((c) => [c.key, 0]));
     B.ranked = followRank(B.children.map((c) => c.key), boxEdges.get(B.key) || [], inner, F.ranked.layer,
@@ -258,7 +260,7 @@ const BACKWARD = " (backward)";
  * `block#3 (backward)`): {columns: Map(key -> 0 forward | 1 backward), partner: Map(backward
  * key -> forward key)}, or null (also when the backward side is mostly loose ops, not groups,
  * unless `loose`: inside a facing pair). */
-function mirrorOf(box, loose = false) {
+function mirrorOf(box, loose = false, backOut = null) {
   const byLabel = new Map();
   for (const c of box.children) if (c.group) byLabel.set(c.group.label, c.key);
   const partner = new Map();
@@ -269,11 +271,13 @@ function mirrorOf(box, loose = false) {
   if (!partner.size) return null;
   const columns = new Map();
   for (const c of box.children) {
-    const back = partner.has(c.key) || (c.group ? c.group.label.endsWith(BACKWARD) || groupPhase(c.group) === "backward" : c.node.phase === "backward");
+    // (a gradient, an output the backward pass made, is the backward column's)
+    const back = partner.has(c.key) || (c.group ? c.group.label.endsWith(BACKWARD) || groupPhase(c.group) === "backward"
+      : c.node.phase === "backward" || !!backOut?.has(c.node.id));
     columns.set(c.key, back ? 1 : 0);
   }
   const unpaired = box.children.filter((c) => columns.get(c.key) && !partner.has(c.key)).length;
-  return unpaired > partner.size && !loose ? null : { columns, partner };
+  return unpaired > 3 * partner.size && !loose ? null : { columns, partner };
 }
 
 /** A group's labels from the root down: `loss#1/block#3`. */

@@ -313,6 +313,17 @@ def build_scene(pg: PreparedGraph, expanded: set[str]) -> Scene:
         a.cu = ["g:" + g for g in au[i:]] + [a.u]
         a.cv = ["g:" + g for g in av[i:]] + [a.v]
         box_edges.setdefault(a.box, []).append((a.cu[0], a.cv[0]))
+    # outputs the backward pass made (the gradients)
+    phase_of = {n["id"]: n.get("phase") for n in pg.nodes}
+    made_by: dict[str, list[str]] = {}
+    for e in pg.edges:
+        made_by.setdefault(e["dst"], []).append(e["src"])
+    back_out = {
+        n["id"]
+        for n in pg.nodes
+        if n.get("kind") == "output"
+        and any(phase_of.get(p) == "backward" for p in made_by.get(n["id"], []))
+    }
     by_key: dict[str, Box] = {}
 
     def index(box: Box) -> None:
@@ -324,7 +335,7 @@ def build_scene(pg: PreparedGraph, expanded: set[str]) -> Scene:
     for box in by_key.values():
         if box.children is not None:
             keys = [c.key for c in box.children]
-            box.mirror = _mirror_of(box)
+            box.mirror = _mirror_of(box, False, back_out)
             box.ranked = (
                 mirror_rank(keys, box_edges.get(box.key, []), *box.mirror)
                 if box.mirror
@@ -342,7 +353,7 @@ def build_scene(pg: PreparedGraph, expanded: set[str]) -> Scene:
     def pair_up(f: Box, b: Box) -> None:
         if f.children is None or b.children is None or f.mirror or b.mirror:
             return
-        found = _mirror_of(Box("", children=[*f.children, *b.children]), loose=True)
+        found = _mirror_of(Box("", children=[*f.children, *b.children]), True, back_out)
         if not found or not found[1]:
             return
         assert f.ranked is not None
@@ -435,7 +446,9 @@ def report_gradient(pg: PreparedGraph) -> dict[str, Any]:
     return pg.report.get("gradient") or {} if pg.report else {}
 
 
-def _mirror_of(box: Box, loose: bool = False) -> tuple[dict[str, int], dict[str, str]] | None:
+def _mirror_of(
+    box: Box, loose: bool = False, back_out: set[str] | None = None
+) -> tuple[dict[str, int], dict[str, str]] | None:
     """Two facing columns for a box holding calls and their backward groups (``mirrorOf``);
     None also when the backward side is mostly loose ops, not groups (unless ``loose``: the
     children of a facing pair)."""
@@ -456,11 +469,12 @@ def _mirror_of(box: Box, loose: bool = False) -> tuple[dict[str, int], dict[str,
             back = True
         elif c.group is not None:
             back = c.group.label.endswith(BACKWARD) or group_phase(c.group) == "backward"
-        else:
-            back = (c.node or {}).get("phase") == "backward"
+        else:  # (a gradient, an output the backward pass made, is the backward column's)
+            node = c.node or {}
+            back = node.get("phase") == "backward" or node.get("id") in (back_out or ())
         columns[c.key] = 1 if back else 0
     unpaired = sum(1 for c in box.children or [] if columns[c.key] and c.key not in partner)
-    return None if unpaired > len(partner) and not loose else (columns, partner)
+    return None if unpaired > 3 * len(partner) and not loose else (columns, partner)
 
 
 def _group_path(pg: PreparedGraph, g: Group | None) -> str:
