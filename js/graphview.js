@@ -498,7 +498,7 @@ export function boxHooks(pg, node, group, phases) {
   } else if (group) phase = group.label.endsWith(" (backward)") ? "backward" : groupPhase(group);
   // data-in: the labels of the groups holding the box, outermost first (`mlp#1/layer#3`)
   const key = node ? "n:" + node.id : "g:" + group?.id;
-  const holders = ancestors(pg, key).map((gid) => pg.groups.get(gid)).filter((g) => g.kind !== "chunk" && g.kind !== "across");
+  const holders = ancestors(pg, key).map((gid) => pg.groups.get(gid)).filter((g) => !["chunk", "across", "rest"].includes(g.kind));
   return { "data-kind": kind, "data-name": name, "data-kernel": kernel, "data-in": holders.map((g) => g.label).join("/") || null,
     "data-phase": phases ? phase || null : null };
 }

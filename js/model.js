@@ -189,11 +189,11 @@ function buildTree(pg) {
     // step: forward, backward), not a row of boxes
     const top = (n) => (!sites.has(n.id) && !n.path) || (sites.has(n.id) && !sites.get(n.id).prefix.length && sites.get(n.id).next.length < 2);
     const outside = sites.size ? drawn.filter((n) => n.kind !== "output" && top(n)) : [];
-    if (outside.length > GATHER) {
+    if (outside.length > (pg.isCompiled ? LOOSE : GATHER)) {
       for (const n of outside) {
         const back = n.phase === "backward";
         const gid = back ? "x:b" : "x:";
-        if (!groups.has(gid)) groups.set(gid, mkGroup(gid, back ? "outside your calls (backward)" : "outside your calls", "chunk", ""));
+        if (!groups.has(gid)) groups.set(gid, mkGroup(gid, back ? "outside your calls (backward)" : "outside your calls", "rest", ""));
         nodeGroup.set(n.id, gid);
       }
     }
@@ -325,6 +325,9 @@ function callGroup(pg, groups, n, site, shared) {
  * gradient, an updated parameter) made inside one group is drawn in that group: no row of N
  * output boxes, each gradient at the backward call that made it. */
 const GATHER = 8;
+/** More kernels than this outside the user's calls: gathered (a row of them would be wider than
+ * the canvas at a legible size). */
+const LOOSE = 4;
 function gatherOutputs(pg, drawn, nodeGroup) {
   const loose = drawn.filter((n) => n.kind === "output" && !nodeGroup.get(n.id)).length;
   if (loose <= GATHER && !drawn.some((n) => n.phase === "backward")) return;
@@ -381,7 +384,7 @@ export function kernelTitle(pg, n) {
     what = telling ? OP_WORDS[telling] : rest.length ? rest.slice(0, 2).join("+") : ops[0] || n.op;
   }
   let g = pg.groups?.get(pg.parentOf?.get("n:" + n.id) || "");
-  while (g && g.id !== "" && (g.kind === "chunk" || g.kind === "across")) g = pg.groups.get(g.parent);
+  while (g && g.id !== "" && ["chunk", "across", "rest"].includes(g.kind)) g = pg.groups.get(g.parent);
   const across = pg.across?.get(n.id);
   const where = across ? across.join(" + ") : g && g.id !== "" ? g.label : pg.report?.name || "";
   return where ? `${where} · ${what}` : what;

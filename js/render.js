@@ -279,6 +279,8 @@ function build(el, report, opts, view) {
     }
     details.textContent = "";
     details.appendChild(detailsFor(report, r.info, { pgs, select }));
+    // the details panel only once something is selected: until then the drawing has the width
+    details.hidden = r.info.type === "none";
     if (codeHolder) showCode(r.info);
   }
 

@@ -34,7 +34,7 @@ export const BUDGET = 400;
 /** A group the user wrote: a call of their own function, a module or named scope, a loop, a
  * nested jit; not a library call (`gelu`), a custom-derivative wrapper or a program chunk. */
 export function isUserGroup(g) {
-  return g.call !== "library" && !["custom", "chunk", "across"].includes(g.kind);
+  return g.call !== "library" && !["custom", "chunk", "across", "rest"].includes(g.kind);
 }
 
 /** Opening `g` shows more of the user's own structure: it holds a call or module of theirs
@@ -105,7 +105,7 @@ export function leafText(pg, c) {
   } else {
     const g = c.group;
     const lr = g.lineMin <= g.lineMax ? ` · L${g.lineMin}${g.lineMax > g.lineMin ? "–" + g.lineMax : ""}` : "";
-    lines = [`▸ ${g.label}`, `${g.kind === "chunk" ? "" : g.kind + " · "}${fmtNum(g.count)} ${pg.isCompiled ? "kernels" : "ops"}${lr}`,
+    lines = [`▸ ${g.label}`, `${g.kind === "chunk" || g.kind === "rest" ? "" : g.kind + " · "}${fmtNum(g.count)} ${pg.isCompiled ? "kernels" : "ops"}${lr}`,
       groupSummary(pg, g)];
   }
   const maxChars = Math.floor((MAXW - 14) / CH);

@@ -36,6 +36,7 @@ CHUNK = 50
 CHUNK_FANOUT = 20
 MAX_DEPTH = 64
 GATHER = 8  # more outputs than this at the top: each drawn in the group that made it
+LOOSE = 4  # more kernels than this outside the user's calls: gathered (``LOOSE``)
 _SCALAR = re.compile(r"^[a-z0-9]+\[\]$", re.IGNORECASE)
 _BACKWARD = " (backward)"
 _CALL_LABEL = re.compile(r"#\d+( \(backward\))?$")
@@ -268,13 +269,13 @@ def _build_tree(pg: PreparedGraph) -> None:
         # with calls known, more than GATHER kernels outside them are one group (two in a
         # train step: forward, backward), not a row of boxes
         outside = [n for n in drawn if sites and n.get("kind") != "output" and top(n)]
-        if len(outside) > GATHER:
+        if len(outside) > (LOOSE if pg.is_compiled else GATHER):
             for n in outside:
                 back = n.get("phase") == "backward"
                 gid = "x:b" if back else "x:"
                 if gid not in groups:
                     label = "outside your calls (backward)" if back else "outside your calls"
-                    groups[gid] = Group(gid, label, "chunk", "")
+                    groups[gid] = Group(gid, label, "rest", "")
                 node_group[n["id"]] = gid
         for n in drawn:
             if n["id"] in node_group:
@@ -449,7 +450,7 @@ def kernel_title(pg: PreparedGraph, n: dict[str, Any]) -> str:
         rest = list(dict.fromkeys(o for o in ops if o not in _PLAIN))
         what = _OP_WORDS[telling] if telling else "+".join(rest[:2]) if rest else ops[0] or n["op"]
     g = pg.groups.get(pg.parent_of.get("n:" + n["id"], ""))
-    while g is not None and g.id != "" and g.kind in ("chunk", "across"):
+    while g is not None and g.id != "" and g.kind in ("chunk", "across", "rest"):
         g = pg.groups.get(g.parent or "")
     across = pg.across.get(n["id"])
     if across:

@@ -118,7 +118,7 @@ class Scene:
 #: boxes (one group alone: up to the budget); the Gradient tab's facing columns: INITIAL_LIMIT
 FIRST_LIMIT = 25
 INITIAL_LIMIT = 60
-_NOT_USER = ("custom", "chunk", "across")
+_NOT_USER = ("custom", "chunk", "across", "rest")
 
 
 def is_user_group(g: Group) -> bool:
@@ -275,7 +275,7 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
             lr = f" · L{_js_str(g.line_min)}"
             if g.line_max > g.line_min:
                 lr += "–" + _js_str(g.line_max)
-        kind = "" if g.kind == "chunk" else f"{g.kind} · "
+        kind = "" if g.kind in ("chunk", "rest") else f"{g.kind} · "
         unit = "kernels" if pg.is_compiled else "ops"
         lines = [f"▸ {g.label}", f"{kind}{fmt_num(g.count)} {unit}{lr}", group_summary(pg, g)]
     max_chars = math.floor((MAXW - 14) / CH)

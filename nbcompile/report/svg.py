@@ -113,7 +113,7 @@ def box_hooks(pg: Any, node: dict[str, Any] | None, group: Any, phases: bool) ->
         kind, name, phase = "group", group.label if group else "", _group_phase(group)
         key = "g:" + (group.id if group else "")
     holders = [pg.groups[g] for g in ancestors(pg, key)]
-    inside = "/".join(g.label for g in holders if g.kind not in ("chunk", "across"))
+    inside = "/".join(g.label for g in holders if g.kind not in ("chunk", "across", "rest"))
     out = f' data-kind="{kind}" data-name="{escape(str(name or ""))}"'
     if kernel is not None:
         out += f' data-kernel="{escape(str(kernel))}"'

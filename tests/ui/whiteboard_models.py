@@ -164,3 +164,58 @@ CALLS = {
     "equinox": ["layers_0", "layers_4", "layers_6", "layers_8"],
     "convnet": ["conv#1", "conv#2"],
 }
+
+BACKWARD = " (backward)"
+
+
+def _cut(path: str, library: set[str]) -> list[str]:
+    """A call path's labels down to the first library call (``gelu``: a kernel's name)."""
+    out = []
+    for label in (c for c in path.split("/") if c):
+        if label.removesuffix(BACKWARD) in library:
+            break
+        out.append(label)
+    return out
+
+
+def _common(paths: list[list[str]]) -> list[str]:
+    out = []
+    for parts in zip(*paths, strict=False):
+        if any(p != parts[0] for p in parts):
+            break
+        out.append(parts[0])
+    return out
+
+
+def place_error(
+    kernel: str,
+    inside: list[str],
+    functions: list[str],
+    modules: list[str],
+    top_level: bool,
+    library: set[str],
+) -> str | None:
+    """Why a kernel drawn inside the groups ``inside`` (outermost first) is not in the calls
+    and modules it came from (XLA's op metadata: ``Fusion.functions``, ``Fusion.modules``), or
+    None. It must be inside every group all its ops share, and only in groups holding one of its
+    ops (XLA merges equal constants of several calls into one named after the first, so a
+    kernel's metadata may name a call it only took a constant from). A forward call fused into a
+    backward kernel is read as its backward twin; ``top_level``: one of its ops is outside
+    every module and call (the kernel sits at the top)."""
+    calls = [_cut(p, library) for p in functions]
+    if any(c.endswith(BACKWARD) for p in calls for c in p):
+        calls = [[c if c.endswith(BACKWARD) else c + BACKWARD for c in p] for p in calls]
+    mods = [[m for m in p.split("/") if m] for p in modules if p]
+    got_mods = [g.removesuffix(BACKWARD) for g in inside if "#" not in g]
+    got_mods = [g for g in got_mods if not g.startswith("outside your calls")]
+    for got, paths in (([g for g in inside if "#" in g], calls), (got_mods, mods)):
+        if not paths:
+            if got:
+                return f"{kernel}: drawn in {inside}, its ops are in none"
+            continue
+        want = [] if top_level else _common(paths)
+        if got[: len(want)] != want:
+            return f"{kernel}: drawn in {inside}, not inside {want} (its ops: {paths})"
+        if not any(p[: len(got)] == got for p in paths):
+            return f"{kernel}: drawn in {inside}, which holds none of its ops ({paths})"
+    return None

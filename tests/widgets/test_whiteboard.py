@@ -19,14 +19,13 @@ import pytest
 from nbcompile.report.graphmodel import ancestors, prepare_graph
 from nbcompile.report.scene import build_scene, initial_expansion
 from nbcompile.report.svg import graph_scene
-from tests.ui.whiteboard_models import CALLS, MODELS
+from tests.ui.whiteboard_models import BACKWARD, CALLS, MODELS, place_error
 
 from .test_layout_parity import NODE, _check
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:'.value' access is now deprecated"),
 ]
-BACKWARD = " (backward)"
 _COMPILED: dict[str, dict] = {}
 
 
@@ -64,31 +63,6 @@ def test_first_pictures_are_the_users_calls_and_modules(shell, relaxed_dtypes, n
     assert all(drawn[c].children is None for c in CALLS[name])
 
 
-def _cut(path: str, library: set[str]) -> list[str]:
-    """A call path's labels down to the first library call (``gelu``: drawn as a kernel's name)."""
-    out = []
-    for label in (c for c in path.split("/") if c):
-        if label.removesuffix(BACKWARD) in library:
-            break
-        out.append(label)
-    return out
-
-
-def _modules(inside: list[str]) -> list[str]:
-    """The module groups of a box's holders, a backward group read as its module's."""
-    got = [g.removesuffix(BACKWARD) for g in inside if "#" not in g]
-    return [g for g in got if not g.startswith("outside your calls")]
-
-
-def _common(paths: list[list[str]]) -> list[str]:
-    out = []
-    for parts in zip(*paths, strict=False):
-        if any(p != parts[0] for p in parts):
-            break
-        out.append(parts[0])
-    return out
-
-
 @pytest.mark.parametrize("name", list(MODELS))
 def test_every_kernel_sits_in_the_calls_and_modules_it_came_from(shell, relaxed_dtypes, name):
     report = _report(shell, name)
@@ -110,27 +84,13 @@ def test_every_kernel_sits_in_the_calls_and_modules_it_came_from(shell, relaxed_
         holders = [pg.groups[g] for g in ancestors(pg, box.key)]
         inside = [g.label for g in holders if g.kind not in ("chunk", "across")]
         fusion = by_name.get(n.get("label")) or {}
-        # the user's calls: the common prefix of the kernel's call paths (XLA's op metadata),
-        # a forward call fused into a backward kernel read as its backward twin
-        calls = [_cut(p, library) for p in fusion.get("functions") or []]
-        if any(c.endswith(BACKWARD) for p in calls for c in p):
-            calls = [[c if c.endswith(BACKWARD) else c + BACKWARD for c in p] for p in calls]
-        modules = [[m for m in p.split("/") if m] for p in fusion.get("modules") or []]
-        if not calls and not modules:
+        functions, modules = fusion.get("functions") or [], fusion.get("modules") or []
+        if not functions and not modules:
             continue  # no metadata of the user's (an iota, a broadcast): placed by its neighbour
-        # inside every group all its ops share, and only in groups holding one of its ops (XLA
-        # merges equal constants of several calls into one named after the first: a kernel's
-        # metadata may name a call it took only a constant from)
-        for got, paths in (([g for g in inside if "#" in g], calls), (_modules(inside), modules)):
-            if not paths:
-                assert not got, (n["label"], inside)
-                continue
-            # (an op of the top level, outside every module: the kernel sits there)
-            want = [] if "" in (n.get("scopes") or []) else _common(paths)
-            assert got[: len(want)] == want, (n["label"], inside, paths)
-            assert any(p[: len(got)] == got for p in paths), (n["label"], inside, paths)
-        if inside:
-            checked += 1
+        top = "" in (n.get("scopes") or [])
+        error = place_error(n["label"], inside, functions, modules, top, library)
+        assert error is None, error
+        checked += int(bool(inside))
     assert checked >= 4, checked
 
 
