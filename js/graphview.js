@@ -65,18 +65,25 @@ export class GraphView {
 
   toggle(gid) {
     if (this.expanded.has(gid)) {
-      this.expanded.delete(gid);
-      for (const g of this.pg.groups.values()) if (ancestorsOfGroup(this.pg, g.id).includes(gid)) this.expanded.delete(g.id);
+      const twin = this.twinOf(gid); // closes with it, as it opened
+      for (const id of twin ? [gid, twin] : [gid]) {
+        this.expanded.delete(id);
+        for (const g of this.pg.groups.values()) if (ancestorsOfGroup(this.pg, g.id).includes(id)) this.expanded.delete(g.id);
+      }
       this.render({ anchor: "g:" + gid });
       return true;
     }
     const g = this.pg.groups.get(gid);
-    const after = this.visibleCount() - 1 + g.items.length;
+    // in two facing columns a group opens with its twin (`block#3` and `block#3 (backward)`)
+    const twinId = this.twinOf(gid);
+    const extra = twinId && !this.expanded.has(twinId) ? this.pg.groups.get(twinId).items.length - 1 : 0;
+    const after = this.visibleCount() - 1 + g.items.length + extra;
     if (after > this.budget) {
       this.onStatus?.(`Expanding "${g.label}" would draw ${after} boxes (limit ${this.budget}): collapse another group first.`);
       return false;
     }
     this.expanded.add(gid);
+    if (twinId) this.expanded.add(twinId);
     this.render();
     const box = this.boxes.get("g:" + gid);
     // fit the group just opened; beside its open forward (or backward) twin, the two of them
@@ -86,6 +93,20 @@ export class GraphView {
       this.focusBox({ x, y, w: Math.max(box.x + box.w, twin.x + twin.w) - x, h: Math.max(box.y + box.h, twin.y + twin.h) - y });
     } else if (box) this.focusBox(box);
     return true;
+  }
+
+  /** The group drawn facing `gid` (its forward or backward twin in two facing columns), or null. */
+  twinOf(gid) {
+    const key = "g:" + gid;
+    for (const box of this.boxes?.values() || []) {
+      const partner = box.mirror?.partner || box.follow?.partner || box.leads?.follow?.partner;
+      if (!partner || !box.children?.some((c) => c.key === key)) continue;
+      for (const [b, f] of partner) {
+        if (b === key) return f.slice(2);
+        if (f === key) return b.slice(2);
+      }
+    }
+    return null;
   }
 
   /** ⊞: open every group, breadth-first, whole levels within the budget. */

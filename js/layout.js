@@ -127,7 +127,7 @@ export function mirrorRank(keys, edges, columns, partner, given = null, across =
   for (const k of right) if (from.has(partner.get(k))) layer.set(k, from.get(partner.get(k)));
   const near = new Map();
   for (const [a, b] of edges) { (near.get(a) || near.set(a, []).get(a)).push(b); (near.get(b) || near.set(b, []).get(b)).push(a); }
-  // facing the forward values it reads (a residual, an input), else beside its own column's
+  // facing the forward values it reads (a residual, an input)
   for (const k of right) {
     if (layer.has(k)) continue;
     let L = -1;
@@ -135,20 +135,24 @@ export function mirrorRank(keys, edges, columns, partner, given = null, across =
     for (const j of across?.get(k) || []) if (from.has(j)) L = Math.max(L, from.get(j));
     if (L >= 0) layer.set(k, L);
   }
-  // the rest of the backward column runs up from what it reads: one row above the highest of
-  // its producers (program order is an order of the data flow), else one row below the lowest
-  // of its consumers placed, else below all; never above the top row
+  // the rest of the backward column runs up (program order is an order of the data flow): one
+  // row below the lowest of its consumers (latest first), else one row above the highest of
+  // its producers (never above the top row), else below all
   const preds = new Map(), succs = new Map();
   for (const [a, b] of edges) {
     if (columns.get(a) !== 1 || columns.get(b) !== 1 || a === b) continue;
     (preds.get(b) || preds.set(b, []).get(b)).push(a);
     (succs.get(a) || succs.set(a, []).get(a)).push(b);
   }
+  for (const k of [...right].reverse()) {
+    if (layer.has(k)) continue;
+    const down = (succs.get(k) || []).filter((j) => layer.has(j)).map((j) => layer.get(j) + 1);
+    if (down.length) layer.set(k, Math.max(...down));
+  }
   for (const k of right) {
     if (layer.has(k)) continue;
     const up = (preds.get(k) || []).filter((j) => layer.has(j)).map((j) => layer.get(j));
-    const down = (succs.get(k) || []).filter((j) => layer.has(j)).map((j) => layer.get(j));
-    layer.set(k, up.length ? Math.max(0, Math.min(...up) - 1) : down.length ? Math.max(...down) + 1 : below);
+    layer.set(k, up.length ? Math.max(0, Math.min(...up) - 1) : below);
   }
   if (!given) {
     const used = [...new Set(layer.values())].sort((a, b) => a - b);

@@ -187,7 +187,7 @@ def mirror_rank(
     for a, b in edges:
         near.setdefault(a, []).append(b)
         near.setdefault(b, []).append(a)
-    # facing the forward values it reads (a residual, an input), else beside its own column's
+    # facing the forward values it reads (a residual, an input)
     for k in right:
         if k in layer:
             continue
@@ -208,12 +208,17 @@ def mirror_rank(
             continue
         preds.setdefault(b, []).append(a)
         succs.setdefault(a, []).append(b)
+    for k in reversed(right):
+        if k in layer:
+            continue
+        down = [layer[j] + 1 for j in succs.get(k, []) if j in layer]
+        if down:
+            layer[k] = max(down)
     for k in right:
         if k in layer:
             continue
         up = [layer[j] for j in preds.get(k, []) if j in layer]
-        down = [layer[j] for j in succs.get(k, []) if j in layer]
-        layer[k] = max(0, min(up) - 1) if up else max(down) + 1 if down else below
+        layer[k] = max(0, min(up) - 1) if up else below
     if given is None:
         dense = {v: i for i, v in enumerate(sorted(set(layer.values())))}
         layer = {k: dense[v] for k, v in layer.items()}

@@ -100,3 +100,27 @@ def test_the_front_end_draws_the_same_scenes(shell, relaxed_dtypes, name, tmp_pa
     report = _report(shell, name)
     _check(report, tmp_path, limit=25)
     _check(report, tmp_path, limit=60)
+
+
+def test_the_loss_tail_faces_its_backward_ops(shell, relaxed_dtypes):
+    """The convnet's dense layers and loss are written inline (ops outside any call): the
+    Gradient tab still draws two facing columns at the top level, each backward group level with
+    its forward group, the loose backward ops in the forward column's rows (no strip), the
+    gradients (outputs) in the backward column."""
+    report = _report(shell, "convnet")
+    _pg, scene = graph_scene(report["graphs"]["gradient"], report)
+    root = scene.root
+    assert root.mirror is not None
+    columns, partner = root.mirror
+    rows = root.inner.layer_of
+    for back, fwd in partner.items():
+        assert rows[back] == rows[fwd], (back, fwd)
+    by_key = {c.key: c for c in root.children}
+    left = max(by_key[k].x + by_key[k].w for k, col in columns.items() if col == 0)
+    loose = [k for k, col in columns.items() if col == 1 and k not in partner]
+    assert len(loose) >= 4
+    assert {rows[k] for k in loose} <= {rows[k] for k, col in columns.items() if col == 0}
+    assert len({rows[k] for k in loose}) >= 3, {k: rows[k] for k in loose}
+    assert all(by_key[k].x >= left for k in loose)  # all in the backward column
+    outputs = [c.key for c in root.children if c.node is not None and c.node["kind"] == "output"]
+    assert sum(columns[k] for k in outputs) >= len(outputs) - 1  # gradients: backward column
