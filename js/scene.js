@@ -31,9 +31,11 @@ export const FIRST_LIMIT = 25;
 export const INITIAL_LIMIT = 60;
 export const BUDGET = 400;
 
-/** A group the user wrote: a call of their own function, a module or named scope, a loop, a
- * nested jit; not a library call (`gelu`), a custom-derivative wrapper or a program chunk. */
+/** A group the user wrote: a call of their own function, a module or named scope, a loop; not
+ * a library call (`gelu`), a function the call capture did not see as the user's (jax.numpy's
+ * own jits: `_take`, `_where`), a custom-derivative wrapper or a program chunk. */
 export function isUserGroup(g) {
+  if (g.kind === "function") return g.call === "call";
   return g.call !== "library" && !["custom", "chunk", "across", "rest"].includes(g.kind);
 }
 
@@ -59,7 +61,9 @@ export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT, us
   const fits = (groups) => {
     const extra = extraOf(groups);
     const cap = groups.every((g) => g.kind === "chunk") ? Math.min(limit, chunkLimit) : limit;
-    return groups.length > 0 && (count + extra <= cap || (groups.length === 1 && count + extra <= budget));
+    // one group alone, or one call with its backward group (two facing columns), may open up to the budget
+    const one = groups.length === 1 || (groups.length === 2 && groups[1].label === groups[0].label + " (backward)");
+    return groups.length > 0 && (count + extra <= cap || (one && count + extra <= budget));
   };
   while (level.length) {
     let groups = level.flatMap((g) => g.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id)))

@@ -123,7 +123,10 @@ _NOT_USER = ("custom", "chunk", "across", "rest")
 
 def is_user_group(g: Group) -> bool:
     """A group the user wrote (``isUserGroup``): a call of their function, a module or named
-    scope, a loop, a nested jit; not a library call, a custom-derivative wrapper or a chunk."""
+    scope, a loop; not a library call, a function the call capture did not see as the user's
+    (jax.numpy's own jits), a custom-derivative wrapper or a chunk."""
+    if g.kind == "function":
+        return g.call == "call"
     return g.call != "library" and g.kind not in _NOT_USER
 
 
@@ -157,9 +160,11 @@ def initial_expansion(
     def fits(groups: list[Group]) -> bool:
         extra = sum(len(g.items) - 1 for g in groups)
         cap = min(limit, chunk_limit) if all(g.kind == "chunk" for g in groups) else limit
-        return bool(groups) and (
-            count + extra <= cap or (len(groups) == 1 and count + extra <= budget)
+        # one group alone, or one call with its backward group (facing), up to the budget
+        one = len(groups) == 1 or (
+            len(groups) == 2 and groups[1].label == groups[0].label + " (backward)"
         )
+        return bool(groups) and (count + extra <= cap or (one and count + extra <= budget))
 
     while level:
         groups = [pg.groups[iid] for g in level for typ, iid, _ in g.items if typ == "group"]
