@@ -32,10 +32,10 @@ export const INITIAL_LIMIT = 60;
 export const BUDGET = 400;
 
 /** A group the user wrote: a call of their own function, a module or named scope, a loop; not
- * a library call (`gelu`), a function the call capture did not see as the user's (jax.numpy's
- * own jits: `_take`, `_where`), a custom-derivative wrapper or a program chunk. */
-export function isUserGroup(g) {
-  if (g.kind === "function") return g.call === "call";
+ * a library call (`gelu`), a nested jit the call capture did not see as the user's where it ran
+ * (jax.numpy's own: `_take`, `_where`), a custom-derivative wrapper or a program chunk. */
+export function isUserGroup(g, captured = true) {
+  if (g.kind === "function" && captured) return g.call === "call";
   return g.call !== "library" && !["custom", "chunk", "across", "rest"].includes(g.kind);
 }
 
@@ -43,7 +43,9 @@ export function isUserGroup(g) {
  * (a wrapper holding one group opens only where that group does). */
 function holdsUserGroups(pg, g) {
   const subs = g.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id));
-  if (!subs.some(isUserGroup)) return false;
+  // the call capture ran where some group says whose call it is
+  pg.captured ??= [...pg.groups.values()].some((x) => x.call === "call" || x.call === "library");
+  if (!subs.some((x) => isUserGroup(x, pg.captured))) return false;
   return g.items.length > 1 || holdsUserGroups(pg, subs[0]);
 }
 
@@ -62,7 +64,7 @@ export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT, us
     const extra = extraOf(groups);
     const cap = groups.every((g) => g.kind === "chunk") ? Math.min(limit, chunkLimit) : limit;
     // one group alone, or one call with its backward group (two facing columns), may open up to the budget
-    const one = groups.length === 1 || (groups.length === 2 && groups[1].label === groups[0].label + " (backward)");
+    const one = groups.length === 1 || (groups.length === 2 && [`${groups[0].label} (backward)`, `transpose(jvp(${groups[0].label}))`].includes(groups[1].label));
     return groups.length > 0 && (count + extra <= cap || (one && count + extra <= budget));
   };
   while (level.length) {

@@ -121,11 +121,11 @@ INITIAL_LIMIT = 60
 _NOT_USER = ("custom", "chunk", "across", "rest")
 
 
-def is_user_group(g: Group) -> bool:
+def is_user_group(g: Group, captured: bool = True) -> bool:
     """A group the user wrote (``isUserGroup``): a call of their function, a module or named
-    scope, a loop; not a library call, a function the call capture did not see as the user's
-    (jax.numpy's own jits), a custom-derivative wrapper or a chunk."""
-    if g.kind == "function":
+    scope, a loop; not a library call, a nested jit the call capture did not see as the user's
+    where it ran (jax.numpy's own), a custom-derivative wrapper or a chunk."""
+    if g.kind == "function" and captured:
         return g.call == "call"
     return g.call != "library" and g.kind not in _NOT_USER
 
@@ -134,7 +134,8 @@ def _holds_user_groups(pg: PreparedGraph, g: Group) -> bool:
     """Opening ``g`` shows more of the user's own structure (``holdsUserGroups``)."""
     while True:
         subs = [pg.groups[iid] for typ, iid, _ in g.items if typ == "group"]
-        if not any(is_user_group(c) for c in subs):
+        captured = any(x.call in ("call", "library") for x in pg.groups.values())
+        if not any(is_user_group(c, captured) for c in subs):
             return False
         if len(g.items) > 1:
             return True
@@ -161,9 +162,9 @@ def initial_expansion(
         extra = sum(len(g.items) - 1 for g in groups)
         cap = min(limit, chunk_limit) if all(g.kind == "chunk" for g in groups) else limit
         # one group alone, or one call with its backward group (facing), up to the budget
-        one = len(groups) == 1 or (
-            len(groups) == 2 and groups[1].label == groups[0].label + " (backward)"
-        )
+        first = groups[0].label if groups else ""
+        twins = (f"{first} (backward)", f"transpose(jvp({first}))")
+        one = len(groups) == 1 or (len(groups) == 2 and groups[1].label in twins)
         return bool(groups) and (count + extra <= cap or (one and count + extra <= budget))
 
     while level:
