@@ -12,9 +12,11 @@ from html import escape
 from typing import Any
 
 from .charts import fmt_bytes, fmt_seconds
+from .diffhtml import diff_html
 from .graphmodel import fmt_num
+from .passesfig import passes_html
 from .statsfig import from_of, src, stats_html, val
-from .svg import graph_svg
+from .svg import graph_svg, svg_img
 
 __all__ = ["TAB_LABELS", "fallback_html", "source_table", "time_heat"]
 
@@ -31,7 +33,6 @@ TAB_LABELS = {
 
 
 def _img(svg: str, alt: str, testid: str) -> str:
-    from .html import svg_img
 
     return svg_img(svg, alt, testid=testid)
 
@@ -266,8 +267,6 @@ def fallback_html(report: dict[str, Any]) -> str:
     if graphs.get("compiled"):
         parts.append(_section("compiled", _compiled(report, graphs["compiled"])))
     if (report.get("extras") or {}).get("passes"):  # --passes, or c.passes was read
-        from .passesfig import passes_html
-
         parts.append(_section("passes", passes_html(report)))
     table = source_table(report)
     if table:
@@ -276,7 +275,5 @@ def fallback_html(report: dict[str, Any]) -> str:
         parts.append(_section("gradient", _gradient(report)))
     parts.append(_section("stats", stats_html(report)))
     if changes and changes.get("diff"):
-        from .diffhtml import diff_html
-
         parts.append(_section("diff", diff_html(changes["diff"])))
     return "".join(parts)

@@ -11,6 +11,7 @@ nodes fewer passes).
 
 from __future__ import annotations
 
+import base64
 from html import escape
 from typing import Any
 
@@ -286,3 +287,13 @@ def graph_svg(
     out.append("</g>")
     out.append(f'<text class="n" x="{m}" y="{height - 6:.0f}">{escape(note)}</text></svg>')
     return "".join(out)
+
+
+def svg_img(svg: str, alt: str, *, testid: str | None = None) -> str:
+    """An SVG picture as an ``<img>`` data URI (what untrusted notebooks keep)."""
+    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    tid = f' data-testid="{escape(testid)}"' if testid else ""
+    return (
+        f'<img src="data:image/svg+xml;base64,{data}" alt="{escape(alt)}"{tid} '
+        f'style="max-width:100%;height:auto;border:1px solid #ccc;border-radius:4px;background:#fff">'
+    )
