@@ -31,22 +31,23 @@ export const FIRST_LIMIT = 25;
 export const INITIAL_LIMIT = 60;
 export const BUDGET = 400;
 
-/** A group the user wrote: a call of their own function, a module or named scope, a loop; not
- * a library call (`gelu`), a nested jit the call capture did not see as the user's where it ran
+/** A group the user wrote: a call of their own function, a module or named scope, a loop, a
+ * nested jit around such groups; not a library call (`gelu`), a nested jit of ops alone
  * (jax.numpy's own: `_take`, `_where`), a custom-derivative wrapper or a program chunk. */
-export function isUserGroup(g, captured = true) {
-  if (g.kind === "function" && captured) return g.call === "call";
+export function isUserGroup(pg, g) {
+  if (g.kind === "function") return g.call === "call" || (g.call == null && holdsUserGroups(pg, g));
   return g.call !== "library" && !["custom", "chunk", "across", "rest"].includes(g.kind);
 }
 
 /** Opening `g` shows more of the user's own structure: it holds a call or module of theirs
  * (a wrapper holding one group opens only where that group does). */
 function holdsUserGroups(pg, g) {
+  const memo = (pg.holdsMemo ??= new Map());
+  if (memo.has(g.id)) return memo.get(g.id);
   const subs = g.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id));
-  // the call capture ran where some group says whose call it is
-  pg.captured ??= [...pg.groups.values()].some((x) => x.call === "call" || x.call === "library");
-  if (!subs.some((x) => isUserGroup(x, pg.captured))) return false;
-  return g.items.length > 1 || holdsUserGroups(pg, subs[0]);
+  const out = subs.some((x) => isUserGroup(pg, x)) && (g.items.length > 1 || holdsUserGroups(pg, subs[0]));
+  memo.set(g.id, out);
+  return out;
 }
 
 /** Group ids to expand first: breadth-first, whole depth levels while they fit `limit` boxes;

@@ -115,6 +115,8 @@ class PreparedGraph:
     report: dict[str, Any] | None = None
     #: zero-cost kernels folded into their neighbours (also in ``labels``: not drawn)
     folded: set[str] = field(default_factory=set)
+    #: what the first expansion found per group (scene.py: holds the user's groups)
+    memo: dict[str, bool] = field(default_factory=dict)
 
 
 def fmt_num(x: Any) -> str:

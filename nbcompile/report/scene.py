@@ -121,25 +121,25 @@ INITIAL_LIMIT = 60
 _NOT_USER = ("custom", "chunk", "across", "rest")
 
 
-def is_user_group(g: Group, captured: bool = True) -> bool:
+def is_user_group(pg: PreparedGraph, g: Group) -> bool:
     """A group the user wrote (``isUserGroup``): a call of their function, a module or named
-    scope, a loop; not a library call, a nested jit the call capture did not see as the user's
-    where it ran (jax.numpy's own), a custom-derivative wrapper or a chunk."""
-    if g.kind == "function" and captured:
-        return g.call == "call"
+    scope, a loop, a nested jit around such groups; not a library call, a nested jit of ops
+    alone (jax.numpy's own), a custom-derivative wrapper or a chunk."""
+    if g.kind == "function":
+        return g.call == "call" or (g.call is None and _holds_user_groups(pg, g))
     return g.call != "library" and g.kind not in _NOT_USER
 
 
 def _holds_user_groups(pg: PreparedGraph, g: Group) -> bool:
     """Opening ``g`` shows more of the user's own structure (``holdsUserGroups``)."""
-    while True:
-        subs = [pg.groups[iid] for typ, iid, _ in g.items if typ == "group"]
-        captured = any(x.call in ("call", "library") for x in pg.groups.values())
-        if not any(is_user_group(c, captured) for c in subs):
-            return False
-        if len(g.items) > 1:
-            return True
-        g = subs[0]
+    if g.id in pg.memo:
+        return pg.memo[g.id]
+    subs = [pg.groups[iid] for typ, iid, _ in g.items if typ == "group"]
+    out = any(is_user_group(pg, c) for c in subs) and (
+        len(g.items) > 1 or _holds_user_groups(pg, subs[0])
+    )
+    pg.memo[g.id] = out
+    return out
 
 
 def initial_expansion(
