@@ -51,7 +51,8 @@ export class GraphView {
 
   /** The first picture: the user's calls and modules, whole depth levels while they fit. */
   expandInitially(limit, chunkLimit) {
-    for (const gid of initialExpansion(this.pg, limit, this.budget, chunkLimit)) this.expanded.add(gid);
+    const pairs = this.colorBy === "phase"; // the Gradient tab: a call opens with its backward group
+    for (const gid of initialExpansion(this.pg, limit, this.budget, chunkLimit, true, pairs)) this.expanded.add(gid);
   }
 
   unitOf(nodeId) {

@@ -56,7 +56,7 @@ function holdsUserGroups(pg, g) {
  * collapsed box. With `userOnly` (the first picture) a group opens only where it holds the
  * user's own calls or modules: `mlp#1` opens to `layer#1…#10`, each `layer#k` stays a box
  * (where that leaves fewer than 5 boxes and nothing open, whole levels open as without it). */
-export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT, userOnly = true) {
+export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT, userOnly = true, pairs = false) {
   const expanded = new Set();
   let level = [pg.root];
   let count = pg.root.items.length;
@@ -64,8 +64,9 @@ export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT, us
   const fits = (groups) => {
     const extra = extraOf(groups);
     const cap = groups.every((g) => g.kind === "chunk") ? Math.min(limit, chunkLimit) : limit;
-    // one group alone, or one call with its backward group (two facing columns), may open up to the budget
-    const one = groups.length === 1 || (groups.length === 2 && [`${groups[0].label} (backward)`, `transpose(jvp(${groups[0].label}))`].includes(groups[1].label));
+    // one group alone, or (`pairs`: the Gradient tab) one call with its backward group, may
+    // open up to the budget
+    const one = groups.length === 1 || (pairs && groups.length === 2 && [`${groups[0].label} (backward)`, `transpose(jvp(${groups[0].label}))`].includes(groups[1].label));
     return groups.length > 0 && (count + extra <= cap || (one && count + extra <= budget));
   };
   while (level.length) {
@@ -82,7 +83,7 @@ export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT, us
     level = groups;
   }
   // a program with no structure of the user's below its top (one call, `predict`): its contents
-  if (userOnly && !expanded.size && count < 5) return initialExpansion(pg, limit, budget, chunkLimit, false);
+  if (userOnly && !expanded.size && count < 5) return initialExpansion(pg, limit, budget, chunkLimit, false, pairs);
   return expanded;
 }
 

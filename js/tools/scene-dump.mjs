@@ -11,7 +11,7 @@ for (const which of ["traced", "compiled", "gradient", "gradient_compiled"]) {
   const graph = report.graphs?.[which];
   if (!graph) continue;
   const pg = prepareGraph(graph, report);
-  const scene = buildScene(pg, initialExpansion(pg, Number(limit), Number(budget)));
+  const scene = buildScene(pg, initialExpansion(pg, Number(limit), Number(budget), undefined, true, which === "gradient"));
   out[which] = {
     boxes: [...scene.boxes.values()].map((b) => [b.key, b.x, b.y, b.w, b.h, b.lines || null, b.title || null]),
     edges: scene.edges.map((e) => [e.u, e.v, e.count, e.up, e.points]),

@@ -148,6 +148,7 @@ def initial_expansion(
     budget: int,
     chunk_limit: int = CHUNK_LIMIT,
     user_only: bool = True,
+    pairs: bool = False,
 ) -> set[str]:
     """Group ids expanded first: whole depth levels while they fit ``limit`` boxes; where a
     level does not fit, its groups other than chunks when they do (``initialExpansion``). A
@@ -164,7 +165,7 @@ def initial_expansion(
         # one group alone, or one call with its backward group (facing), up to the budget
         first = groups[0].label if groups else ""
         twins = (f"{first} (backward)", f"transpose(jvp({first}))")
-        one = len(groups) == 1 or (len(groups) == 2 and groups[1].label in twins)
+        one = len(groups) == 1 or (pairs and len(groups) == 2 and groups[1].label in twins)
         return bool(groups) and (count + extra <= cap or (one and count + extra <= budget))
 
     while level:
@@ -186,7 +187,7 @@ def initial_expansion(
         level = groups
     if user_only and not expanded and count < 5:
         # a program with no structure of the user's below its top (one call): its contents
-        return initial_expansion(pg, limit, budget, chunk_limit, False)
+        return initial_expansion(pg, limit, budget, chunk_limit, False, pairs)
     return expanded
 
 

@@ -152,7 +152,9 @@ def graph_scene(
     if hit is not None and hit[0] is graph and hit[1] is fusions:
         return hit[2]
     pg = prepare_graph(graph, report)
-    result = (pg, build_scene(pg, initial_expansion(pg, limit, budget)))
+    # the Gradient tab: a call opens with its backward group (as the widget's)
+    gradient = graph is (report.get("graphs") or {}).get("gradient")
+    result = (pg, build_scene(pg, initial_expansion(pg, limit, budget, pairs=gradient)))
     _SCENES[key] = (graph, fusions, result)  # keeps both alive: their ids are not reused
     while len(_SCENES) > 16:
         del _SCENES[next(iter(_SCENES))]

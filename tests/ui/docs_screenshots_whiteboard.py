@@ -37,6 +37,9 @@ def _pages(tmp: Path) -> dict[str, Path]:
     pages = {}
     for name, (cells, cell) in MODELS.items():
         shell.reset(new_session=False)
+        # a fresh session per model: each is its notebook's first `loss` (no "what changed" card)
+        shell.run_line_magic("unload_ext", "nbcompile")
+        shell.run_line_magic("load_ext", "nbcompile")
         for text in cells:
             assert shell.run_cell(text).success, name
         res = shell.run_cell(cell.replace("%%compile --grad", "%%compile -q --grad"))

@@ -26,7 +26,7 @@ def _python(report: dict[str, Any], limit: int, budget: int) -> dict[str, Any]:
         if not graph:
             continue
         pg = prepare_graph(graph, report)
-        scene = build_scene(pg, initial_expansion(pg, limit, budget))
+        scene = build_scene(pg, initial_expansion(pg, limit, budget, pairs=which == "gradient"))
         out[which] = {
             "boxes": [
                 [
