@@ -123,7 +123,8 @@ export function leafText(pg, c) {
 }
 
 /** A collapsed group's last line, in what a person sizes a layer by: its output's shape and
- * its parameters (`→ f32[16,32] · 1.06K params`); for kernels, their flops (XLA). */
+ * the program inputs it reads (`→ f32[16,32] · 1.06K inputs`: its weights, and data it takes
+ * straight from an argument); for kernels, their flops (XLA). */
 export function groupSummary(pg, g) {
   if (pg.isCompiled) return g.flops ? `${fmtNum(g.flops)} flops (XLA)` : topOps(g, 3).join(", ");
   let last = null;
@@ -140,7 +141,7 @@ export function groupSummary(pg, g) {
   if (!last?.shape) return topOps(g, 3).join(", ");
   let count = 0;
   for (const id of params) count += elements(pg.byId.get(id).shape);
-  return `→ ${String(last.shape).replace(/\{[^}]*\}/g, "")}${count ? ` · ${fmtNum(count)} params` : ""}`;
+  return `→ ${String(last.shape).replace(/\{[^}]*\}/g, "")}${count ? ` · ${fmtNum(count)} inputs` : ""}`;
 }
 
 /** Elements of an array shape `f32[16,32]{1,0}` (a scalar: 1). */

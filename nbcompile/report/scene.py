@@ -211,7 +211,8 @@ _DIMS = re.compile(r"\[([^\]]*)\]")
 
 def group_summary(pg: PreparedGraph, g: Group) -> str:
     """A collapsed group's last line (``groupSummary``): its output's shape and parameters
-    (``→ f32[16,32] · 1.06K params``); for kernels, their flops (XLA)."""
+    (``→ f32[16,32] · 1.06K inputs``: the elements of the program's inputs it reads, its
+    weights and any data it takes straight from an argument); for kernels, their flops (XLA)."""
     if pg.is_compiled:
         return f"{fmt_num(g.flops)} flops (XLA)" if g.flops else ", ".join(top_ops(g, 3))
     last: tuple[float, Any] | None = None
@@ -232,7 +233,7 @@ def group_summary(pg: PreparedGraph, g: Group) -> str:
     if last is None or not last[1]:
         return ", ".join(top_ops(g, 3))
     count = sum(_elements(pg.by_id[lid].get("shape")) for lid in params)
-    return f"→ {_LAYOUT.sub('', str(last[1]))}" + (f" · {fmt_num(count)} params" if count else "")
+    return f"→ {_LAYOUT.sub('', str(last[1]))}" + (f" · {fmt_num(count)} inputs" if count else "")
 
 
 def _elements(shape: Any) -> int:
