@@ -23,7 +23,9 @@ import re
 import uuid
 from typing import Any
 
+from .diffhtml import diff_html
 from .fallback import fallback_html
+from .svg import svg_img
 
 __all__ = [
     "PACK_FORMAT",
@@ -292,16 +294,6 @@ def _decode_edges(enc: dict[str, Any], nodes: list[dict[str, Any]]) -> list[dict
     return edges
 
 
-def svg_img(svg: str, alt: str, *, testid: str | None = None) -> str:
-    """An SVG picture as an ``<img>`` data URI (what untrusted notebooks keep)."""
-    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
-    tid = f' data-testid="{html.escape(testid)}"' if testid else ""
-    return (
-        f'<img src="data:image/svg+xml;base64,{data}" alt="{html.escape(alt)}"{tid} '
-        f'style="max-width:100%;height:auto;border:1px solid #ccc;border-radius:4px;background:#fff">'
-    )
-
-
 def _script_safe(js: str) -> str:
     return js.replace("</script", "<\\/script").replace("<!--", "<\\!--")
 
@@ -318,8 +310,6 @@ def _render(
         " data-nbc-standalone" if standalone else ""
     )
     if report.get("schema") == DIFF_SCHEMA:
-        from .diffhtml import diff_html
-
         static = diff_html(report)
     else:
         static = fallback_html(report)

@@ -8,6 +8,7 @@ from html import escape
 from typing import Any
 
 from .graphmodel import fmt_num, trunc
+from .svg import svg_img
 
 __all__ = ["LOCATION_COLOURS", "STATIC_KERNELS", "passes_chart", "passes_html"]
 
@@ -191,7 +192,6 @@ def _code(k: dict[str, Any]) -> str:
 
 def passes_html(report: dict[str, Any]) -> str:
     """The Passes section's body: chart, table, the five costliest kernels' code."""
-    from .html import svg_img
 
     p = (report.get("extras") or {}).get("passes") or {}
     parts = []
