@@ -141,9 +141,10 @@ def _op_name_scope(op_name: str, kinds: CallKinds) -> tuple[str, str | None] | N
             backward = True
         if _JITTED.search(part):
             continue
-        name = _TRANSFORM.sub("", part)
+        name = strip_transforms(part, dotted=True)
         if not name:
             continue
+        name = shown(name)  # as the traced scopes and the kinds' labels are
         if kinds.get(name) == "library":
             return "/".join(path), name.split("#", 1)[0]
         path.append(name + BACKWARD if backward else name)
