@@ -19,7 +19,7 @@ from typing import Any
 
 import jax
 
-from .cache import CompilationCache, make_key
+from .cache import CompilationCache
 from .capture.cell import (
     Captured,
     capture,
@@ -34,8 +34,9 @@ from .capture.models import adapt
 from .compilation import Compilation, _as_argnums
 from .errors import NbcompileError, TraceError
 from .history import History
-from .pipeline import CompileRequest, build_program
+from .pipeline import CompileRequest, LoweredProgram, compile_program, lower_program
 from .processes import agree
+from .stages.key import program_key
 from .widgets import DisplayState
 
 __all__ = ["CellOptions", "CellResult", "Session", "current_session", "last", "last_error"]
@@ -236,29 +237,35 @@ class Session:
         adapted = adapt(fn, args, kwargs)
         clock.lap("run")
         body = "\n".join(captured.source.lines[1:])  # the %%compile line is in compile_key()
-        backend = options.backend or jax.default_backend()
-        key = make_key(
-            source=body, options=options.compile_key(), target=fn, adapted=adapted, backend=backend
+        # every run traces and lowers: the program is the cache key (SPEC §9.2)
+        tracers_before = _tracers_in(namespace)
+        lowered = lower_program(
+            adapted,
+            options.request(),
+            source=captured.source,
+            name=captured.fn_expr,
+            progress=progress,
         )
+        warnings: list[str] = []
+        self._check_trace_side_effects(lowered, captured, namespace, tracers_before, warnings)
+        clock.lap("compile")
+        key = program_key(lowered.lowered, context=f"{body}\n{options.compile_key()}")
         program = None if options.force else self.cache.get(key)
         clock.lap("cache_lookup")
-        warnings: list[str] = []
         if program is None:
-            tracers_before = _tracers_in(namespace)
-            program = build_program(
-                adapted,
-                options.request(),
-                source=captured.source,
-                name=captured.fn_expr,
-                progress=progress,
-                passes=options.passes,
-            )
+            program = compile_program(lowered, progress=progress, passes=options.passes)
             comp = Compilation(program, adapted, display=self.display)
-            self._check_trace_side_effects(comp, captured, namespace, tracers_before, warnings)
             self.cache.put(key, program)
         else:
             program.refresh_locations()
             comp = Compilation(program, adapted, cache_hit=True, display=self.display)
+            # what this run paid, though XLA was skipped: its own trace and lowering
+            for run, stages in ((comp, lowered.stages), (comp.grad, lowered.grad_stages)):
+                if run is not None and stages is not None:
+                    for step in ("trace", "lower"):
+                        run.record_timing(step, stages.timings.get(step, 0.0))
+        key.complete()  # the history compares programs (a hit found by the exact digest has it)
+        key.release()
         clock.lap("compile")
         # several JAX processes: the same program on each, checked before anything runs
         if agree(comp, captured.source, seed=body + options.compile_key(), freeze=options.freeze):
@@ -274,7 +281,7 @@ class Session:
             captured,
             comp,
             options.describe(),
-            key.digest,
+            key,
             compiled=not comp.cache_hit,
             cell_id=cell_id,
         )
@@ -300,12 +307,13 @@ class Session:
 
     @staticmethod
     def _check_trace_side_effects(
-        comp: Compilation,
+        lowered: LoweredProgram,
         captured: Captured,
         namespace: dict[str, Any],
         tracers_before: dict[str, set[int]],
         warnings: list[str],
     ) -> None:
+        """What this run's trace did besides tracing (every run traces, hit or not)."""
         leaked = _leaked_tracers(namespace, tracers_before)
         if leaked:
             raise TraceError(
@@ -314,7 +322,7 @@ class Session:
                 line=store_line(captured.source, leaked[0]) or captured.call_line,
                 hint="return it from the function instead of assigning a global",
             )
-        printed = comp.stages.printed_at_trace
+        printed = lowered.printed_at_trace
         if printed:
             print(printed, end="" if printed.endswith("\n") else "\n")
             warnings.append(
