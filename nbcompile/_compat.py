@@ -378,6 +378,22 @@ def extension_session() -> Any | None:
     return getattr(magics, "session", None)
 
 
+def autoreload_dedupes() -> bool:
+    """Whether IPython's ``%autoreload`` is on with its *deduperreload* (IPython >= 9, the
+    default of ``%autoreload 2``; ``--full`` or ``2-`` turns it off), which compiles a reloaded
+    function from its unparsed text: the code object's line numbers count from 1, not from the
+    file (ipython/ipython#15359, open; checked with IPython 9.18.1:
+    ``AutoreloadMagics._reloader.enabled`` / ``.deduper_reloader.enabled``)."""
+    ipython_module = sys.modules.get("IPython")
+    shell = ipython_module.get_ipython() if ipython_module is not None else None
+    if shell is None:
+        return False
+    magics = shell.magics_manager.registry.get("AutoreloadMagics")
+    reloader = getattr(magics, "_reloader", None)
+    deduper = getattr(reloader, "deduper_reloader", None)
+    return bool(getattr(reloader, "enabled", False) and getattr(deduper, "enabled", False))
+
+
 def _accelerator_files() -> bool:
     """A TPU VM exposes /dev/accel* (v2-v4) or /dev/vfio (v5e and later)."""
     return bool(glob.glob("/dev/accel*")) or os.path.isdir("/dev/vfio")

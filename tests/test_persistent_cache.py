@@ -1,8 +1,9 @@
 """JAX's persistent compilation cache (switched on by ``%load_ext nbcompile``) gives exactly
 what a fresh compile gives: the lines of the *current* cells, and XLA's dumps when asked.
 
-JAX 0.10.2 keys an executable without the module's source locations and without ``xla_dump_to``;
-nbcompile adds both rules (``_compat.key_persistent_cache_by_locations``). Each test points the
+JAX keys an executable without the module's source locations and without ``xla_dump_to``
+(0.10.2 and 0.12.0.1); nbcompile adds both rules (``_compat.key_persistent_cache_by_locations``),
+leaving out the frames that called nbcompile, as its own cache does (nbcompile/stages/key.py). Each test points the
 cache at a fresh folder and caches every compile (no minimum compile time), so it does not
 depend on how busy the machine is.
 """
@@ -122,6 +123,49 @@ def test_a_rerun_of_unchanged_cells_still_hits_the_cache(shell, cache_dir):
         assert named and set(named) <= ops, (named, ops)
     assert hits[0] == 0 and hits[1] >= 1, f"persistent-cache hits per run: {hits}"
     assert nbcompile.last().stages.xla_compiles == 0  # served: XLA did not compile
+
+
+def test_jax_calls_nbcompiles_key_for_its_persistent_cache():
+    """The reach nbcompile's persistent-cache rule depends on: ``jax._src.compiler.
+    _get_cache_key(options, backend, computation, devices, ...)``, looked up by JAX on each
+    compile (checked with JAX 0.10.2 and 0.12.0.1). If a JAX release moves or renames it, this
+    fails naming it; nbcompile then leaves the persistent cache off (``enable_persistent_cache``)
+    rather than serve executables that name another kernel's lines."""
+    import inspect
+
+    from jax._src import compiler
+
+    from nbcompile import _compat
+
+    reach = f"jax._src.compiler._get_cache_key (JAX {jax.__version__})"
+    assert hasattr(compiler, "_get_cache_key"), f"{reach} is gone: re-find where JAX keys"
+    assert _compat.persistent_cache_keyed(), f"{reach} is not nbcompile's location-keyed wrapper"
+    wrapped = inspect.unwrap(compiler._get_cache_key)
+    params = list(inspect.signature(wrapped).parameters)
+    assert params[:4] == ["options", "backend", "computation", "devices"], (reach, params)
+    source = inspect.getsource(compiler)
+    assert "partial(_get_cache_key," in source or "_get_cache_key(" in source, (
+        f"{reach}: JAX no longer calls it by that name"
+    )
+
+
+def test_who_called_nbcompile_is_not_in_the_key(cache_dir):
+    """JAX records the whole Python stack in each operation's location, also the frames that
+    called nbcompile (a script's line, IPython's machinery). They are no part of the program
+    the view shows, so the key leaves them out: the same program compiled from another line of
+    a script is served from the cache, with its fusions on the same lines."""
+
+    def layer(x):
+        return jnp.sin(jnp.tanh(x) * 3.0)
+
+    x = jnp.ones((8, 8), jnp.float32)
+    first = nbcompile.compile(layer, x)  # this line ...
+    before = HITS.count
+    again = nbcompile.compile(layer, x)  # ... and this one are the callers
+    assert HITS.count - before == 1, "the same program from another line was compiled again"
+    assert again.stages.xla_compiles == 0
+    lines = [sorted({loc.line for f in c.fusions for loc in f.locations}) for c in (first, again)]
+    assert lines[0] and lines[0] == lines[1], lines
 
 
 def test_a_dump_asked_of_a_cached_program_is_written(cache_dir, tmp_path):
