@@ -6,7 +6,8 @@ one JSON object to RESULT.json:
 - ``jit-first-call MODEL``: ``jax.jit(f)(*args)`` first call in this fresh process;
 - ``frozen-first-call MODEL PATH``: ``nbcompile.load(PATH)(*inputs)`` (load + first call);
 - ``magic MODEL PAIRS``: an unchanged ``%%compile`` cell re-run in a real IPython shell vs a
-  plain cell that calls the compiled function, interleaved;
+  plain cell that calls the compiled function and a plain cell that traces and lowers the same
+  model with JAX (what every re-run must pay), interleaved;
 - ``jaxviz MODEL...``: size of jaxviz's HTML (run with the peer's folder on PYTHONPATH).
 
 Both first-call workers build the model (untimed) before timing, which starts the backend and
@@ -94,22 +95,37 @@ def magic(model: str, pairs: int) -> dict[str, Any]:
     run(f"{names}, = example")
     magic_cell = f"%%compile\ndef step({names}):\n    return model_fn({names})\nstep({names})\n"
     plain_cell = f"_out = jax.block_until_ready(step({names}))\n"
+    # what every re-run must pay (SPEC §9.2): JAX's own trace and lowering of the same model,
+    # through a fresh function each time so that JAX's trace cache serves nothing
+    lower_cell = f"_lowered = jax.jit(lambda {names}: model_fn({names})).trace({names}).lower()\n"
     run("import jax")
     first = run(magic_cell)
     compiled = shell.user_ns["step"]
     if not hasattr(compiled, "compilation"):
         raise RuntimeError("%%compile did not bind the compiled function")
     run(plain_cell)  # warm the plain path too
+    run(lower_cell)
     before = counter.count
     subj: list[float] = []
     anch: list[float] = []
+    lowering: list[float] = []
+    hits: list[bool] = []
+    steps: dict[str, list[float]] = {}
     for i in range(pairs):
-        order = ((subj, magic_cell), (anch, plain_cell))
-        for out, cell in order if i % 2 == 0 else order[::-1]:
+        order = [(subj, magic_cell), (anch, plain_cell), (lowering, lower_cell)]
+        for out, cell in order[i % 3 :] + order[: i % 3]:
             out.append(run(cell))
+            if cell is magic_cell:
+                c = shell.user_ns["step"].compilation
+                hits.append(bool(c.cache_hit))
+                for name, seconds in c.timings.items():
+                    steps.setdefault(name, []).append(seconds)
     return {
         "subject": subj,
         "anchor": anch,
+        "trace_lower": lowering,
+        "cache_hits": hits,
+        "steps": {k: v for k, v in steps.items() if "." not in k},
         "first_run_seconds": first,
         "xla_compiles_during_reruns": counter.count - before,
         "jax": jax.__version__,

@@ -23,7 +23,7 @@ from typing import Any
 import jax
 
 from . import _compat, _dirs
-from .stages.key import ProgramKey
+from .stages.key import ProgramKey, cell_digest
 
 __all__ = ["CompilationCache", "enable_persistent_cache"]
 
@@ -33,14 +33,31 @@ class CompilationCache:
 
     Looked up by the key's cheap ``exact`` digest first, then by its ``identity`` (computed
     only on a miss of the first: the same program, with cell files by content, whose exact
-    digest differed in a cell file name's length). ``exact`` digests of an entry are
-    remembered so the next re-run finds it by the cheap one.
+    digest differed in a cell file name's length or in who called nbcompile). ``exact``
+    digests of an entry are remembered so the next re-run finds it by the cheap one, and so
+    are a probe's digests (:meth:`alias`: the run's trace without call recording).
     """
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
         self._items: OrderedDict[str, Any] = OrderedDict()  # identity -> Program
         self._exact: dict[str, str] = {}  # exact digest -> identity
+        self._cells: dict[str, str] = {}  # identity -> the cell_digest it was stored from
+
+    def knows(self, context: str) -> bool:
+        """Whether a program was stored from this context (a cell's text and options): its
+        re-run may probe with a cheaper trace (session.py)."""
+        return cell_digest(context) in self._cells.values()
+
+    def alias(self, other: ProgramKey, key: ProgramKey) -> None:
+        """Find ``key``'s program by ``other`` too (a trace of the same run without the call
+        recording: the same program, other operation names)."""
+        identity = self._exact.get(key.exact)
+        if not other.cacheable or identity not in self._items:
+            return
+        self._exact[other.exact] = identity
+        if other.program is not None:  # its slower digests were computed: also found by them
+            self._exact[other.identity] = identity
 
     def get(self, key: ProgramKey) -> Any | None:
         """The program stored under ``key``, else None (never for an uncacheable key)."""
@@ -49,6 +66,7 @@ class CompilationCache:
         identity = self._exact.get(key.exact)
         if identity is None or identity not in self._items:
             identity = key.identity  # computes the slower digests
+            identity = self._exact.get(identity, identity)  # a probe's, aliased
             if identity not in self._items:
                 return None
             self._exact[key.exact] = identity
@@ -65,8 +83,10 @@ class CompilationCache:
         self._items[identity] = value
         self._items.move_to_end(identity)
         self._exact[key.exact] = identity
+        self._cells[identity] = key.cell
         while len(self._items) > self.size:
-            self._items.popitem(last=False)
+            gone, _ = self._items.popitem(last=False)
+            self._cells.pop(gone, None)
         if len(self._exact) > 4 * self.size:
             self._exact = {k: v for k, v in self._exact.items() if v in self._items}
 
@@ -76,6 +96,7 @@ class CompilationCache:
     def clear(self) -> None:
         self._items.clear()
         self._exact.clear()
+        self._cells.clear()
 
 
 def enable_persistent_cache(directory: str | os.PathLike[str] | None = None) -> Path | None:

@@ -328,11 +328,15 @@ class LoweredProgram:
     @property
     def lowered(self) -> tuple[Any, ...]:
         """The ``jax.stages.Lowered`` of each program (the cache key's input)."""
-        return tuple(s.lowered for s in (self.stages, self.grad_stages) if s is not None)
+        return tuple(s.lowered for s in self.lowered_stages)
+
+    @property
+    def lowered_stages(self) -> tuple[Stages, ...]:
+        return tuple(s for s in (self.stages, self.grad_stages) if s is not None)
 
     @property
     def printed_at_trace(self) -> str:
-        return "".join(s.printed_at_trace for s in (self.stages, self.grad_stages) if s)
+        return "".join(s.printed_at_trace for s in self.lowered_stages)
 
 
 def lower_program(
@@ -342,9 +346,12 @@ def lower_program(
     source: SourceInfo,
     name: str | None = None,
     progress: Progress | None = None,
+    record_calls: bool = True,
 ) -> LoweredProgram:
     """Trace and lower ``adapted`` as ``request`` says: the part of a compile every
-    ``%%compile`` run pays (its program is the cache key); :func:`compile_program` finishes."""
+    ``%%compile`` run pays (its program is the cache key); :func:`compile_program` finishes.
+    ``record_calls`` False: without recording the user's calls (what the view groups by), for a
+    look-up only — the same program, its operations' names without the call paths."""
     __tracebackhide__ = True
     _check_kind(adapted)
     jit_kwargs, static = _jit_options(adapted, request.jit_kwargs)
@@ -364,7 +371,7 @@ def lower_program(
         specs=specs,
     )
     label = name or adapted.name
-    common = {"source": source, "arg_names": names}
+    common = {"source": source, "arg_names": names, "record_calls": record_calls}
     options = request.compiler_options or None
     stages = lower_stages(
         make_jitted(adapted.fn, jit_kwargs=jit_kwargs, compiler_options=options),

@@ -278,20 +278,39 @@ class Session:
         adapted = adapt(fn, args, kwargs)
         clock.lap("run")
         body = "\n".join(captured.source.lines[1:])  # the %%compile line is in compile_key()
-        # every run traces and lowers: the program is the cache key (SPEC §9.2)
-        tracers_before = _tracers_in(namespace)
-        lowered = lower_program(
-            adapted,
-            options.request(),
-            source=captured.source,
-            name=captured.fn_expr,
-            progress=progress,
-        )
+        context = f"{body}\n{options.compile_key()}"
+        request = options.request()
         warnings: list[str] = []
-        self._check_trace_side_effects(lowered, captured, namespace, tracers_before, warnings)
+
+        def lower(record: bool) -> LoweredProgram:
+            # every run traces and lowers: the program is the cache key (SPEC §9.2)
+            tracers_before = _tracers_in(namespace)
+            lowered = lower_program(
+                adapted,
+                request,
+                source=captured.source,
+                name=captured.fn_expr,
+                progress=progress,
+                record_calls=record,
+            )
+            self._check_trace_side_effects(
+                lowered, captured, namespace, tracers_before, warnings, show=not warnings
+            )
+            return lowered
+
+        # A cell run before is traced first without recording the user's calls (a fifth of a
+        # trace's time, needed only by a new program's view): the key is the same program's.
+        probe = not options.force and self.cache.knows(context)
+        lowered = lower(record=not probe)
         clock.lap("compile")
-        key = program_key(lowered.lowered, context=f"{body}\n{options.compile_key()}")
+        key = program_key(lowered.lowered, context=context)
         program = None if options.force else self.cache.get(key)
+        probed: tuple[Any, LoweredProgram] | None = None
+        if program is None and probe:
+            probed = (key, lowered)  # a new program: traced again, recording the calls
+            lowered = lower(record=True)
+            key = program_key(lowered.lowered, context=context)
+            program = self.cache.get(key)  # recorded by an earlier run, not probed yet
         clock.lap("cache_lookup")
         if program is None:
             program = compile_program(lowered, progress=progress, passes=options.passes)
@@ -306,6 +325,12 @@ class Session:
                 if run is not None and stages is not None:
                     for step in ("trace", "lower"):
                         run.record_timing(step, stages.timings.get(step, 0.0))
+        if probed is not None:
+            self.cache.alias(probed[0], key)  # the next probe finds it
+            for step in ("trace", "lower"):  # spent in the look-up, not by the program
+                seconds = sum(s.timings.get(step, 0.0) for s in probed[1].lowered_stages)
+                comp.record_timing(f"cache_lookup.probe_{step}", seconds)
+            probed[0].release()
         key.complete()  # the history compares programs (a hit found by the exact digest has it)
         key.release()
         clock.lap("compile")
@@ -354,8 +379,11 @@ class Session:
         namespace: dict[str, Any],
         tracers_before: dict[str, set[int]],
         warnings: list[str],
+        *,
+        show: bool = True,
     ) -> None:
-        """What this run's trace did besides tracing (every run traces, hit or not)."""
+        """What this run's trace did besides tracing (every run traces, hit or not); a second
+        trace of the same run (``show`` False) prints nothing again."""
         leaked = _leaked_tracers(namespace, tracers_before)
         if leaked:
             raise TraceError(
@@ -365,7 +393,7 @@ class Session:
                 hint="return it from the function instead of assigning a global",
             )
         printed = lowered.printed_at_trace
-        if printed:
+        if printed and show:
             print(printed, end="" if printed.endswith("\n") else "\n")
             warnings.append(
                 "print() ran once, at trace time, and printed tracers, not values: "

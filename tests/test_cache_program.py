@@ -544,3 +544,43 @@ def test_class_attributes_and_an_edited_module_in_a_real_kernel(tmp_path):
     assert probes[0]["lines"] and set(probes[0]["lines"]) <= {6, 7}, probes
     assert probes[-2]["lines"] and set(probes[-2]["lines"]) <= {8, 9}, probes
     assert probes[-1]["lines"] == probes[-2]["lines"], probes
+
+
+def test_a_rerun_probes_without_recording_calls_and_a_new_program_records_them(ip):
+    """A cell run before is traced first without recording the user's calls (the look-up needs
+    only the program); a program found new that way is traced again with the recording, so its
+    view still groups by the user's functions, and the look-up's trace is shown as such
+    (``cache_lookup.probe_trace``)."""
+    _run(
+        ip,
+        textwrap.dedent(
+            """
+            import jax, jax.numpy as jnp, numpy as np
+            SCALE = 2.0
+            def block(h):
+                return jnp.tanh(h) * SCALE
+            def f(x):
+                return block(block(x))
+            x = jnp.ones((4, 8), jnp.float32)
+            CALL = "f(x)"
+            """
+        ),
+    )
+    cell = _cell("f(x)")
+    first = _compile(ip, cell, hit=None, what="the first run")
+    recorded = [c.label for c in first.stages.calls.calls]
+    assert recorded and not any(k.startswith("cache_lookup.probe") for k in first.timings)
+    # the cell's first probe does not know the program by its probe yet: found by the
+    # recording trace, then by the probe from the next run on
+    second = _compile(ip, cell, hit=True, what="nothing changed")
+    assert second.program is first.program and "cache_lookup.probe_trace" in second.timings
+    again = _compile(ip, cell, hit=True, what="nothing changed, again")
+    assert again.program is first.program
+    assert not any(k.startswith("cache_lookup.probe") for k in again.timings), again.timings
+    _run(ip, "SCALE = 3.0")
+    changed = _compile(ip, cell, hit=False, what="SCALE = 3.0")
+    assert [c.label for c in changed.stages.calls.calls] == recorded  # recorded again
+    assert {"cache_lookup.probe_trace", "cache_lookup.probe_lower"} <= set(changed.timings)
+    assert any("block" in (f.get("functions") or [""])[0] for f in changed.report()["fusions"])
+    back = _compile(ip, cell, hit=True, what="SCALE = 3.0 again")
+    assert back.program is changed.program

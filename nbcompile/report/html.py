@@ -61,7 +61,9 @@ def pack_report(report: dict[str, Any]) -> dict[str, str]:
     raw = json.dumps(_encode(report), separators=(",", ":"), allow_nan=False).encode("utf-8")
     packed = {
         "format": PACK_FORMAT,
-        "data": base64.b64encode(gzip.compress(raw, 9, mtime=0)).decode("ascii"),
+        # level 6, not 9: every display packs (a re-run too); for the GPT-2-small train step
+        # 4 % more bytes (150 -> 156 KB) for a quarter of the time (380 -> 95 ms, loaded 2 cores)
+        "data": base64.b64encode(gzip.compress(raw, 6, mtime=0)).decode("ascii"),
     }
     _remember(_PACKED, id(report), (report, packed), 8)
     return packed

@@ -37,7 +37,8 @@ from .._compat import (
     key_persistent_cache_by_locations,
     persistent_cache_disabled,
 )
-from ..capture.calls import CallLog, record_calls
+from ..capture.calls import CallLog
+from ..capture.calls import record_calls as _record_calls
 from ..capture.source import SourceInfo, cell_identity
 from ..targets import Placement, Target, output_shardings
 from . import limits
@@ -279,11 +280,13 @@ def lower_stages(
     source: SourceInfo | None = None,
     arg_names: list[str] | None = None,
     progress: Progress | None = None,
+    record_calls: bool = True,
 ) -> Stages:
     """Trace and lower ``jitted(*placement.args, **placement.kwargs)`` for ``target``: the
     :class:`Stages` without ``compiled`` (what every ``%%compile`` run pays; its program is the
     cache key, nbcompile/stages/key.py). Python ``print`` at trace time is captured
-    (``printed_at_trace``), the user's calls recorded (``calls``).
+    (``printed_at_trace``), the user's calls recorded (``calls``) unless ``record_calls`` is
+    False (a look-up's trace: the same program without the call paths in its names).
 
     Raises :class:`~nbcompile.errors.TraceError` or ``LowerError`` naming the visible cell line
     (from ``source``), the user's argument names (``arg_names``) and what to do; JAX's error is
@@ -297,7 +300,8 @@ def lower_stages(
 
     say(f"tracing{where}")
     try:
-        with _timed(timings, "trace"), _capture_stdout() as printed, record_calls() as calls:
+        recording = _record_calls() if record_calls else contextlib.nullcontext(CallLog())
+        with _timed(timings, "trace"), _capture_stdout() as printed, recording as calls:
             traced = jitted.trace(*placement.args, **placement.kwargs)
     except Exception as exc:
         raise translate(exc, "trace", source, arg_names=arg_names, target=target.label) from exc

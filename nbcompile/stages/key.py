@@ -47,7 +47,7 @@ import jax
 from .. import _compat
 from ..capture.source import cell_identity
 
-__all__ = ["ProgramKey", "program_key"]
+__all__ = ["ProgramKey", "cell_digest", "program_key"]
 
 # cell file names as they appear in the bytecode's strings (see capture.source._CELL_FILE)
 _CELL_NAME = re.compile(rb"<ipython-input-\d+-(\w+)>|ipykernel_\d+[/\\](\w+\.py)")
@@ -77,6 +77,7 @@ class ProgramKey:
     exact: str
     cacheable: bool
     context: str = field(repr=False)
+    cell: str = ""  # the run's context alone (cell_digest): which cell and options
     lowered: tuple[Any, ...] = field(default=(), repr=False)
     program: str | None = None
     locations: str | None = None
@@ -115,6 +116,11 @@ class ProgramKey:
         self.lowered = ()
 
 
+def cell_digest(context: str) -> str:
+    """The digest of a run's context (cell text and options) alone."""
+    return _digest("cell", context)
+
+
 def program_key(lowered: Sequence[Any], context: str) -> ProgramKey:
     """The key of ``lowered`` (the ``jax.stages.Lowered`` of a run: the program, and with
     ``--grad`` its ``value_and_grad``) in ``context`` (the cell's text and options)."""
@@ -133,6 +139,7 @@ def program_key(lowered: Sequence[Any], context: str) -> ProgramKey:
         exact=_digest(*parts),
         cacheable=cacheable,
         context=full_context,
+        cell=cell_digest(context),
         lowered=tuple(lowered),
         seconds=time.perf_counter() - t0,
     )
