@@ -212,5 +212,6 @@ def forget_memos() -> None:
 
     html._PACKED.clear()
     html._ENCODED.clear()
+    html._TEXT.clear()
     svg._SCENES.clear()
     _LEANED.clear()
