@@ -101,7 +101,7 @@ FULL = Plan(
     magic=[
         ("MLP", 11, True, None),
         ("12-layer train", 11, False, 1.1),
-        ("GPT-2 small train", 7, False, 1.1),
+        ("GPT-2 small train", 11, False, 1.1),
     ],
     profile=[("12-layer train", 3, 20)],
     growth=(200, 1),

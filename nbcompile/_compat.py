@@ -80,6 +80,22 @@ def adopt_executable(lowered: Any, compiled: Any) -> None:
         lowering._executable = executable
 
 
+def reuse_executable(lowered: Any, compiled: Any) -> Any | None:
+    """``lowered.compile()`` served by ``compiled``'s executable, without XLA: for a lowering
+    whose program is ``compiled``'s (the same module but for source locations, the same
+    arguments, devices and options: nbcompile/stages/key.py). The executable is set on the
+    lowering (``MeshComputation._executable``, which ``compile()`` returns when set and asked
+    for no options), then compiled. None where this JAX keeps it elsewhere. Checked with JAX
+    0.10.2 and 0.12.0.1."""
+    lowering = getattr(lowered, "_lowering", None)
+    executable = getattr(compiled, "_executable", None)
+    if lowering is None or executable is None or getattr(lowering, "_executable", 1) is not None:
+        return None
+    lowering._executable = executable
+    out = lowered.compile()
+    return out if getattr(out, "_executable", None) is executable else None
+
+
 #: Debug options that make XLA write files (``xla_dump_to``): JAX leaves them out of its
 #: persistent-cache key, so a compile that asks for a dump could be served without XLA running.
 _DUMP_OPTIONS = ("xla_dump_to",)

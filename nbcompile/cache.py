@@ -43,11 +43,21 @@ class CompilationCache:
         self._items: OrderedDict[str, Any] = OrderedDict()  # identity -> Program
         self._exact: dict[str, str] = {}  # exact digest -> identity
         self._cells: dict[str, str] = {}  # identity -> the cell_digest it was stored from
+        self._executables: dict[str, str] = {}  # executable digest -> identity
 
-    def knows(self, context: str) -> bool:
-        """Whether a program was stored from this context (a cell's text and options): its
-        re-run may probe with a cheaper trace (session.py)."""
-        return cell_digest(context) in self._cells.values()
+    def knows(self, cell: str, options: str) -> bool:
+        """Whether a program was stored from this cell text and these options: its re-run may
+        probe with a cheaper trace (session.py)."""
+        return cell_digest(cell, options) in self._cells.values()
+
+    def same_executable(self, key: ProgramKey) -> Any | None:
+        """A stored program whose executable ``key``'s program would get from XLA (the same
+        program, its code elsewhere: ``ProgramKey.executable``), else None."""
+        if not key.cacheable:
+            return None
+        key.complete()
+        identity = self._executables.get(key.executable or "")
+        return self._items.get(identity) if identity is not None else None
 
     def alias(self, other: ProgramKey, key: ProgramKey) -> None:
         """Find ``key``'s program by ``other`` too (a trace of the same run without the call
@@ -84,9 +94,12 @@ class CompilationCache:
         self._items.move_to_end(identity)
         self._exact[key.exact] = identity
         self._cells[identity] = key.cell
+        if key.executable is not None:
+            self._executables[key.executable] = identity
         while len(self._items) > self.size:
             gone, _ = self._items.popitem(last=False)
             self._cells.pop(gone, None)
+            self._executables = {k: v for k, v in self._executables.items() if v != gone}
         if len(self._exact) > 4 * self.size:
             self._exact = {k: v for k, v in self._exact.items() if v in self._items}
 
@@ -97,6 +110,7 @@ class CompilationCache:
         self._items.clear()
         self._exact.clear()
         self._cells.clear()
+        self._executables.clear()
 
 
 def enable_persistent_cache(directory: str | os.PathLike[str] | None = None) -> Path | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 
+from ._compat import reuse_executable
 from .capture.models import Adapted
 from .capture.names import positional_names
 from .capture.source import SourceInfo
@@ -43,6 +44,7 @@ __all__ = [
     "describe_args",
     "describe_value",
     "lower_program",
+    "relocate_program",
 ]
 
 
@@ -463,6 +465,69 @@ def compile_program(
         grad_argnums=lowered.grad_argnums,
         notes=list(lowered.notes),
     )
+
+
+def relocate_program(lowered: LoweredProgram, old: Program) -> Program | None:
+    """``lowered`` served by ``old``'s executables, without XLA: ``old`` is the same program
+    (its key's ``executable`` digest is ``lowered``'s) whose code was elsewhere. The stages are
+    this run's (trace, lowering, their lines); the executables ``old``'s, their HLO's source
+    tables rewritten to this run's places (:func:`nbcompile.stages.relocate.relocate_hlo`), so
+    the analysis made from them names the lines as they are now. ``old.stages.jitted`` stays
+    the callable (its executable is this program's: calling it compiles nothing). None where
+    any part cannot be paired: the caller compiles."""
+    from .capture.source import cell_identity
+    from .stages import called_the_program
+    from .stages.relocate import relocate_hlo
+
+    pairs = [(lowered.stages, old.stages)]
+    if lowered.grad_stages is not None:
+        if old.grad is None:
+            return None
+        pairs.append((lowered.grad_stages, old.grad.stages))
+    elif old.grad is not None:
+        return None
+    for new, was in pairs:
+        t0 = time.perf_counter()
+        text = was.hlo_text
+        if was.compiled is None or text is None or new.target.lower_only:
+            return None
+        moved = relocate_hlo(
+            text,
+            was.lowered.compiler_ir("stablehlo"),
+            new.lowered.compiler_ir("stablehlo"),
+            cell_identity,
+            called_the_program,
+        )
+        if moved is None:
+            return None
+        compiled = reuse_executable(new.lowered, was.compiled)
+        if compiled is None:
+            return None
+        new.timings["relocate"] = time.perf_counter() - t0
+        new.compiled, new.jitted = compiled, was.jitted
+        new._text = (compiled, moved)
+        new.output_shardings = dict(was.output_shardings)
+        new.notes = list(was.notes)
+    program = Program(
+        stages=lowered.stages,
+        request=lowered.request,
+        name=lowered.name,
+        source=lowered.source,
+        fn=lowered.fn,
+        grad_argnums=lowered.grad_argnums,
+        notes=list(lowered.notes),
+    )
+    if lowered.grad_stages is not None:
+        program.grad = Program(
+            stages=lowered.grad_stages,
+            request=lowered.request,
+            name=f"value_and_grad({lowered.name})",
+            source=lowered.source,
+            fn=lowered.fn,
+            grad_argnums=lowered.grad_argnums,
+            is_value_and_grad=True,
+        )
+    return program
 
 
 def build_program(

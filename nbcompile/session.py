@@ -37,7 +37,13 @@ from .capture.source import short_path
 from .compilation import Compilation, _as_argnums
 from .errors import NbcompileError, TraceError
 from .history import History
-from .pipeline import CompileRequest, LoweredProgram, compile_program, lower_program
+from .pipeline import (
+    CompileRequest,
+    LoweredProgram,
+    compile_program,
+    lower_program,
+    relocate_program,
+)
 from .processes import agree
 from .stages.key import program_key
 from .widgets import DisplayState
@@ -278,7 +284,7 @@ class Session:
         adapted = adapt(fn, args, kwargs)
         clock.lap("run")
         body = "\n".join(captured.source.lines[1:])  # the %%compile line is in compile_key()
-        context = f"{body}\n{options.compile_key()}"
+        compile_key = options.compile_key()
         request = options.request()
         warnings: list[str] = []
 
@@ -300,19 +306,37 @@ class Session:
 
         # A cell run before is traced first without recording the user's calls (a fifth of a
         # trace's time, needed only by a new program's view): the key is the same program's.
-        probe = not options.force and self.cache.knows(context)
+        probe = not options.force and self.cache.knows(body, compile_key)
         lowered = lower(record=not probe)
         clock.lap("compile")
-        key = program_key(lowered.lowered, context=context)
+        key = program_key(lowered.lowered, cell=body, options=compile_key)
         program = None if options.force else self.cache.get(key)
         probed: tuple[Any, LoweredProgram] | None = None
         if program is None and probe:
             probed = (key, lowered)  # a new program: traced again, recording the calls
             lowered = lower(record=True)
-            key = program_key(lowered.lowered, context=context)
+            key = program_key(lowered.lowered, cell=body, options=compile_key)
             program = self.cache.get(key)  # recorded by an earlier run, not probed yet
+        same = None
+        if program is None and not options.force and not options.passes:
+            same = self.cache.same_executable(key)
         clock.lap("cache_lookup")
-        if program is None:
+        # the same program with its code elsewhere: XLA's executable, this run's lines
+        relocated = relocate_program(lowered, same) if same is not None else None
+        if relocated is not None:
+            program = relocated
+            program.notes += _misnumbered(lowered)
+            comp = Compilation(program, adapted, cache_hit=True, display=self.display)
+            comp.add_note(
+                "XLA skipped: the same program as an earlier run, its code in other places; "
+                "the executable is reused, its lines read from this run's program"
+            )
+            for run, stages in ((comp, lowered.stages), (comp.grad, lowered.grad_stages)):
+                if run is not None and stages is not None:
+                    for step in ("trace", "lower", "relocate"):
+                        run.record_timing(step, stages.timings.get(step, 0.0))
+            self.cache.put(key, program)
+        elif program is None:
             program = compile_program(lowered, progress=progress, passes=options.passes)
             program.notes += _misnumbered(lowered)
             comp = Compilation(program, adapted, display=self.display)
@@ -364,7 +388,7 @@ class Session:
         stage_seconds = sum(
             v
             for k, v in comp.timings.items()
-            if k.removeprefix("grad_") in ("trace", "lower", "compile")
+            if k.removeprefix("grad_") in ("trace", "lower", "compile", "relocate")
         )
         clock.steps["pipeline"] = max(clock.steps.pop("compile") - stage_seconds, 0.0)
         for step, seconds in clock.steps.items():

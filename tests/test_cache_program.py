@@ -184,7 +184,9 @@ def test_a_module_function_edited_and_reloaded(ip, tmp_path, how):
             _run(ip, "mymodel = importlib.reload(mymodel)")
         else:
             _run(ip, "pass")  # autoreload reloads before this cell runs
-        c = _compile(ip, cell, hit=False, what=f"the module edited ({how})")
+        # compiled, or XLA skipped where this session compiled the same program before (an
+        # earlier case's module): either way this run's program, with this run's lines
+        c = _compile(ip, cell, hit=None, what=f"the module edited ({how})")
         assert "sin" in str(c.jaxpr) and "tanh" not in str(c.jaxpr)
         lines = _module_lines(c, path)
         assert lines and not lines & {6, 7}, f"fusions name the old lines {sorted(lines)}"
@@ -559,14 +561,14 @@ def test_a_rerun_probes_without_recording_calls_and_a_new_program_records_them(i
             SCALE = 2.0
             def block(h):
                 return jnp.tanh(h) * SCALE
-            def f(x):
+            def probed(x):
                 return block(block(x))
             x = jnp.ones((4, 8), jnp.float32)
-            CALL = "f(x)"
+            CALL = "probed(x)"
             """
         ),
     )
-    cell = _cell("f(x)")
+    cell = _cell("probed(x)")  # a cell no other test runs: its first run records
     first = _compile(ip, cell, hit=None, what="the first run")
     recorded = [c.label for c in first.stages.calls.calls]
     assert recorded and not any(k.startswith("cache_lookup.probe") for k in first.timings)
@@ -584,3 +586,61 @@ def test_a_rerun_probes_without_recording_calls_and_a_new_program_records_them(i
     assert any("block" in (f.get("functions") or [""])[0] for f in changed.report()["fusions"])
     back = _compile(ip, cell, hit=True, what="SCALE = 3.0 again")
     assert back.program is changed.program
+
+
+MOVED_SETUP = """
+import jax, jax.numpy as jnp, numpy as np
+W = jnp.asarray(np.random.default_rng(0).normal(size=(8, 8)), jnp.float32)
+x = jnp.asarray(np.random.default_rng(1).normal(size=(4, 8)), jnp.float32)
+{pad}def block(h):
+    h = h @ W
+    return jnp.tanh(h) * 2.0
+def model(x):
+    return jnp.sin(block(block(x))).sum()
+CALL = "model(x)"
+"""
+
+
+def _model_cell_lines(ip, c: nbcompile.Compilation) -> tuple[set[int], set[int]]:
+    """(lines of the model cell the fusions name, the lines its operations are on now)."""
+    cell = max(n for n, text in enumerate(ip.user_ns["In"]) if "def block(h):" in text)
+    text = ip.user_ns["In"][cell].splitlines()
+    ops = {i for i, line in enumerate(text, 1) if any(op in line for op in ("@", "tanh", "sin"))}
+    named = {loc.line for f in c.fusions for loc in f.locations if loc.cell == cell}
+    return named, ops
+
+
+@pytest.mark.parametrize("opts", ["", " --grad"])
+def test_moved_code_reuses_the_executable_and_names_the_new_lines(ip, opts):
+    """A comment added above the model (every line moves): the same program, so XLA is skipped
+    (its executable reused, ``c.cache_hit``) and the analysis re-reads the lines from this
+    run's program: the fusions name the lines the code is on now, as a fresh compile's do
+    (with ``--grad``, the gradient program's too)."""
+    for pad in ("", "# a comment\n# and another\n"):
+        assert ip.run_cell(MOVED_SETUP.format(pad=pad), store_history=True).success
+        cell = f"%%compile -q{opts}\nmodel(x)\n"
+        c = _compile(ip, cell, hit=None, what=f"model cell with {pad!r}")
+        named, ops = _model_cell_lines(ip, c)
+        assert named and named <= ops, (named, ops)
+        if pad:
+            assert c.cache_hit and c.stages.xla_compiles == 0, c.timings
+            assert "relocate" in c.timings and "compile" not in c.timings
+            assert any("executable is reused" in n for n in c.notes), c.notes
+            # the reference: compiled again (by XLA, or served by JAX's persistent cache, whose
+            # key has the same places)
+            _run(ip, cell.replace("-q", "-q -f"))
+            fresh = nbcompile.last()
+            assert not fresh.cache_hit
+
+            def view(comp: nbcompile.Compilation) -> list[tuple]:
+                return sorted(
+                    (f.name, tuple(sorted(f.source_lines)), tuple(sorted(map(str, f.locations))))
+                    for f in comp.fusions
+                )
+
+            assert view(c) == view(fresh)
+            assert c.hlo.count("stack_frame_id") == fresh.hlo.count("stack_frame_id")
+            if opts:
+                assert c.grad is not None and fresh.grad is not None
+                assert c.grad.stages.xla_compiles == 0 and "grad_relocate" in c.timings
+                assert view(c.grad) == view(fresh.grad)

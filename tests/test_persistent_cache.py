@@ -92,18 +92,24 @@ def _model_lines(ip) -> tuple[list[int], set[int]]:
     return named, ops
 
 
-def test_an_edited_model_cell_gets_its_new_lines_from_a_warm_cache(shell, cache_dir):
+@pytest.mark.parametrize("force", ["", " -f"])
+def test_an_edited_model_cell_gets_its_new_lines_from_a_warm_cache(shell, cache_dir, force):
     """The user's story: model cell, ``%%compile`` cell; add a docstring to the model (its
-    ``__call__`` moves down three lines), re-run both. The fusions name the new lines (neither
-    nbcompile's own cache nor JAX's persistent cache serves the old lines)."""
+    ``__call__`` moves down three lines), re-run both. The fusions name the new lines: nbcompile
+    reuses the executable and re-reads the lines, and with ``-f`` (XLA asked again) JAX's
+    persistent cache does not serve the old lines."""
     shell.reset(new_session=False)
     assert shell.run_cell(SETUP, store_history=True).success
     for model in (MODEL, EDITED):
         assert shell.run_cell(model + "mlp = Mlp(w1, w2)", store_history=True).success
-        res = shell.run_cell(COMPILE, store_history=True)  # unchanged, as the user re-runs it
+        cell = COMPILE.replace("%%compile", "%%compile" + force)  # re-run, as the user does
+        before = HITS.count
+        res = shell.run_cell(cell, store_history=True)
         assert res.success, res.error_in_exec
         named, ops = _model_lines(shell)
         assert named and set(named) <= ops, (named, ops)
+        if model is EDITED and force:
+            assert HITS.count == before, "JAX's persistent cache served the old lines"
     assert any(cache_dir.iterdir()), "nothing was written to the persistent cache"
 
 
@@ -225,8 +231,9 @@ print("PROBE", json.dumps({
 @pytest.mark.kernel
 def test_the_users_story_in_real_kernels(tmp_path, monkeypatch):
     """In ipykernel: the model cell, the ``%%compile`` cell; the model edited (a docstring) and
-    both re-run; then a new kernel with the edited cells, served from the cache. Every time
-    the fusions name the model's current lines."""
+    both re-run (the same program, its lines moved: XLA skipped in this kernel, the lines
+    re-read); then a new kernel with the first cells, served from JAX's persistent cache.
+    Every time the fusions name the model's current lines."""
     import json
 
     from .test_kernel import execute, notebook, text_of
@@ -234,7 +241,7 @@ def test_the_users_story_in_real_kernels(tmp_path, monkeypatch):
     monkeypatch.setenv("NBCOMPILE_CACHE_DIR", str(tmp_path / "cache"))
     model, edited = MODEL + "mlp = Mlp(w1, w2)", EDITED + "mlp = Mlp(w1, w2)"
     first = execute(notebook(KERNEL_SETUP, model, COMPILE, PROBE, edited, COMPILE, PROBE))
-    second = execute(notebook(KERNEL_SETUP, edited, COMPILE, PROBE))
+    second = execute(notebook(KERNEL_SETUP, model, COMPILE, PROBE))
     assert any((tmp_path / "cache").iterdir()), "nothing was written to the persistent cache"
     probes = [
         json.loads(text_of(nb.cells[i]).split("PROBE", 1)[1])
@@ -244,4 +251,6 @@ def test_the_users_story_in_real_kernels(tmp_path, monkeypatch):
         assert probe["named"] and set(probe["named"]) <= set(probe["ops"]), probes
     moved = EDITED.count("\n") - MODEL.count("\n")  # the docstring moved the ops down
     assert probes[1]["ops"] == [n + moved for n in probes[0]["ops"]], probes
+    assert probes[1]["served"], "the moved program was compiled again in the same kernel"
     assert probes[2]["served"], "a new kernel with the same cells compiled again"
+    assert probes[2]["named"] == probes[0]["named"], probes

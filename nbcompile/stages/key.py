@@ -78,9 +78,11 @@ class ProgramKey:
     cacheable: bool
     context: str = field(repr=False)
     cell: str = ""  # the run's context alone (cell_digest): which cell and options
+    compile_context: str = field(default="", repr=False)  # the context without the cell text
     lowered: tuple[Any, ...] = field(default=(), repr=False)
     program: str | None = None
     locations: str | None = None
+    executable: str | None = None  # the program without the cell text: what XLA makes of it
     seconds: float = 0.0
 
     def complete(self) -> ProgramKey:
@@ -93,6 +95,7 @@ class ProgramKey:
 
             stripped = [_compat.stripped_bytecode(lowered) for lowered in self.lowered]
             self.program = _digest(self.context, *stripped)
+            self.executable = _digest(self.compile_context, *stripped)
             self.locations = _digest(
                 *(
                     _compat.location_digest(
@@ -116,30 +119,32 @@ class ProgramKey:
         self.lowered = ()
 
 
-def cell_digest(context: str) -> str:
+def cell_digest(cell: str, options: str) -> str:
     """The digest of a run's context (cell text and options) alone."""
-    return _digest("cell", context)
+    return _digest("cell", cell, options)
 
 
-def program_key(lowered: Sequence[Any], context: str) -> ProgramKey:
+def program_key(lowered: Sequence[Any], *, cell: str, options: str) -> ProgramKey:
     """The key of ``lowered`` (the ``jax.stages.Lowered`` of a run: the program, and with
-    ``--grad`` its ``value_and_grad``) in ``context`` (the cell's text and options)."""
+    ``--grad`` its ``value_and_grad``) compiled from ``cell`` (the ``%%compile`` cell's text,
+    whose lines the view names) with ``options`` (those that shape the program)."""
     from .. import __version__
 
     t0 = time.perf_counter()
     versions = f"nbcompile={__version__} jax={jax.__version__} jaxlib={jax.lib.__version__}"
-    parts: list[bytes | str] = [context, versions]
+    parts: list[bytes | str] = [cell, options, versions]
     cacheable = True
     for one in lowered:
         facts, ok = _compat.lowering_facts(one)
         cacheable = cacheable and ok
         parts += [facts, _CELL_NAME.sub(_cell_content, _compat.module_bytecode(one))]
-    full_context = _digest(context, versions, *parts[2::2])
+    facts = parts[3::2]
     return ProgramKey(
         exact=_digest(*parts),
         cacheable=cacheable,
-        context=full_context,
-        cell=cell_digest(context),
+        context=_digest(cell, options, versions, *facts),
+        compile_context=_digest(options, versions, *facts),
+        cell=cell_digest(cell, options),
         lowered=tuple(lowered),
         seconds=time.perf_counter() - t0,
     )
