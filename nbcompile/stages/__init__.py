@@ -101,7 +101,7 @@ def called_the_program(file: str) -> bool:
 
 # A persistent-cache hit must give what a fresh compile gives: the executable of *these* source
 # lines (a cell's file by its content, so a new kernel still hits), and XLA's dumps when a compile
-# asks for them (docs/guide.md, "What the cache key covers").
+# asks for them (docs/guide.md, "What its key covers").
 key_persistent_cache_by_locations(cell_identity, called_the_program)
 
 
