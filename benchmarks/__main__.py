@@ -65,6 +65,7 @@ class Plan:
     # which the re-run does not: only where that call is negligible is the difference overhead),
     # the ratio a re-run may reach against JAX's trace + lowering of the same model (SPEC §9.2)
     magic: list[tuple[str, int, bool, float | None]] = field(default_factory=list)
+    moved: list[tuple[str, int]] = field(default_factory=list)  # code moved vs -f (informative)
     profile: list[tuple[str, int, int]] = field(default_factory=list)  # model, pairs, calls
     calibration: int = 0  # fresh CPU peak calibrations
     growth: tuple[int, int] = (0, 0)  # cells per process, pairs of processes
@@ -103,6 +104,7 @@ FULL = Plan(
         ("12-layer train", 11, False, 1.1),
         ("GPT-2 small train", 11, False, 1.1),
     ],
+    moved=[("12-layer train", 5)],
     profile=[("12-layer train", 3, 20)],
     growth=(200, 1),
     calibration=3,
@@ -222,6 +224,9 @@ def run(
         for model, pairs, targeted, lowering in plan.magic:
             step(f"%%compile re-run: {model}")
             rows.extend(_subprocs.magic_rerun(model, pairs, targeted, lowering))
+        for model, pairs in plan.moved:
+            step(f"%%compile moved code: {model}")
+            rows.append(_subprocs.moved_code(model, pairs))
     if "profile" in figures:
         from benchmarks import _profile_rows
 

@@ -18,7 +18,14 @@ from typing import Any
 from benchmarks._extra_models import build
 from benchmarks._stats import Row, Target, ratio_at_most
 
-__all__ = ["PEER_DIR", "frozen_first_call", "jaxviz_sizes", "magic_rerun", "run_worker"]
+__all__ = [
+    "PEER_DIR",
+    "frozen_first_call",
+    "jaxviz_sizes",
+    "magic_rerun",
+    "moved_code",
+    "run_worker",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER_DIR = Path(__file__).resolve().parent / "out" / ".peer-venv"  # git-ignored
@@ -183,7 +190,9 @@ def magic_rerun(
         )
     steps = {k: statistics.median(v) for k, v in result.get("steps", {}).items()}
     if steps:
-        parts = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
+        parts = ", ".join(
+            f"{k} {v * 1e3:.0f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1])
+        )
         lowering.note += f"; the re-run's own phases (medians, ms): {parts}"
     hits = result.get("cache_hits", [])
     for r in (row, lowering):
@@ -196,6 +205,34 @@ def magic_rerun(
         if not all(hits):
             r.note += f"; WARNING: cache hits {sum(hits)}/{len(hits)}"
     return [row, lowering]
+
+
+def moved_code(model: str, pairs: int) -> Row:
+    """The same program with its code moved vs compiling it again (informative): what reusing
+    XLA's executable and re-reading the lines (nbcompile/stages/relocate.py) saves."""
+    row = Row(
+        "%%compile moved code",
+        model,
+        "s",
+        "re-run, code moved (executable reused)",
+        "same cell, -f (XLA compiles)",
+        note=f"{pairs} interleaved pairs in one IPython InteractiveShell (fresh process); each "
+        "pair's cell has one comment line more above the compiled function than the last",
+    )
+    try:
+        result = run_worker("moved", model, str(pairs))
+    except (WorkerError, subprocess.TimeoutExpired) as exc:
+        row.note = str(exc)[:300]
+        return row
+    row.set_pairs(result["subject"], result["anchor"])
+    reused = result["reused"]
+    row.extra["executable_reused"] = f"{sum(reused)}/{len(reused)}"
+    row.extra["xla_compiles_when_moved"] = sum(result["xla_compiles"])
+    if not all(reused) or any(result["xla_compiles"]):
+        row.note += (
+            f"; WARNING: reused {sum(reused)}/{len(reused)}, XLA compiled {result['xla_compiles']}"
+        )
+    return row
 
 
 def ensure_jaxviz() -> tuple[bool, str]:

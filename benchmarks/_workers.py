@@ -8,6 +8,8 @@ one JSON object to RESULT.json:
 - ``magic MODEL PAIRS``: an unchanged ``%%compile`` cell re-run in a real IPython shell vs a
   plain cell that calls the compiled function and a plain cell that traces and lowers the same
   model with JAX (what every re-run must pay), interleaved;
+- ``moved MODEL PAIRS``: the cell re-run with its code moved (a comment line more each time)
+  vs the same cell forced to compile, interleaved;
 - ``jaxviz MODEL...``: size of jaxviz's HTML (run with the peer's folder on PYTHONPATH).
 
 Both first-call workers build the model (untimed) before timing, which starts the backend and
@@ -132,6 +134,55 @@ def magic(model: str, pairs: int) -> dict[str, Any]:
     }
 
 
+def moved(model: str, pairs: int) -> dict[str, Any]:
+    """The same program with its code moved (a comment line more above the compiled function
+    each time, so every run's lines are new) vs the same cell forced to compile (``-f``):
+    what reusing XLA's executable and re-reading the lines saves (SPEC §9.2)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from benchmarks._inprocess import XlaCompileCounter
+
+    counter = XlaCompileCounter.get()
+    shell = InteractiveShell.instance()
+    quiet = io.StringIO()
+
+    def run(cell: str) -> float:
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            t0 = time.perf_counter()
+            result = shell.run_cell(cell)
+            seconds = time.perf_counter() - t0
+        if not result.success:
+            raise RuntimeError(f"cell failed: {result.error_before_exec or result.error_in_exec}")
+        quiet.seek(0)
+        quiet.truncate()
+        return seconds
+
+    run("%load_ext nbcompile")
+    run(f"from benchmarks._extra_models import build\nmodel_fn, example = build({model!r})")
+    names = ", ".join(_ARG_NAMES[: len(shell.user_ns["example"])])
+    run(f"{names}, = example")
+
+    def cell(comments: int, flags: str = "") -> str:
+        pad = "# moved\n" * comments
+        return f"%%compile{flags}\n{pad}def step({names}):\n    return model_fn({names})\nstep({names})\n"
+
+    run(cell(0))
+    subj: list[float] = []
+    anch: list[float] = []
+    reused: list[bool] = []
+    xla: list[int] = []
+    for i in range(pairs):
+        order = ((subj, cell(i + 1)), (anch, cell(i + 1, " -f")))
+        for out, text in order if i % 2 == 0 else order[::-1]:
+            before = counter.count
+            out.append(run(text))
+            if out is subj:
+                c = shell.user_ns["step"].compilation
+                reused.append(bool(c.cache_hit))
+                xla.append(counter.count - before)
+    return {"subject": subj, "anchor": anch, "reused": reused, "xla_compiles": xla}
+
+
 def jaxviz_sizes(models: list[str]) -> dict[str, Any]:
     import jaxviz
 
@@ -171,6 +222,8 @@ def main(argv: list[str]) -> None:
         result = frozen_first_call(rest[0], rest[1])
     elif kind == "magic":
         result = magic(rest[0], int(rest[1]))
+    elif kind == "moved":
+        result = moved(rest[0], int(rest[1]))
     elif kind == "jaxviz":
         result = jaxviz_sizes(rest)
     else:

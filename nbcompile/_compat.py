@@ -80,20 +80,29 @@ def adopt_executable(lowered: Any, compiled: Any) -> None:
         lowering._executable = executable
 
 
-def reuse_executable(lowered: Any, compiled: Any) -> Any | None:
+def reuse_executable(lowered: Any, compiled: Any, text: str) -> Any | None:
     """``lowered.compile()`` served by ``compiled``'s executable, without XLA: for a lowering
     whose program is ``compiled``'s (the same module but for source locations, the same
     arguments, devices and options: nbcompile/stages/key.py). The executable is set on the
     lowering (``MeshComputation._executable``, which ``compile()`` returns when set and asked
-    for no options), then compiled. None where this JAX keeps it elsewhere. Checked with JAX
-    0.10.2 and 0.12.0.1."""
+    for no options), then compiled; the new ``Compiled``'s ``as_text()`` gives ``text`` (the
+    executable's HLO with this lowering's source rows, nbcompile/stages/relocate.py), so
+    whoever reads it — the analysis, you — reads this program's lines. None where this JAX
+    keeps the executable elsewhere. Checked with JAX 0.10.2 and 0.12.0.1 (``Compiled`` has a
+    ``__dict__`` beside its ``__slots__``)."""
     lowering = getattr(lowered, "_lowering", None)
     executable = getattr(compiled, "_executable", None)
     if lowering is None or executable is None or getattr(lowering, "_executable", 1) is not None:
         return None
     lowering._executable = executable
     out = lowered.compile()
-    return out if getattr(out, "_executable", None) is executable else None
+    if getattr(out, "_executable", None) is not executable:
+        return None
+    try:
+        out.as_text = lambda *_args, **_kwargs: text
+    except AttributeError:
+        return None
+    return out
 
 
 #: Debug options that make XLA write files (``xla_dump_to``): JAX leaves them out of its

@@ -500,7 +500,7 @@ def relocate_program(lowered: LoweredProgram, old: Program) -> Program | None:
         )
         if moved is None:
             return None
-        compiled = reuse_executable(new.lowered, was.compiled)
+        compiled = reuse_executable(new.lowered, was.compiled, moved)
         if compiled is None:
             return None
         new.timings["relocate"] = time.perf_counter() - t0
