@@ -419,6 +419,15 @@ def autoreload_dedupes() -> bool:
     return bool(getattr(reloader, "enabled", False) and getattr(deduper, "enabled", False))
 
 
+def traceback_codes(traceback: Any) -> list[Any]:
+    """The code objects of a ``jaxlib`` Traceback (``raw_frames()``: JAX 0.10.2 and 0.12.0.1),
+    innermost first; [] where it is missing or its API moved."""
+    try:
+        return list(traceback.raw_frames()[0]) if traceback is not None else []
+    except (AttributeError, TypeError, IndexError):
+        return []
+
+
 def _accelerator_files() -> bool:
     """A TPU VM exposes /dev/accel* (v2-v4) or /dev/vfio (v5e and later)."""
     return bool(glob.glob("/dev/accel*")) or os.path.isdir("/dev/vfio")

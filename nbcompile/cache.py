@@ -23,9 +23,9 @@ from typing import Any
 import jax
 
 from . import _compat, _dirs
-from .stages.key import ProgramKey, cell_digest
+from .stages.key import ProgramKey, cell_digest, program_key
 
-__all__ = ["CompilationCache", "enable_persistent_cache"]
+__all__ = ["CompilationCache", "ProgramKey", "enable_persistent_cache", "program_key"]
 
 
 class CompilationCache:

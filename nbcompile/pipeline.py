@@ -336,6 +336,13 @@ class LoweredProgram:
     def lowered_stages(self) -> tuple[Stages, ...]:
         return tuple(s for s in (self.stages, self.grad_stages) if s is not None)
 
+    def misnumbered(self) -> list[str]:
+        """Notes on functions whose line numbers Python does not know
+        (:func:`nbcompile.stages.key.misnumbered`)."""
+        from .stages.key import misnumbered
+
+        return misnumbered(self.stages.traced.jaxpr)
+
     @property
     def printed_at_trace(self) -> str:
         return "".join(s.printed_at_trace for s in self.lowered_stages)

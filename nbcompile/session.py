@@ -11,7 +11,6 @@ use (no shell) gets one process-wide session.
 
 from __future__ import annotations
 
-import linecache
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -20,8 +19,7 @@ from typing import Any
 
 import jax
 
-from . import _compat
-from .cache import CompilationCache
+from .cache import CompilationCache, program_key
 from .capture.cell import (
     Captured,
     capture,
@@ -33,7 +31,6 @@ from .capture.cell import (
     store_line,
 )
 from .capture.models import adapt
-from .capture.source import short_path
 from .compilation import Compilation, _as_argnums
 from .errors import NbcompileError, TraceError
 from .history import History
@@ -45,7 +42,6 @@ from .pipeline import (
     relocate_program,
 )
 from .processes import agree
-from .stages.key import program_key
 from .widgets import DisplayState
 
 __all__ = ["CellOptions", "CellResult", "Session", "current_session", "last", "last_error"]
@@ -168,44 +164,6 @@ def _leaked_tracers(namespace: dict[str, Any], before: dict[str, set[int]]) -> l
     return [name for name, ids in _tracers_in(namespace).items() if ids - before.get(name, set())]
 
 
-def _misnumbered(lowered: LoweredProgram) -> list[str]:
-    """A note for each function of the user's files whose line numbers do not start at its
-    ``def`` (IPython's deduperreload compiled it from unparsed text: the lines the view would
-    show for it count from the top of the file, ipython/ipython#15359). Only looked for while
-    that reloader is on."""
-    if not _compat.autoreload_dedupes():
-        return []
-    from .analysis import _jax
-    from .analysis.traced import walk_order
-    from .capture.source import is_cell_file
-    from .capture.userfiles import is_user_file
-
-    seen_tracebacks: set[int] = set()
-    codes: dict[Any, None] = {}
-    for eqn in walk_order(lowered.stages.traced.jaxpr):
-        traceback = eqn.source_info.traceback
-        if traceback is None or id(traceback) in seen_tracebacks:
-            continue
-        seen_tracebacks.add(id(traceback))
-        found = _jax.frames(traceback)
-        codes.update(dict.fromkeys(found[0] if found else ()))
-    notes = []
-    for code in codes:
-        file = code.co_filename
-        if is_cell_file(file) or not is_user_file(file):
-            continue
-        first = linecache.getline(file, code.co_firstlineno).strip()
-        if code.co_name.startswith("<") or first.startswith(("def ", "async def ", "@")):
-            continue
-        notes.append(
-            f"`{code.co_name}` ({short_path(file)}): IPython's %autoreload compiled its new code "
-            "without its line numbers (deduperreload, ipython/ipython#15359), so the lines shown "
-            "for it are not its lines; run `%autoreload 2 --full` (a reloader that keeps them) "
-            "and save the file again"
-        )
-    return notes
-
-
 class _Clock:
     """Seconds per step of one cell, handed to the Compilation at the end."""
 
@@ -325,7 +283,7 @@ class Session:
         relocated = relocate_program(lowered, same) if same is not None else None
         if relocated is not None:
             program = relocated
-            program.notes += _misnumbered(lowered)
+            program.notes += lowered.misnumbered()
             comp = Compilation(program, adapted, cache_hit=True, display=self.display)
             comp.add_note(
                 "XLA skipped: the same program as an earlier run, its code in other places; "
@@ -338,7 +296,7 @@ class Session:
             self.cache.put(key, program)
         elif program is None:
             program = compile_program(lowered, progress=progress, passes=options.passes)
-            program.notes += _misnumbered(lowered)
+            program.notes += lowered.misnumbered()
             comp = Compilation(program, adapted, display=self.display)
             self.cache.put(key, program)
         else:

@@ -645,3 +645,16 @@ def test_moved_code_reuses_the_executable_and_names_the_new_lines(ip, opts):
                 assert c.grad is not None and fresh.grad is not None
                 assert c.grad.stages.xla_compiles == 0 and "grad_relocate" in c.timings
                 assert view(c.grad) == view(fresh.grad)
+
+
+def test_the_key_cuts_call_stacks_where_the_view_does():
+    """The cache key leaves out the frames that called the program by the same rule as the
+    view's locator (nbcompile/analysis/lines.py): the two lists of nbcompile's tracing modules
+    agree."""
+    import nbcompile.analysis.lines as lines
+    from nbcompile.stages import _CALLERS, called_the_program
+
+    assert _CALLERS == lines._CALLERS
+    for path in (*_CALLERS, lines._PACKAGE + "capture/models.py", "/home/me/model.py"):
+        probe = path if path.endswith(".py") else path + "__init__.py"
+        assert called_the_program(probe) == lines._is_ours(probe), probe

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import sys
 import tempfile
 import threading
@@ -90,13 +91,19 @@ jax.monitoring.register_event_listener(_on_event)
 jax.monitoring.register_event_duration_secs_listener(_on_duration)
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # nbcompile
+# nbcompile's modules that start a trace (the same as nbcompile/analysis/lines.py's _CALLERS;
+# tests/test_cache_program.py checks they agree)
+_CALLERS = tuple(
+    _PACKAGE + name for name in ("stages" + os.sep, "pipeline.py", "session.py", "magic.py")
+)
+
+
 def called_the_program(file: str) -> bool:
     """Whether a frame in ``file`` is one of those that called the traced program (nbcompile's
     tracing frames, and beyond them whatever called nbcompile): the view stops reading a call
     stack there (nbcompile/analysis/lines.py), and so does the cache key."""
-    from ..analysis.lines import _is_ours
-
-    return _is_ours(file)
+    return file.startswith(_CALLERS)
 
 
 # A persistent-cache hit must give what a fresh compile gives: the executable of *these* source

@@ -36,6 +36,7 @@ its module names the callback by index, not by what it does).
 from __future__ import annotations
 
 import hashlib
+import linecache
 import re
 import time
 from collections.abc import Sequence
@@ -47,7 +48,7 @@ import jax
 from .. import _compat
 from ..capture.source import cell_identity
 
-__all__ = ["ProgramKey", "cell_digest", "program_key"]
+__all__ = ["ProgramKey", "cell_digest", "misnumbered", "program_key"]
 
 # cell file names as they appear in the bytecode's strings (see capture.source._CELL_FILE)
 _CELL_NAME = re.compile(rb"<ipython-input-\d+-(\w+)>|ipykernel_\d+[/\\](\w+\.py)")
@@ -117,6 +118,47 @@ class ProgramKey:
     def release(self) -> None:
         """Drop the lowered modules (a key kept in the cache or the history holds digests)."""
         self.lowered = ()
+
+
+def misnumbered(closed_jaxpr: Any) -> list[str]:
+    """A note for each function of the user's files the traced program ran whose line numbers
+    do not start at its ``def``: IPython's deduperreload (``%autoreload 2``, IPython >= 9)
+    compiled it from unparsed text, so the lines Python reports for it, and the view with them,
+    count from the top of the file (ipython/ipython#15359). Only looked for while that
+    reloader is on."""
+    if not _compat.autoreload_dedupes():
+        return []
+    from jax.extend import core as jex_core
+
+    from ..capture.source import is_cell_file, short_path
+    from ..capture.userfiles import is_user_file
+
+    seen: set[int] = set()
+    codes: dict[Any, None] = {}
+    todo = [getattr(closed_jaxpr, "jaxpr", closed_jaxpr)]
+    while todo:
+        jaxpr = todo.pop()
+        for eqn in jaxpr.eqns:
+            todo += [getattr(j, "jaxpr", j) for j in jex_core.jaxprs_in_params(eqn.params)]
+            traceback = eqn.source_info.traceback
+            if traceback is not None and id(traceback) not in seen:
+                seen.add(id(traceback))
+                codes.update(dict.fromkeys(_compat.traceback_codes(traceback)))
+    notes = []
+    for code in codes:
+        file = code.co_filename
+        if is_cell_file(file) or not is_user_file(file) or code.co_name.startswith("<"):
+            continue
+        first = linecache.getline(file, code.co_firstlineno).strip()
+        if first.startswith(("def ", "async def ", "@")):
+            continue
+        notes.append(
+            f"`{code.co_name}` ({short_path(file)}): IPython's %autoreload compiled its new code "
+            "without its line numbers (deduperreload, ipython/ipython#15359), so the lines shown "
+            "for it are not its lines; run `%autoreload 2 --full` (a reloader that keeps them) "
+            "and save the file again"
+        )
+    return notes
 
 
 def cell_digest(cell: str, options: str) -> str:
