@@ -43,7 +43,7 @@ from ..capture.calls import CallLog
 from ..capture.calls import record_calls as _record_calls
 from ..capture.source import SourceInfo, cell_identity
 from ..targets import Placement, Target, output_shardings
-from . import limits
+from . import _dump, limits
 from .errors import translate
 
 __all__ = [
@@ -126,9 +126,7 @@ def _dump_folder(notes: list[str]) -> tempfile.TemporaryDirectory[str] | None:
     try:
         return tempfile.TemporaryDirectory(prefix="nbcompile-dump-")
     except OSError as err:
-        from ..measure._dump_check import dump_unwritable
-
-        notes.append(str(dump_unwritable(err)))
+        notes.append(str(_dump.dump_unwritable(err)))
         return None
 
 
