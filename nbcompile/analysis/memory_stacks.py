@@ -23,21 +23,26 @@ Stack = tuple[int, str, int]  # (bytes, "write" | "read", slices)
 
 class ModuleIndex:
     """Instructions by computation and name, each computation's caller (a ``call``), and each
-    value's readers: made once per module."""
+    value's readers, over the computations that run as such (the entry, loop bodies, calls;
+    not fusions' bodies, which XLA may copy an op into many times): made once per module."""
 
     def __init__(self, module: HloModule) -> None:
+        from .compiled import _non_fused
+
         self.module = module
         self.by_comp: dict[str, dict[str, Instruction]] = {}
         self.caller: dict[str, Instruction] = {}
         self.readers: dict[str, list[Instruction]] = {}
-        for comp in module.computations.values():
+        for comp in _non_fused(module):
             self.by_comp[comp.name] = {i.name: i for i in comp.instructions}
             for i in comp.instructions:
                 if i.opcode == "call":
                     for name in i.called:
                         self.caller.setdefault(name, i)
                 for operand in i.operands:
-                    self.readers.setdefault(operand, []).append(i)
+                    if operand not in self.readers:
+                        self.readers[operand] = []
+                    self.readers[operand].append(i)
 
 
 def stack_slices(
