@@ -9,7 +9,7 @@ loop would need tens of GB. So:
 * :func:`executions_per_call` counts, before profiling, the kernel executions of one call from
   the loops' trip counts (None where a loop around a kernel has no static trip count: then one
   call is profiled alone first, and counted);
-* :func:`calls_within` profiles fewer calls where the asked-for ones would exceed
+* :func:`plan_calls` profiles fewer calls where the asked-for ones would exceed
   :data:`EVENT_BUDGET` executions, and a call over :data:`ONE_CALL_EVENTS` is refused with
   ``NBC620`` naming the loop;
 * :func:`bars` folds a loop's iterations into at most :data:`MAX_BARS` bars for the report and
@@ -31,9 +31,9 @@ __all__ = [
     "MAX_BARS",
     "ONE_CALL_EVENTS",
     "bars",
-    "calls_within",
     "element_label",
     "executions_per_call",
+    "plan_calls",
     "too_many_error",
 ]
 
@@ -77,9 +77,22 @@ def executions_per_call(loops: list[Any], kernels: Iterable[str]) -> tuple[int |
     return sum(times.values()), heaviest
 
 
-def calls_within(asked: int, per_call: int) -> int:
-    """How many of ``asked`` calls fit in :data:`EVENT_BUDGET` (at least one)."""
-    return max(1, min(asked, EVENT_BUDGET // max(per_call, 1)))
+def plan_calls(asked: int, per_call: int, loop: Any, counted: bool) -> tuple[int, str | None]:
+    """(calls to profile, a note where fewer than ``asked``): as many as fit in
+    :data:`EVENT_BUDGET` executions, at least one; ``NBC620`` where one call runs more than
+    :data:`ONE_CALL_EVENTS` (``loop``: the loop that runs most of them)."""
+    if per_call > ONE_CALL_EVENTS:
+        raise too_many_error(per_call, loop, counted)
+    calls = max(1, min(asked, EVENT_BUDGET // max(per_call, 1)))
+    if calls == asked:
+        return calls, None
+    return calls, (
+        f"{calls} of the {asked} calls asked for were profiled: one call runs about "
+        f"{per_call:,} kernel executions"
+        + (f" ({loop.label})" if loop is not None else "")
+        + ", and JAX's profiler keeps every one in memory (about 2.8 KB each, measured); "
+        f"a profile records at most {EVENT_BUDGET:,}"
+    )
 
 
 def too_many_error(per_call: int, loop: Any, counted: bool) -> TargetError:

@@ -29,13 +29,7 @@ from ._delta import ProfileDelta, profile_delta
 from ._estimate import estimate
 from ._hlo import entry_kernels
 from ._kernels import CONTAINERS, kernels_of, module_name
-from ._loop_bounds import (
-    EVENT_BUDGET,
-    ONE_CALL_EVENTS,
-    calls_within,
-    executions_per_call,
-    too_many_error,
-)
+from ._loop_bounds import executions_per_call, plan_calls
 from ._loops import LoopTime, layer_rows, loop_times
 from ._peaks import Peaks, cpu_peaks, spec_peaks
 from ._result import (
@@ -131,17 +125,10 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         probe = capture(call, 1, set(infos), module, library)
         per_call = sum(len(r.spans) for r in probe.calls) + probe.outside
         warmup = max(warmup - 1, 0)
-    if per_call > ONE_CALL_EVENTS:
-        raise too_many_error(per_call, heaviest, counted)
-    asked, calls = calls, calls_within(calls, per_call)
-    if calls < asked:
-        notes.append(
-            f"{calls} of the {asked} calls asked for were profiled: one call runs about "
-            f"{per_call:,} kernel executions"
-            + (f" ({heaviest.label})" if heaviest is not None else "")
-            + ", and JAX's profiler keeps every one in memory (about 2.8 KB each, measured); "
-            f"a profile records at most {EVENT_BUDGET:,}"
-        )
+    asked = calls
+    calls, fewer = plan_calls(asked, per_call, heaviest, counted)
+    if fewer:
+        notes.append(fewer)
     containers = frozenset(n for n, i in infos.items() if i.opcode in CONTAINERS)
     if probe is not None and calls == 1:  # the counted call is the one call: not run again
         trace = probe
