@@ -87,7 +87,7 @@ def test_a_long_loop_comes_to_the_report_as_at_most_64_bars():
     slow = next(b for b in data["bars"] if b["first"] <= 3001 <= b["last"])
     assert slow["slowest_iteration"] == 3001 and slow["slowest"] == pytest.approx(110e-9)
     assert slow["slowest"] == max(b["slowest"] for b in data["bars"])
-    assert all(b["slowest"] >= b["seconds"] for b in data["bars"])
+    assert all(b["slowest"] >= b["seconds"] * (1 - 1e-12) for b in data["bars"])  # float sums
     # the bars' means add up to the iterations' total
     total = sum(b["seconds"] * (b["last"] - b["first"] + 1) for b in data["bars"])
     assert total == pytest.approx(t.iteration_seconds)
