@@ -91,11 +91,26 @@ class LoopTime:
 
 def loop_times(loops: list[Any], calls: list[list[Span]], containers: frozenset[str]) -> list:
     """A :class:`LoopTime` per loop, from each profiled call's kernel spans (clipped to the
-    call)."""
-    return [_one(loop, calls, containers) for loop in loops]
+    call). Each call's spans are grouped by kernel once: a loop reads only its own kernels'
+    (a program of hundreds of loops would otherwise read every span once per loop)."""
+    named = [_by_name(spans) for spans in calls]
+    return [_one(loop, named, containers) for loop in loops]
 
 
-def _one(loop: Any, calls: list[list[Span]], containers: frozenset[str]) -> LoopTime:
+def _by_name(spans: list[Span]) -> dict[str, list[Span]]:
+    out: dict[str, list[Span]] = {}
+    for s in spans:
+        if s.name not in out:
+            out[s.name] = []
+        out[s.name].append(s)
+    return out
+
+
+def _of(named: dict[str, list[Span]], names: Any) -> list[Span]:
+    return [s for n in names for s in named.get(n, ())]
+
+
+def _one(loop: Any, calls: list[dict[str, list[Span]]], containers: frozenset[str]) -> LoopTime:
     ns = 1e-9
     body = set(loop.body_kernels)
     marks = set(loop.every_iteration) - containers
@@ -103,16 +118,16 @@ def _one(loop: Any, calls: list[list[Span]], containers: frozenset[str]) -> Loop
     runs: list[tuple[list[float], dict[str, list[float]]]] = []
     totals: list[float] = []
     body_seen = False
-    for spans in calls:
-        inside = sorted((s for s in spans if s.name in body), key=lambda s: s.start)
+    for named in calls:
+        inside = sorted(_of(named, body), key=lambda s: s.start)
         if not loop.whiles:  # XLA left no loop: its kernels' time is its time
             totals.append(sum(s.duration for s in inside if s.name not in containers) * ns)
             continue
         if loop.one_kernel is not None:  # the loop runs inside one kernel: its time is its
-            totals.append(sum(s.duration for s in spans if s.name == loop.one_kernel) * ns)
+            totals.append(sum(s.duration for s in named.get(loop.one_kernel, ())) * ns)
             continue
         total = 0
-        for start, end, mine in _runs(spans, whiles, inside):
+        for start, end, mine in _runs(_of(named, whiles), inside):
             body_seen = body_seen or bool(mine)
             total += end - start
             split = _iterations(mine, marks, end, loop.trip_count)
@@ -167,16 +182,14 @@ def _one(loop: Any, calls: list[list[Span]], containers: frozenset[str]) -> Loop
     return out
 
 
-def _runs(
-    spans: list[Span], whiles: set[str], inside: list[Span]
-) -> list[tuple[int, int, list[Span]]]:
+def _runs(loop_events: list[Span], inside: list[Span]) -> list[tuple[int, int, list[Span]]]:
     """(start, end, body spans) of each run of the loop in one call. A run starts with its
     ``while`` event and holds the body's kernels until the next run starts: the event itself
     may end early (seen on XLA:CPU with JAX 0.12: a body with an asynchronous dot goes on in
     the thread pool after the ``while`` event's thread returned), so a run ends at the later
     of its event's end and its last kernel's. Without events of the loop itself (a device
     plane shows kernels only) the call's body kernels are one run."""
-    events = sorted((s.start, s.end) for s in spans if s.name in whiles)
+    events = sorted((s.start, s.end) for s in loop_events)
     if not events:
         return [(inside[0].start, max(s.end for s in inside), inside)] if inside else []
     out = []

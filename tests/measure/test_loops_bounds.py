@@ -43,14 +43,17 @@ def scan(n: int, **kw) -> Loop:
 
 
 class Counted(Span):
-    """A span that counts how often its ``start`` is read."""
+    """A span that counts how often its ``start`` and its ``name`` are read."""
 
     __slots__ = ()
     reads = 0
+    names = 0
 
     def __getattribute__(self, name):
         if name == "start":
             Counted.reads += 1
+        elif name == "name":
+            Counted.names += 1
         return super().__getattribute__(name)
 
 
@@ -74,6 +77,22 @@ def test_the_iterations_are_split_in_one_sweep_over_the_events():
     assert len(t.iterations) == n and t.iterations[7] == pytest.approx(30e-9)
     # a few reads per event, not one per event per iteration (that was 2 x 500 x 500)
     assert Counted.reads < 20 * len(spans), Counted.reads
+
+
+def test_each_loop_reads_only_its_own_kernels_events():
+    """A program of 100 loops: the events are grouped by kernel once, not read once per loop."""
+    loops, spans, t = [], [], 0
+    for k in range(100):
+        loops.append(scan(10, index=k, body_kernels=[f"k{k}"], every_iteration=[f"k{k}"]))
+        loops[-1].whiles = [f"while.{k}"]
+        spans.append(Counted(f"while.{k}", t, t + 200))
+        for _ in range(10):
+            spans.append(Counted(f"k{k}", t + 1, t + 19))
+            t += 20
+    Counted.names = 0
+    times = loop_times(loops, [spans], frozenset(f"while.{k}" for k in range(100)))
+    assert all(len(x.iterations) == 10 for x in times)
+    assert Counted.names < 10 * len(spans), Counted.names  # was 2 x 100 loops x 1,100 events
 
 
 def test_a_long_loop_comes_to_the_report_as_at_most_64_bars():
