@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -69,13 +70,11 @@ def frozen_first_call(model: str, path: str) -> dict[str, Any]:
 _ARG_NAMES = ("params", "x", "y", "z")
 
 
-def magic(model: str, pairs: int) -> dict[str, Any]:
-    import jax
+def _shell_with(model: str) -> tuple[Any, Callable[[str], float]]:
+    """An IPython shell with nbcompile loaded and ``model_fn, example`` of ``model`` defined,
+    and ``run(cell)``: the cell's wall seconds, its output swallowed (a failed cell raises)."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from benchmarks._inprocess import XlaCompileCounter
-
-    counter = XlaCompileCounter.get()
     shell = InteractiveShell.instance()
     quiet = io.StringIO()
 
@@ -92,6 +91,16 @@ def magic(model: str, pairs: int) -> dict[str, Any]:
 
     run("%load_ext nbcompile")
     run(f"from benchmarks._extra_models import build\nmodel_fn, example = build({model!r})")
+    return shell, run
+
+
+def magic(model: str, pairs: int) -> dict[str, Any]:
+    import jax
+
+    from benchmarks._inprocess import XlaCompileCounter
+
+    counter = XlaCompileCounter.get()
+    shell, run = _shell_with(model)
     n_args = len(shell.user_ns["example"])
     names = ", ".join(_ARG_NAMES[:n_args])
     run(f"{names}, = example")
@@ -138,27 +147,11 @@ def moved(model: str, pairs: int) -> dict[str, Any]:
     """The same program with its code moved (a comment line more above the compiled function
     each time, so every run's lines are new) vs the same cell forced to compile (``-f``):
     what reusing XLA's executable and re-reading the lines saves (SPEC §9.2)."""
-    from IPython.core.interactiveshell import InteractiveShell
 
     from benchmarks._inprocess import XlaCompileCounter
 
     counter = XlaCompileCounter.get()
-    shell = InteractiveShell.instance()
-    quiet = io.StringIO()
-
-    def run(cell: str) -> float:
-        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            t0 = time.perf_counter()
-            result = shell.run_cell(cell)
-            seconds = time.perf_counter() - t0
-        if not result.success:
-            raise RuntimeError(f"cell failed: {result.error_before_exec or result.error_in_exec}")
-        quiet.seek(0)
-        quiet.truncate()
-        return seconds
-
-    run("%load_ext nbcompile")
-    run(f"from benchmarks._extra_models import build\nmodel_fn, example = build({model!r})")
+    shell, run = _shell_with(model)
     names = ", ".join(_ARG_NAMES[: len(shell.user_ns["example"])])
     run(f"{names}, = example")
 
