@@ -54,6 +54,27 @@ def callee(code: Any, lasti: int) -> str | None:
     return call_at(code, lasti)[0]
 
 
+def in_loop(code: Any, offset: int) -> bool:
+    """Whether the instruction at ``offset`` lies inside a loop of ``code`` (between a backward
+    jump's target and the jump: ``for``/``while``, comprehensions inlined on 3.12+): the only
+    instructions a frame runs more than once."""
+    hit = _LOOPS.get(id(code))
+    if hit is None or hit[0] is not code:
+        if len(_LOOPS) >= 4096:
+            _LOOPS.clear()
+        spans = tuple(
+            (ins.argval, ins.offset)
+            for ins in dis.get_instructions(code)
+            if ins.opcode in _JUMPS and isinstance(ins.argval, int) and ins.argval <= ins.offset
+        )
+        hit = _LOOPS[id(code)] = (code, spans)  # holds the code: the id stays its own
+    return any(start <= offset <= end for start, end in hit[1])
+
+
+_LOOPS: dict[int, tuple[Any, tuple[tuple[int, int], ...]]] = {}
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+
+
 def call_at(code: Any, lasti: int) -> tuple[str | None, int]:
     """(:func:`callee`, the opcode of the instruction at ``lasti``: -1 where none)."""
     key = (id(code), lasti)  # not the code itself: hashing a code object hashes its bytecode

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import _namestack, _record
-from ._callsite import CALL_EX, CALL_OPS, call_at
+from ._callsite import CALL_EX, CALL_OPS, call_at, in_loop
 from ._record import CallLog, Recorder
 
 __all__ = ["TOOL_IDS", "available", "record"]
@@ -41,6 +41,7 @@ _NAME = "nbcompile call capture"
 # Python 3.12 fires no CALL event for CALL_FUNCTION_EX (``f(*args)``): such a call's callee is
 # found again at each equation (see _Stack.now)
 _EX_EVENTS = sys.version_info >= (3, 13)
+_MEMO = 64  # nested programs whose equation-hook answer is kept (see _hooks)
 
 
 def available() -> bool:
@@ -183,11 +184,16 @@ def _callbacks(st: _Stack, mon: Any, tool: int, thread: int) -> dict[int, Any]:
         if get_ident() == thread and not broken and user_code(code):
             entries.append(_Entry(getframe(1), code))
 
-    def called(code: Any, offset: int, fn: Any, arg0: Any) -> None:  # CALL (local)
+    def called(code: Any, offset: int, fn: Any, arg0: Any) -> Any:  # CALL (local)
+        # the count tells two calls at one instruction apart: only a loop runs one twice in a
+        # frame, so a call outside loops is not watched again (until the recording ends)
+        if not in_loop(code, offset):
+            return disable
         if entries and get_ident() == thread:
             top = entries[-1]
             if top.code is code:
                 top.calls += 1
+        return None
 
     return {
         ev.PY_START: start,
@@ -202,21 +208,19 @@ def _callbacks(st: _Stack, mon: Any, tool: int, thread: int) -> dict[int, Any]:
 
 def _hooks(st: _Stack, thread: int, timed: bool) -> tuple[Any, Any, Any]:
     """The name-stack hooks (see ``_namestack.plain_name_stack_hooks``). The equation hook
-    answers as last time while the innermost user frame, its instruction, its count of calls,
-    the nested program and the name stack are those of last time (most equations)."""
+    answers as last time in the same nested program while the innermost user frame, its
+    instruction, its count of calls and the name stack are those of last time (most
+    equations)."""
     rec = st.rec
     entries, broken, barriers, root = st.entries, rec.broken, rec.barriers, rec.root
     now, rec_stack_for, at = st.now, rec.stack_for, rec.at
     get_ident = threading.get_ident
-    # the last answer: (entry, its f_lasti, its calls, barrier, stack) -> out
-    m_entry: Any = None
-    m_lasti = m_calls = -1
-    m_barrier: Any = None
-    m_stack: Any = None
-    m_out: Any = None
+    # the last answer in each nested program (by its barrier: equations alternate between a
+    # nested program and the one around it, as a library call's own jit runs):
+    # id(barrier) -> (barrier, entry, its f_lasti, its calls, stack, out)
+    memo: dict[int, tuple[Any, Any, int, int, Any, Any]] = {}
 
     def stack_for(stack: tuple[Any, ...]) -> Any:
-        nonlocal m_entry, m_lasti, m_calls, m_barrier, m_stack, m_out
         if broken or get_ident() != thread:
             return None
         try:
@@ -224,24 +228,21 @@ def _hooks(st: _Stack, thread: int, timed: bool) -> tuple[Any, Any, Any]:
                 e = entries[-1]
                 lasti = e.frame.f_lasti
                 barrier = barriers[-1] if barriers else None
+                m = memo.get(id(barrier))
                 if (
-                    e is m_entry
-                    and lasti == m_lasti
-                    and e.calls == m_calls
-                    and stack is m_stack
-                    and barrier is m_barrier
+                    m is not None
+                    and m[1] is e
+                    and m[2] == lasti
+                    and m[3] == e.calls
+                    and m[4] is stack
+                    and m[0] is barrier
                     and e.reuse
                 ):
-                    return m_out
+                    return m[5]
                 out = rec_stack_for(*now(), stack)
-                m_entry, m_lasti, m_calls, m_barrier, m_stack, m_out = (
-                    e,
-                    lasti,
-                    e.calls,
-                    barrier,
-                    stack,
-                    out,
-                )
+                if len(memo) > _MEMO:
+                    memo.clear()
+                memo[id(barrier)] = (barrier, e, lasti, e.calls, stack, out)
                 return out
             return rec_stack_for(root, None, stack)
         except Exception as exc:  # never the user's problem: stop recording
