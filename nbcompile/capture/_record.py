@@ -21,9 +21,29 @@ from . import _namestack
 from ._callsite import call_name, calls_model, is_model_method, named
 from .userfiles import is_user_code
 
-__all__ = ["Call", "CallLog", "Recorder", "interleave", "same", "user_code"]
+__all__ = [
+    "MAX_CALLS",
+    "Call",
+    "CallLog",
+    "CallsCapped",
+    "Recorder",
+    "interleave",
+    "same",
+    "user_code",
+]
 
 _WALKED = 16  # frames where JAX's traceback stopped, remembered (nested traces run in them)
+# the most calls one recording keeps (issue 41: a user function called 10^5 times while tracing).
+# Past it the recording stops as a broken one does: the calls so far keep their labels, later
+# equations keep JAX's own names, ``CallLog.capped`` says so. Each call recorded costs about
+# 1.2 KB and 0.05 ms on top of the trace (measured, Python 3.13: 10^5 calls of a two-operation
+# function, 604 MB and 18.1 s against 480 MB and 12.7 s without the capture; with this cap,
+# 507 MB and 13.2 s).
+MAX_CALLS = 20_000
+
+
+class CallsCapped(Exception):
+    """The recording reached :data:`MAX_CALLS` (caught by the hooks: it stops the recording)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -56,6 +76,7 @@ class CallLog:
     seconds: float = 0.0  # time in the hooks (measured with ``record_calls(timed=True)``)
     complete: bool = True  # False: recording stopped part-way (a frame could not be read)
     backend: str = "frames"  # "monitoring" (sys.monitoring, Python 3.12+), "frames", "off"
+    capped: int = 0  # the calls kept where recording stopped at MAX_CALLS (0: it did not)
 
     @property
     def kinds(self) -> dict[str, str]:
@@ -254,6 +275,9 @@ class Recorder:
         return current
 
     def _add(self, frame: Any, name: str, kind: str, parent: Call | None, **where: Any) -> Call:
+        if len(self.log.calls) >= MAX_CALLS:
+            self.log.capped = len(self.log.calls)
+            raise CallsCapped(f"{self.log.capped} calls recorded: recording stops")
         visible = parent
         while visible is not None and visible.kind == "transparent":
             visible = visible.parent
