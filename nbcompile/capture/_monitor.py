@@ -217,8 +217,8 @@ def _hooks(st: _Stack, thread: int, timed: bool) -> tuple[Any, Any, Any]:
     get_ident = threading.get_ident
     # the last answer in each nested program (by its barrier: equations alternate between a
     # nested program and the one around it, as a library call's own jit runs):
-    # id(barrier) -> (barrier, entry, its f_lasti, its calls, stack, out)
-    memo: dict[int, tuple[Any, Any, int, int, Any, Any]] = {}
+    # id(barrier) -> (barrier, entry, its f_lasti, its calls, stack, out, no call at f_lasti)
+    memo: dict[int, tuple[Any, Any, int, int, Any, Any, bool]] = {}
 
     def stack_for(stack: tuple[Any, ...]) -> Any:
         if broken or get_ident() != thread:
@@ -229,20 +229,19 @@ def _hooks(st: _Stack, thread: int, timed: bool) -> tuple[Any, Any, Any]:
                 lasti = e.frame.f_lasti
                 barrier = barriers[-1] if barriers else None
                 m = memo.get(id(barrier))
-                if (
-                    m is not None
-                    and m[1] is e
-                    and m[2] == lasti
-                    and m[3] == e.calls
-                    and m[4] is stack
-                    and m[0] is barrier
-                    and e.reuse
-                ):
-                    return m[5]
-                out = rec_stack_for(*now(), stack)
+                if m is not None and m[1] is e and m[4] is stack and m[0] is barrier:
+                    if m[2] == lasti and m[3] == e.calls and e.reuse:
+                        return m[5]
+                    # no call at either instruction (``x @ w``, ``a + b``): the frame's own
+                    # call, whichever instruction
+                    if m[6] and call_at(e.code, lasti)[1] not in CALL_OPS:
+                        return m[5]
+                frame, child = now()
+                out = rec_stack_for(frame, child, stack)
                 if len(memo) > _MEMO:
                     memo.clear()
-                memo[id(barrier)] = (barrier, e, lasti, e.calls, stack, out)
+                plain = not e.named and e.lasti == lasti
+                memo[id(barrier)] = (barrier, e, lasti, e.calls, stack, out, plain)
                 return out
             return rec_stack_for(root, None, stack)
         except Exception as exc:  # never the user's problem: stop recording
