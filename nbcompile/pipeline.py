@@ -391,6 +391,13 @@ def lower_program(
     )
     gstages = None
     notes = []
+    capped = stages.calls.capped if stages.calls is not None else 0
+    if capped:
+        notes.append(
+            f"call groups: only the first {capped:,} calls of your functions are grouped by "
+            "call (more were made while tracing: the call capture stops there); the operations "
+            "of later calls are not grouped by call"
+        )
     if argnums is not None:
         say = (lambda m: progress(f"{m} (gradient)")) if progress else None
         has_aux = _returns_loss_and_aux(stages.traced.out_info)

@@ -1,8 +1,12 @@
 """Which source files are the user's: notebook cells and their own modules, not libraries.
 
-Used wherever nbcompile must tell the user's code from library code: the cache key follows the
-globals of user-defined classes and functions, and source locations prefer the nearest frame in
-user code over a frame inside Flax, Equinox, Keras or JAX.
+Used wherever nbcompile must tell the user's code from library code: the call capture groups by
+the user's functions, and source locations prefer the nearest frame in user code over a frame
+inside Flax, Equinox, Keras or JAX. Code with no file of its own is the user's too when typed at
+a Python prompt (``<stdin>``, Python 3.13's ``<python-input-0>``, IDLE's ``<pyshell#3>``), given
+to ``python -c`` or ``exec``'d (``<string>``); not the code Python's own modules generate under
+those names (dataclasses' ``__init__``, namedtuples' ``__new__``), nor other ``<...>`` names
+(``<frozen ...>``).
 """
 
 from __future__ import annotations
@@ -13,11 +17,19 @@ import re
 import site
 import sys
 import sysconfig
+from typing import Any
 
-__all__ = ["is_user_file"]
+__all__ = ["is_user_code", "is_user_file"]
 
 # IPython / ipykernel cell files: "<ipython-input-3-abc>" and ".../ipykernel_123/abc.py".
 _CELL = re.compile(r"(?:^<ipython-input-\d+-\w+>$|ipykernel_\d+[/\\]\w+\.py$)")
+# code typed or passed as a string: the prompt, python -c, exec
+_TYPED = re.compile(r"^<(?:stdin|string|console|input|python-input-\d+|pyshell#\d+)>$")
+# code Python's standard library generates under those names: dataclasses' methods, and
+# namedtuples' ``__new__`` (``lambda _cls, a, b: _tuple_new(_cls, (a, b))``, eval'd: JAX makes
+# thousands of namedtuples while tracing, each a call the recorder would otherwise watch)
+_GENERATED = "__create_fn__."
+_NAMEDTUPLE_NEW = ("_tuple_new",)  # the only global a namedtuple's ``__new__`` reads
 
 
 def _install_folders(entries: tuple[str, ...]) -> set[str]:
@@ -54,9 +66,21 @@ def is_user_file(filename: str | None) -> bool:
         return False
     if _CELL.search(filename):
         return True
-    if filename.startswith("<"):  # <frozen ...>, <string>, <stdin>
-        return False
+    if filename.startswith("<"):  # <frozen ...>; <string>, <stdin>: see is_user_code
+        return bool(_TYPED.match(filename))
     if re.search(r"[/\\](?:site|dist)-packages[/\\]", filename):
         return False
     path = os.path.join(os.path.abspath(filename), "")
     return not any(path.startswith(root) for root in _library_roots(tuple(sys.path)))
+
+
+def is_user_code(code: Any) -> bool:
+    """:func:`is_user_file` for a code object, less what Python generates as ``<string>``."""
+    if not is_user_file(code.co_filename):
+        return False
+    if not code.co_filename.startswith("<"):
+        return True
+    qualname = code.co_qualname
+    if qualname.startswith(_GENERATED):
+        return False
+    return not (qualname == "<lambda>" and code.co_names == _NAMEDTUPLE_NEW)
