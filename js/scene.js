@@ -12,7 +12,7 @@
 
 import { bottomPort, edgeKey, followRank, GAP, layoutBox, mirrorRank, rank, topPort } from "./layout.js";
 import { loopLeafLines } from "./loops.js";
-import { ancestors, groupPhase, kernelTitle, topOps } from "./model.js";
+import { ancestors, groupKind, groupPhase, kernelTitle, nodeLine, topOps } from "./model.js";
 import { fmtNum, trunc } from "./util.js";
 
 export const CH = 6.7; // px per character of the 11px monospace label font
@@ -101,10 +101,11 @@ export function leafText(pg, c) {
     const n = c.node;
     const fusion = pg.isCompiled && n.fusion ? pg.fusionById.get(n.fusion) : null;
     const ins = (pg.inLabels.get(n.id) || []).map((id) => pg.byId.get(id).label || id);
-    const where = n.line != null ? ` · L${n.line}` : n.loc ? ` · ${n.loc}` : "";
+    const own = nodeLine(pg, n), where = own ? " · " + own : "";
     if (fusion || n.kind === "fusion" || (pg.isCompiled && n.kind === "op")) {
-      // a kernel: where it came from in the user's words, then XLA's name
-      lines = [kernelTitle(pg, n), `${n.label || n.op}${fusion ? " · " + fusion.kind : ""}`, (n.shape || "") + where];
+      // a kernel: where it came from in the user's words, then XLA's name (and the library
+      // that runs it)
+      lines = [kernelTitle(pg, n), `${n.label || n.op}${fusion ? " · " + (fusion.library || fusion.kind) : ""}`, (n.shape || "") + where];
     } else {
       lines = [n.label && n.label !== n.op ? `${n.op} ${n.label}` : n.op, (n.shape || "") + where];
     }
@@ -114,7 +115,7 @@ export function leafText(pg, c) {
   } else {
     const g = c.group;
     const lr = g.lineMin <= g.lineMax ? ` · L${g.lineMin}${g.lineMax > g.lineMin ? "–" + g.lineMax : ""}` : "";
-    lines = [`▸ ${g.label}`, `${g.kind === "chunk" || g.kind === "rest" ? "" : g.kind + " · "}${fmtNum(g.count)} ${pg.isCompiled ? "kernels" : "ops"}${lr}`,
+    lines = [`▸ ${g.label}`, `${g.kind === "chunk" || g.kind === "rest" ? "" : groupKind(g) + " · "}${fmtNum(g.count)} ${pg.isCompiled ? "kernels" : "ops"}${lr}`,
       groupSummary(pg, g), ...loopLeafLines(pg, g)];
   }
   const maxChars = Math.floor((MAXW - 14) / CH);
@@ -347,7 +348,7 @@ function layoutFrame(box, byKey, boxAgg) {
   box.inner = layoutBox(box.children.map((c) => ({ key: c.key, w: c.w, h: c.h })), box.ranked, box.ports,
     attachments(box, byKey, boxAgg.get(box.key) || []));
   const root = box.key === "root";
-  box.title = root ? "" : `▾ ${trunc(box.group.label, 40)} · ${box.group.kind} · ${fmtNum(box.group.count)} ${box.group.unit || "ops"}`;
+  box.title = root ? "" : `▾ ${trunc(box.group.label, 40)} · ${groupKind(box.group)} · ${fmtNum(box.group.count)} ${box.group.unit || "ops"}`;
   const minW = root ? 0 : box.title.length * CH + 2 * PAD;
   box.w = Math.max(box.inner.width + (root ? 0 : 2 * PAD), minW);
   box.h = box.inner.height + (root ? 0 : HEADER + PAD);

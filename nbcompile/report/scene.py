@@ -19,8 +19,10 @@ from .graphmodel import (
     PreparedGraph,
     ancestors,
     fmt_num,
+    group_kind,
     group_phase,
     kernel_title,
+    node_line,
     top_ops,
     trunc,
 )
@@ -255,18 +257,14 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
         n = c.node
         fusion = pg.fusion_by_id.get(n["fusion"]) if pg.is_compiled and n.get("fusion") else None
         ins = [pg.by_id[i].get("label") or i for i in pg.in_labels.get(n["id"], [])]
-        where = (
-            f" · L{_js_str(n['line'])}"
-            if n.get("line") is not None
-            else f" · {n['loc']}"
-            if n.get("loc")
-            else ""
-        )
+        own = node_line(pg, n)
+        where = f" · {own}" if own else ""
         shape = n.get("shape") or ""
         op = n.get("op")
         if fusion or n.get("kind") == "fusion" or (pg.is_compiled and n.get("kind") == "op"):
             # a kernel: where it came from in the user's words, then XLA's name
-            name = f"{n.get('label') or op}{' · ' + str(fusion.get('kind')) if fusion else ''}"
+            lib = (fusion.get("library") or fusion.get("kind")) if fusion else None
+            name = f"{n.get('label') or op}{' · ' + str(lib) if fusion else ''}"
             lines = [kernel_title(pg, n), name, shape + where]
         else:
             label = n.get("label")
@@ -284,7 +282,7 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
             lr = f" · L{_js_str(g.line_min)}"
             if g.line_max > g.line_min:
                 lr += "–" + _js_str(g.line_max)
-        kind = "" if g.kind in ("chunk", "rest") else f"{g.kind} · "
+        kind = "" if g.kind in ("chunk", "rest") else f"{group_kind(g)} · "
         unit = "kernels" if pg.is_compiled else "ops"
         lines = [f"▸ {g.label}", f"{kind}{fmt_num(g.count)} {unit}{lr}", group_summary(pg, g)]
         lines += loop_leaf_lines(pg, g)
@@ -580,7 +578,9 @@ def _layout_frame(box: Box, by_key: dict[str, Box], box_agg: dict[str, list[Scen
     root = box.key == "root"
     g = box.group
     unit = g.unit or "ops"
-    box.title = "" if root else f"▾ {trunc(g.label, 40)} · {g.kind} · {fmt_num(g.count)} {unit}"
+    box.title = (
+        "" if root else f"▾ {trunc(g.label, 40)} · {group_kind(g)} · {fmt_num(g.count)} {unit}"
+    )
     min_w = 0 if root else len(box.title) * CH + 2 * PAD
     box.w = max(box.inner.width + (0 if root else 2 * PAD), min_w)
     box.h = box.inner.height + (0 if root else HEADER + PAD)
