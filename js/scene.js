@@ -51,9 +51,16 @@ function holdsUserGroups(pg, g) {
   return out;
 }
 
+/** Whether a group is the backward twin of a forward group beside it (scene.py: _is_twin). */
+function isTwin(label, labels) {
+  if (label.endsWith(" (backward)")) return labels.has(label.slice(0, -" (backward)".length));
+  return label.startsWith("transpose(jvp(") && label.endsWith("))") && labels.has(label.slice("transpose(jvp(".length, -2));
+}
+
 /** Group ids to expand first: breadth-first, whole depth levels while they fit `limit` boxes;
  * where a level does not fit, its groups other than chunks when they do (the program's own
- * groups first: chunks open on demand). A library call the user made (`gelu`, `var`) stays one
+ * groups first: chunks open on demand), else those other than the backward twins of forward
+ * calls (a train step's `loss_fn` opens, `transpose(jvp(loss_fn))` stays one box). A library call the user made (`gelu`, `var`) stays one
  * collapsed box. With `userOnly` (the first picture) a group opens only where it holds the
  * user's own calls or modules: `mlp#1` opens to `layer#1…#10`, each `layer#k` stays a box
  * (where that leaves fewer than 5 boxes and nothing open, whole levels open as without it). */
@@ -75,8 +82,15 @@ export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT, us
       .filter((g) => g.call !== "library" && (!userOnly || g.kind === "chunk" || holdsUserGroups(pg, g)));
     if (!fits(groups)) {
       const own = groups.filter((g) => g.kind !== "chunk");
-      if (own.length === groups.length || !fits(own)) break;
-      groups = own;
+      if (own.length < groups.length && fits(own)) groups = own;
+      else {
+        // a train step: the forward calls open, their backward twins stay one box each
+        // (`loss_fn` opens to its layers beside `transpose(jvp(loss_fn))`)
+        const labels = new Set(own.map((g) => g.label));
+        const fwd = own.filter((g) => !isTwin(g.label, labels));
+        if (fwd.length === own.length || !fits(fwd)) break;
+        groups = fwd;
+      }
     }
     const extra = extraOf(groups);
     groups.forEach((g) => expanded.add(g.id));

@@ -145,6 +145,14 @@ def _holds_user_groups(pg: PreparedGraph, g: Group) -> bool:
     return out
 
 
+def _is_twin(label: str, labels: set[str]) -> bool:
+    """Whether a group is the backward twin of a forward group beside it (``isTwin``)."""
+    if label.endswith(" (backward)"):
+        return label.removesuffix(" (backward)") in labels
+    head = "transpose(jvp("
+    return label.startswith(head) and label.endswith("))") and label[len(head) : -2] in labels
+
+
 def initial_expansion(
     pg: PreparedGraph,
     limit: int,
@@ -154,7 +162,8 @@ def initial_expansion(
     pairs: bool = False,
 ) -> set[str]:
     """Group ids expanded first: whole depth levels while they fit ``limit`` boxes; where a
-    level does not fit, its groups other than chunks when they do (``initialExpansion``). A
+    level does not fit, its groups other than chunks when they do, else those other than the
+    backward twins of forward calls (``initialExpansion``). A
     library call the user made (``gelu``, ``var``) stays one collapsed box; with ``user_only``
     a group opens only where it holds the user's own calls or modules."""
     expanded: set[str] = set()
@@ -181,9 +190,16 @@ def initial_expansion(
         ]
         if not fits(groups):
             own = [g for g in groups if g.kind != "chunk"]
-            if len(own) == len(groups) or not fits(own):
-                break
-            groups = own
+            if len(own) < len(groups) and fits(own):
+                groups = own
+            else:
+                # a train step: the forward calls open, their backward twins stay one box each
+                # (``loss_fn`` opens to its layers beside ``transpose(jvp(loss_fn))``)
+                labels = {g.label for g in own}
+                fwd = [g for g in own if not _is_twin(g.label, labels)]
+                if len(fwd) == len(own) or not fits(fwd):
+                    break
+                groups = fwd
         extra = sum(len(g.items) - 1 for g in groups)
         expanded.update(g.id for g in groups)
         count += extra
