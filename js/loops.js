@@ -32,7 +32,7 @@ export function loopGroups(pg) {
 /** Lines a collapsed loop group adds to its box: one blank line that holds its strip. */
 export function loopLeafLines(pg, group) {
   const found = loopGroups(pg).get(group.id);
-  return found?.time?.iterations?.length ? [""] : [];
+  return found?.time?.bars?.length ? [""] : [];
 }
 
 /** Mark a drawn group box that is a loop and add its per-iteration strip: in the bottom
@@ -45,38 +45,42 @@ export function decorateLoop(pg, el, box, collapsed) {
   const { loop, time } = found;
   el.setAttribute("data-loop", String(loop.index));
   el.setAttribute("data-trip-count", loop.trip_count == null ? "" : String(loop.trip_count));
-  const iterations = time?.iterations || [];
-  if (!iterations.length) return;
-  const n = iterations.length;
+  const bars = time?.bars || [];
+  if (!bars.length) return;
+  const n = time.iteration_count ?? bars.length;
   const height = collapsed ? STRIP_H : PAD_H;
   const x0 = (collapsed ? 0 : box.x) + 7;
   const width = box.w - 14;
   const y0 = collapsed ? box.h - STRIP_H - 5 : box.y + box.h - PAD_H - 1;
-  const step = width / n;
-  const most = Math.max(...iterations, 1e-12);
+  const step = width / bars.length;
+  const most = Math.max(...bars.map((b) => b.slowest), 1e-12);
+  const each = bars.length === n ? "" : ` in ${bars.length} bars (each: a run of iterations, as tall as its slowest)`;
   const strip = s("g", { class: "nbc-loop-strip", "data-testid": "nbc-loop-strip", "data-loop": String(loop.index),
-    "aria-label": `${loop.label}: ${n} iterations measured` });
+    "aria-label": `${loop.label}: ${n} iterations measured${each}` });
   strip.appendChild(s("rect", { class: "nbc-loop-strip-bg", x: x0.toFixed(1), y: y0.toFixed(1), width: width.toFixed(1), height, rx: 2 }));
-  iterations.forEach((sec, k) => {
-    const hgt = Math.max(1, (height - 1) * (sec / most));
-    const bar = s("rect", { class: "nbc-loop-bar", "data-testid": "nbc-loop-bar", "data-iteration": String(k),
-      "data-seconds": String(sec), x: (x0 + k * step + 0.5).toFixed(1), y: (y0 + height - hgt).toFixed(1),
+  bars.forEach((bar, k) => {
+    const hgt = Math.max(1, (height - 1) * (bar.slowest / most));
+    const rect = s("rect", { class: "nbc-loop-bar", "data-testid": "nbc-loop-bar", "data-iteration": String(bar.first),
+      "data-last": String(bar.last), "data-seconds": String(bar.first === bar.last ? bar.slowest : bar.seconds),
+      x: (x0 + k * step + 0.5).toFixed(1), y: (y0 + height - hgt).toFixed(1),
       width: Math.max(1, step - 1).toFixed(1), height: hgt.toFixed(1) });
-    bar.appendChild(s("title", { text: barText(loop, time, k) }));
-    strip.appendChild(bar);
+    rect.appendChild(s("title", { text: barText(loop, time, k) }));
+    strip.appendChild(rect);
   });
   el.appendChild(strip);
 }
 
-/** Hover text: `iteration 3 of 6: 1.06 ms · ynn_fusion 590 µs, ynn_fusion.1 409 µs, …`. */
+/** Hover text: `iteration 3 of 6: 1.06 ms · ynn_fusion 590 µs, ynn_fusion.1 409 µs, …`; for a
+ * bar of several iterations `iterations 64–127 of 6400: mean 1.0 ms, slowest 97 (3.1 ms)`. */
 export function barText(loop, time, k) {
-  const kernels = Object.entries(time.by_kernel || {})
-    .map(([name, per]) => [name, per[k] || 0])
-    .filter(([, sec]) => sec > 0)
-    .sort((a, b) => b[1] - a[1]);
-  const shown = kernels.slice(0, 4).map(([name, sec]) => `${name} ${fmtSeconds(sec)}`).join(", ");
-  const more = kernels.length > 4 ? `, +${kernels.length - 4} more` : "";
-  const n = time.iterations.length;
-  return `${loop.label}\niteration ${k} of ${n}: ${fmtSeconds(time.iterations[k])}` +
-    (kernels.length ? `\nkernels: ${shown}${more}` : "");
+  const bar = time.bars[k];
+  const n = time.iteration_count ?? time.bars.length;
+  const kernels = bar.kernels || [];
+  const shown = kernels.map(([name, sec]) => `${name} ${fmtSeconds(sec)}`).join(", ");
+  const more = bar.more ? `, +${bar.more} more` : "";
+  const head = bar.first === bar.last
+    ? `iteration ${bar.first} of ${n}: ${fmtSeconds(bar.slowest)}`
+    : `iterations ${bar.first}–${bar.last} of ${n}: mean ${fmtSeconds(bar.seconds)}, slowest ${bar.slowest_iteration} (${fmtSeconds(bar.slowest)})`;
+  const per = bar.first === bar.last ? "" : " (mean per iteration)";
+  return `${loop.label}\n${head}` + (kernels.length ? `\nkernels${per}: ${shown}${more}` : "");
 }

@@ -64,6 +64,7 @@ CODES: dict[str, str] = {
     "NBC600": "the requested backend or target is not available",
     "NBC601": "the mesh or sharding specification is invalid",
     "NBC610": "XLA could not write its dump of a compile whole (a full disk under TMPDIR)",
+    "NBC620": "one call runs more kernel executions than --profile can hold (a long loop)",
     "NBC700": "a NaN or Inf appeared while debugging",
     "NBC800": "the JAX processes compiled different programs (it would hang at a collective)",
     "NBC801": "another JAX process did not reach the %%compile in time (died, busy, other code)",

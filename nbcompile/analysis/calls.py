@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,11 +131,9 @@ def fusion_scopes(op_names: list[str], kinds: CallKinds) -> tuple[list[str], lis
     return sorted(paths), sorted(libs)
 
 
-@functools.lru_cache(maxsize=1 << 14)
-def _op_name_scope(op_name: str, kinds: CallKinds) -> tuple[str, str | None] | None:
-    if not op_name or not kinds:
-        return None
-    path: list[str] = []
+def _scopes(op_name: str) -> Iterator[tuple[str, bool]]:
+    """The scopes of an op name as the view shows them, outer first, each with whether it lies
+    under a ``transpose(...)`` (backward); jit wrappers and transforms-only parts left out."""
     backward = False
     for part in op_name.split("/")[:-1]:
         if "transpose(" in part:
@@ -142,9 +141,16 @@ def _op_name_scope(op_name: str, kinds: CallKinds) -> tuple[str, str | None] | N
         if _JITTED.search(part):
             continue
         name = strip_transforms(part, dotted=True)
-        if not name:
-            continue
-        name = shown(name)  # as the traced scopes and the kinds' labels are
+        if name:
+            yield shown(name), backward  # as the traced scopes and the kinds' labels are
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _op_name_scope(op_name: str, kinds: CallKinds) -> tuple[str, str | None] | None:
+    if not op_name or not kinds:
+        return None
+    path: list[str] = []
+    for name, backward in _scopes(op_name):
         if kinds.get(name) == "library":
             return "/".join(path), name.split("#", 1)[0]
         path.append(name + BACKWARD if backward else name)
@@ -156,16 +162,7 @@ def _op_name_parts(op_name: str | None, kinds: CallKinds) -> tuple[list[str], li
     if not op_name or not kinds:
         return None
     modules, calls = [], []
-    backward = False
-    for part in op_name.split(";", 1)[0].split("/")[:-1]:
-        if "transpose(" in part:
-            backward = True
-        if _JITTED.search(part):
-            continue
-        name = strip_transforms(part, dotted=True)
-        if not name:
-            continue
-        name = shown(name)  # as the traced scopes and the kinds' labels are
+    for name, backward in _scopes(op_name.split(";", 1)[0]):
         if name in kinds:
             calls.append(name + BACKWARD if backward else name)
         else:

@@ -11,49 +11,113 @@ flattened the same way, once; a ``conditional`` keeps its largest branch's peak,
 without a known trip count (``known_trip_count`` in its backend config) its body's peak: then
 the peak is still an estimate.
 
-What does change from one iteration to the next is how much of a *stacked* buffer holds data: a
-scan writes slice k of each stacked output (``dynamic-update-slice`` at the loop counter) and
-reads slice k of each stacked input. ``filled`` says, per step, how many bytes of the loop's
-stacked buffers hold data that is still needed: an output stack fills one slice per iteration
-(the residuals of a scan's forward pass), an input stack that dies with the loop empties one
-slice per iteration (those residuals, read by the backward scan); XLA's allocation stays whole
-(the ``timeline`` totals).
+What does change from one iteration to the next is how much of a *stacked* buffer holds data
+(``memory_stacks``): ``written`` / ``unread`` per step.
+
+Bounded work. A long loop (10^5 iterations) would be 10^5 runs of its body, and nested loops
+multiply: the flattened schedule keeps at most :data:`MAX_STEPS` steps. Past that every loop
+runs out only its first ``K - 1`` iterations and its last, and the iterations between are
+*folded* into one step that stands for them (``folded``: their range) holding the bytes of the
+iteration's peak — exact, not an estimate, since every iteration holds the same bytes; only
+``written`` / ``unread`` are then given at the folded range's last iteration. ``K`` is the same
+for every loop, the largest that fits. Sums are kept per step (by kind), and a step's list of
+live values is made only where asked (the peak): the values live across a loop are shared by
+all its steps, not copied into each.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .hlo import HloModule, Instruction
 from .memory_live import Liveness, LiveValue, _Builder
-from .memory_sizes import array_bytes, split_tuple
+from .memory_stacks import Fill, ModuleIndex, fill_at, stack_slices
 
-__all__ = ["FlatStep", "Flattened", "flatten", "flatten_map"]
+__all__ = ["MAX_STEPS", "FlatStep", "Flattened", "flatten", "flatten_map", "stack_slices"]
 
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-#: flattened steps at most: past this the timeline keeps loop bodies summarised
-MAX_STEPS = 50_000
+#: flattened steps at most (about 150 bytes each in the report): past this, loops fold
+MAX_STEPS = 10_000
+#: loops named in the note at most
+_NAMED = 8
+
+Bucket = str | int  # a kind of value (memory space 0) or another memory space's number
+Sums = dict[Bucket, int]
+
+
+def _add(a: Sums, b: Sums) -> Sums:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+@dataclass
+class _Outer:
+    """Values live throughout a run of steps: this level's and, through ``parent``, those of
+    the runs around it; ``sums``: all of their bytes per bucket."""
+
+    values: list[LiveValue]
+    parent: _Outer | None
+    sums: Sums
+
+    def all(self) -> list[LiveValue]:
+        chain, at = [], self
+        while at is not None:
+            chain.append(at.values)
+            at = at.parent
+        return [v for values in reversed(chain) for v in values]
+
+
+@dataclass
+class _Body:
+    """A computation's own values that count in its runs, and their bytes per bucket at each
+    step (the same in every run: made once). ``nested``: the steps where a conditional's
+    branch is added at its peak."""
+
+    live: Liveness
+    values: list[LiveValue]
+    sums: dict[Bucket, list[int]]
+    nested: dict[int, list[LiveValue]]
+
+    def at(self, step: int) -> list[LiveValue]:
+        here = [v for v in self.values if v.start <= step <= _last(v)]
+        return here + self.nested.get(step, [])
 
 
 @dataclass
 class FlatStep:
-    """One step of the flattened schedule: the instruction run, the values live at it, the
-    loops it sits in (``(while name, iteration)``, outermost first) and the loops' stacked
-    buffers: ``empty`` bytes of them hold no data that is still needed (not written yet, or
-    read for the last time), ``written`` bytes of output stacks are written, ``unread`` bytes
-    of used-up input stacks are still to be read."""
+    """One step of the flattened schedule: the instruction run, the loops it sits in (``(while
+    name, iteration)``, outermost first) and the loops' stacked buffers: ``empty`` bytes of them
+    hold no data that is still needed (not written yet, or read for the last time), ``written``
+    bytes of output stacks are written, ``unread`` bytes of used-up input stacks are still to be
+    read. ``folded``: the iterations of the innermost loop this one step stands for (their bytes
+    are those of one iteration's peak step)."""
 
     instruction: Instruction
-    live: list[LiveValue]
+    outer: _Outer
+    body: _Body | None = None
+    step: int = 0
     loops: tuple[tuple[str, int], ...] = ()
     empty: int = 0
     written: int = 0
     unread: int = 0
+    folded: tuple[int, int] | None = None
 
+    @property
+    def live(self) -> list[LiveValue]:
+        """The values live at this step (made on request: it may be long)."""
+        inner = self.body.at(self.step) if self.body is not None else []
+        return self.outer.all() + inner
 
-Fill = tuple[int, int, int]  # (empty, written, unread) of the loops around a step
+    def sums(self) -> Sums:
+        if self.body is None:
+            return self.outer.sums
+        own = {b: rows[self.step] for b, rows in self.body.sums.items() if rows[self.step]}
+        return _add(self.outer.sums, own)
 
 
 @dataclass
@@ -61,16 +125,28 @@ class Flattened:
     steps: list[FlatStep] = field(default_factory=list)
     estimate: bool = False  # some body was still summarised at its peak
     whiles: dict[str, int] = field(default_factory=dict)  # while name -> trip count flattened
+    #: while name -> (first, last) iteration folded into one step
+    folded: dict[str, tuple[int, int]] = field(default_factory=dict)
+    keep: int | None = None  # iterations run out per loop (the first keep - 1 and the last)
 
 
 class _Flattener:
-    def __init__(self, module: HloModule, builder: _Builder) -> None:
+    def __init__(
+        self, module: HloModule, builder: _Builder, bucket: Callable[[LiveValue], Bucket]
+    ) -> None:
         self.module = module
         self.builder = builder
+        self.bucket = bucket
         self.out = Flattened()
+        self.keep: int | None = None  # None: every iteration
         self.bodies: dict[str, Liveness | None] = {}
+        self.own: dict[tuple[int, Any], _Body] = {}
+        self.across: dict[tuple[int, Any, int], tuple[list[LiveValue], Sums]] = {}
+        self.peaks: dict[str, tuple[list[LiveValue], Sums]] = {}
         self.stacks: dict[str, list[tuple[int, str, int]]] = {}
+        self.index: ModuleIndex | None = None
 
+    # --- what each computation holds ------------------------------------------------------
     def body(self, name: str) -> Liveness | None:
         if name not in self.bodies:
             comp = self.module.computations.get(name)
@@ -79,32 +155,124 @@ class _Flattener:
             )
         return self.bodies[name]
 
+    def sums(self, values: list[LiveValue]) -> Sums:
+        out: Sums = {}
+        for v in values:
+            if v.aliased_parameter is None:
+                b = self.bucket(v)
+                out[b] = out.get(b, 0) + v.bytes
+        return out
+
+    def own_of(self, live: Liveness, kinds: tuple[str, ...] | None) -> _Body:
+        """``live``'s own values of ``kinds`` (None: all) and their sums per step, by one sweep
+        over their live ranges."""
+        key = (id(live), kinds)
+        if key in self.own:
+            return self.own[key]
+        values = [v for v in live.values if kinds is None or v.kind in kinds]
+        n = len(live.steps)
+        diff: dict[Bucket, list[int]] = {}
+        for v in values:
+            hi = min(_last(v), n - 1)
+            if v.aliased_parameter is not None or v.start > hi:
+                continue
+            rows = diff.setdefault(self.bucket(v), [0] * (n + 1))
+            rows[max(v.start, 0)] += v.bytes
+            rows[hi + 1] -= v.bytes
+        nested = {s: vs for s, vs in live.nested.items() if not _control(live.steps[s])}
+        for step, inner in nested.items():
+            for v in inner:
+                if v.aliased_parameter is None:
+                    rows = diff.setdefault(self.bucket(v), [0] * (n + 1))
+                    rows[step] += v.bytes
+                    rows[step + 1] -= v.bytes
+        sums: dict[Bucket, list[int]] = {}
+        for b, rows in diff.items():
+            acc, out = 0, []
+            for d in rows[:n]:
+                acc += d
+                out.append(acc)
+            sums[b] = out
+        self.own[key] = _Body(live, values, sums, nested)
+        return self.own[key]
+
+    def live_across(self, body: _Body, step: int) -> tuple[list[LiveValue], Sums]:
+        """The values of ``body`` live across its control step ``step`` (made before it, read
+        at or after it): they are live in every step the control op runs."""
+        key = (id(body.live), id(body), step)
+        if key not in self.across:
+            values = [v for v in body.values if v.start < step <= _last(v)]
+            self.across[key] = (values, self.sums(values))
+        return self.across[key]
+
+    def peak_of(self, name: str, body: Liveness | None) -> tuple[list[LiveValue], Sums]:
+        if name not in self.peaks:
+            values = _peak(body)
+            self.peaks[name] = (values, self.sums(values))
+        return self.peaks[name]
+
+    # --- how many steps -------------------------------------------------------------------
+    def size(self, live: Liveness, keep: int | None, memo: dict[int, int]) -> int:
+        """Steps of one run of ``live`` when each loop runs out ``keep`` iterations (None:
+        all of them)."""
+        if id(live) in memo:
+            return memo[id(live)]
+        memo[id(live)] = 1  # a cycle (none in HLO) counts once
+        n = 0
+        for instr in live.steps:
+            n += 1
+            if not _control(instr):
+                continue
+            if instr.opcode == "call":
+                n += sum(self.size(b, keep, memo) for c in instr.called if (b := self.body(c)))
+                continue
+            trips, body = _trips(instr), self.body(_body_name(instr))
+            if trips is None or body is None:
+                n += 1
+                continue
+            shown = trips if keep is None else min(trips, keep)
+            n += shown * self.size(body, keep, memo) + (1 if shown < trips else 0)
+        memo[id(live)] = n
+        return n
+
+    def choose_keep(self, live: Liveness) -> None:
+        """The iterations each loop runs out: all where the whole schedule fits in
+        :data:`MAX_STEPS`, else the largest ``keep`` that fits (at least 1)."""
+        if self.size(live, None, {}) <= MAX_STEPS:
+            return
+        trips = [_trips(i) or 0 for c in self.module.computations.values() for i in c.instructions]
+        lo, hi = 1, max([1, *trips])
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.size(live, mid, {}) <= MAX_STEPS:
+                lo = mid
+            else:
+                hi = mid - 1
+        self.keep = self.out.keep = lo
+
+    # --- running ----------------------------------------------------------------------------
     def run(
         self,
         live: Liveness,
-        outer: list[LiveValue],
-        own_kinds: tuple[str, ...] | None,
+        outer: _Outer,
+        kinds: tuple[str, ...] | None,
         loops: tuple[tuple[str, int], ...],
         fill: Fill,
     ) -> None:
-        """Append the steps of ``live`` (with ``outer`` live throughout); ``own_kinds``: the
-        kinds of its values that count here (None: all: the entry computation)."""
-        own = [v for v in live.values if own_kinds is None or v.kind in own_kinds]
+        """Append the steps of ``live`` (with ``outer`` live throughout); ``kinds``: the kinds
+        of its own values that count here (None: all: the entry computation)."""
+        body = self.own_of(live, kinds)
+        if body.nested:
+            self.out.estimate = True  # a conditional's branches: at their peak
         for step, instr in enumerate(live.steps):
-            here = [v for v in own if v.start <= step <= _last(v)]
-            if instr.opcode in ("while", "call") and instr.called:
-                self.control(instr, [*outer, *(v for v in here if v.start < step)], loops, fill)
-            elif step in live.nested:
-                self.out.estimate = True  # a conditional's branches: at their peak
-                here = here + live.nested[step]
-            self.out.steps.append(FlatStep(instr, [*outer, *here], loops, *fill))
+            if _control(instr):
+                values, sums = self.live_across(body, step)
+                across = _Outer(values, outer, _add(outer.sums, sums))
+                self.control(instr, across, loops, fill)
+            self.out.steps.append(FlatStep(instr, outer, body, step, loops, *fill))
 
     def control(
-        self,
-        instr: Instruction,
-        outer: list[LiveValue],
-        loops: tuple[tuple[str, int], ...],
-        fill: Fill,
+        self, instr: Instruction, outer: _Outer, loops: tuple[tuple[str, int], ...], fill: Fill
     ) -> None:
         kinds = ("temporary", "table")
         if instr.opcode == "call":
@@ -113,21 +281,84 @@ class _Flattener:
                 if body is not None:
                     self.run(body, outer, kinds, loops, fill)
             return
-        trip = _TRIP.search(instr.tail)
-        body = self.body(instr.attrs.get("body", "").lstrip("%"))
-        trips = int(trip.group(1)) if trip is not None else 0
-        size = len(body.steps) * trips if body is not None else 0
-        if trip is None or body is None or len(self.out.steps) + size > MAX_STEPS:
-            self.out.estimate = True  # not static (or too long): the body at its peak, once
-            self.out.steps.append(FlatStep(instr, [*outer, *_peak(body)], loops, *fill))
+        name = _body_name(instr)
+        body, trips = self.body(name), _trips(instr)
+        if trips is None or body is None:
+            self.out.estimate = True  # not static: the body at its peak, once
+            values, sums = self.peak_of(name, body)
+            peak = _Outer(values, outer, _add(outer.sums, sums))
+            self.out.steps.append(FlatStep(instr, peak, None, 0, loops, *fill))
             return
         self.out.whiles[instr.name] = trips
         if instr.name not in self.stacks:
-            self.stacks[instr.name] = stack_slices(self.module, instr)
-        for k in range(trips):
-            more = _fill(self.stacks[instr.name], k)
-            inner = (fill[0] + more[0], fill[1] + more[1], fill[2] + more[2])
-            self.run(body, outer, kinds, (*loops, (instr.name, k)), inner)
+            if self.index is None:
+                self.index = ModuleIndex(self.module)
+            self.stacks[instr.name] = stack_slices(self.module, instr, self.index)
+        stacks = self.stacks[instr.name]
+        keep = trips if self.keep is None else min(trips, self.keep)
+        head, tail, folded = list(range(trips)), [], None
+        if keep < trips:  # the first keep - 1 iterations, the folded ones, the last
+            head = list(range(max(keep - 1, 1)))
+            tail = [trips - 1] if keep > 1 else []
+            folded = (len(head), trips - 1 - len(tail))
+        first: tuple[int, int] | None = None
+        for k in head:
+            start = len(self.out.steps)
+            self.run(body, outer, kinds, (*loops, (instr.name, k)), _plus(fill, fill_at(stacks, k)))
+            first = first or (start, len(self.out.steps))
+        if folded is not None:
+            self.fold(instr, first, folded, loops, fill, stacks)
+        for k in tail:
+            self.run(body, outer, kinds, (*loops, (instr.name, k)), _plus(fill, fill_at(stacks, k)))
+
+    def fold(
+        self,
+        instr: Instruction,
+        like: tuple[int, int] | None,
+        folded: tuple[int, int],
+        loops: tuple[tuple[str, int], ...],
+        fill: Fill,
+        stacks: list[tuple[int, str, int]],
+    ) -> None:
+        """One step standing for iterations ``folded`` of loop ``instr``: the bytes of the peak
+        step of an iteration run out (``like``: its steps), which every iteration repeats."""
+        a, b = folded
+        if like is None or a > b:
+            return
+        lo, hi = like
+        best = max(range(lo, hi), key=lambda t: (_total(self.out.steps[t]), -t), default=None)
+        if best is None:
+            return
+        rep = self.out.steps[best]
+        self.out.folded[instr.name] = (a, b)
+        loops_here = (*loops, (instr.name, a))
+        step = FlatStep(rep.instruction, rep.outer, rep.body, rep.step, loops_here)
+        step.empty, step.written, step.unread = _plus(fill, fill_at(stacks, b))
+        step.folded = (a, b)
+        self.out.steps.append(step)
+
+
+def _control(instr: Instruction) -> bool:
+    return instr.opcode in ("while", "call") and bool(instr.called)
+
+
+def _body_name(instr: Instruction) -> str:
+    return instr.attrs.get("body", "").lstrip("%")
+
+
+def _trips(instr: Instruction) -> int | None:
+    if instr.opcode != "while":
+        return None
+    trip = _TRIP.search(instr.tail)
+    return int(trip.group(1)) if trip is not None else None
+
+
+def _plus(a: Fill, b: Fill) -> Fill:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+def _total(step: FlatStep) -> int:
+    return sum(v for b, v in step.sums().items() if isinstance(b, str))
 
 
 def _last(v: LiveValue) -> int:
@@ -135,200 +366,48 @@ def _last(v: LiveValue) -> int:
 
 
 def _peak(body: Liveness | None) -> list[LiveValue]:
+    """The body's own values live at its peak step (one sweep over their ranges)."""
     if body is None:
         return []
     own = [v for v in body.values if v.kind in ("temporary", "table") and v.space == 0]
-    best: list[LiveValue] = []
-    for step in range(len(body.steps)):
-        live = [v for v in own if v.start <= step <= _last(v)] + body.nested.get(step, [])
-        if sum(v.bytes for v in live) > sum(v.bytes for v in best):
-            best = live
-    return best
-
-
-def stack_slices(module: HloModule, loop: Instruction) -> list[tuple[int, str, int]]:
-    """The stacked buffers of a ``while``: ``(bytes, "write" | "read", slices)`` for each
-    loop-state element its body writes one slice of (an in-place ``dynamic-update-slice``) per
-    iteration, or reads one slice of (a ``dynamic-slice``) and nothing after the loop reads
-    (its data is used up slice by slice); its leading dimension is the slices."""
-    comp = module.computations.get(loop.attrs.get("body", "").lstrip("%"))
-    if comp is None:
+    n = len(body.steps)
+    if not n:
         return []
-    by_name = {i.name: i for i in comp.instructions}
-    element: dict[str, tuple[int, str]] = {}  # a loop-state element -> (index, shape)
-    params = [i for i in comp.instructions if i.opcode == "parameter"]
-    for i in comp.instructions:
-        src = by_name.get(i.operands[0]) if i.operands else None
-        if i.opcode == "get-tuple-element" and src is not None and src.opcode == "parameter":
-            element[i.name] = (int(i.attrs.get("index", "0")), i.shape)
-    for p in params:  # jaxlib 0.12 prints an element of a tuple operand as ``%param#3``
-        for k, shape in enumerate(split_tuple(p.shape) or []):
-            element[f"{p.name}#{k}"] = (k, shape)
-    out: dict[int, tuple[int, str, int]] = {}
-    for i in comp.instructions:
-        for k, operand in enumerate(i.operands):
-            name = _through_bitcasts(by_name, operand)
-            if name not in element:
-                continue
-            how = _slice_use(module, i, k)
-            if how is None:
-                continue
-            index, shape = element[name]
-            dims = re.findall(r"\[([\d,]*)\]", shape)
-            lead = int(dims[0].split(",")[0]) if dims and dims[0] else 0
-            used_up = (
-                how == "read"
-                and _origin(module, loop, index) == "while"
-                and not _read_after(module, loop, index)
-            )
-            if lead > 1 and (how == "write" or used_up):
-                out.setdefault(index, (array_bytes(shape), how, lead))
-    return list(out.values())
+    diff = [0] * (n + 1)
+    for v in own:
+        hi = min(_last(v), n - 1)
+        if v.start <= hi:
+            diff[max(v.start, 0)] += v.bytes
+            diff[hi + 1] -= v.bytes
+    best_step, best, acc = 0, -1, 0
+    for step in range(n):
+        acc += diff[step]
+        total = acc + sum(v.bytes for v in body.nested.get(step, []))
+        if total > best:
+            best_step, best = step, total
+    return [v for v in own if v.start <= best_step <= _last(v)] + body.nested.get(best_step, [])
 
 
-_PASS = ("bitcast", "copy", "get-tuple-element", "tuple")
+def flatten(
+    module: HloModule,
+    live: Liveness,
+    platform: str = "cpu",
+    kind_of: Callable[[LiveValue], str] | None = None,
+) -> Flattened:
+    """The entry computation's schedule with every loop of known trip count run out (folded
+    past :data:`MAX_STEPS`); ``kind_of`` sorts values into kinds (default: their own)."""
+    kinds: dict[int, Bucket] = {}
 
+    def bucket(v: LiveValue) -> Bucket:
+        if v.space != 0:
+            return v.space
+        if id(v) not in kinds:
+            kinds[id(v)] = kind_of(v) if kind_of is not None else v.kind
+        return kinds[id(v)]
 
-def _origin(module: HloModule, loop: Instruction, index: int) -> str:
-    """What made the data of element ``index`` of the loop's initial state: ``"while"`` (an
-    earlier loop wrote it: a scan's stacked residuals), ``"parameter"`` (an argument) or
-    ``"other"``, followed through copies, tuples and the calls XLA:CPU wraps loops in."""
-    comps = module.computations
-    by_comp = {c.name: {i.name: i for i in c.instructions} for c in comps.values()}
-    comp, name, path = loop.computation, (loop.operands or [""])[0], [index]
-    for _ in range(32):
-        base, _, element = name.partition("#")
-        if element:  # ``%x#3``: element 3 of x (jaxlib 0.12's printing)
-            name, path = base, [int(element), *path]
-            continue
-        instr = by_comp.get(comp, {}).get(name)
-        if instr is None:
-            return "other"
-        if instr.opcode == "tuple" and path:
-            if path[0] >= len(instr.operands):
-                return "other"
-            name, path = instr.operands[path[0]], path[1:]
-        elif instr.opcode == "get-tuple-element" and instr.operands:
-            name, path = instr.operands[0], [int(instr.attrs.get("index", "0")), *path]
-        elif instr.opcode in ("bitcast", "copy") and instr.operands:
-            name = instr.operands[0]
-        elif instr.opcode == "while":
-            return "while"
-        elif instr.opcode == "call" and instr.called:
-            root = comps[instr.called[0]].root if instr.called[0] in comps else None
-            if root is None:
-                return "other"
-            comp, name = instr.called[0], root.name
-        elif instr.opcode == "parameter":
-            if comp == module.entry:
-                return "parameter"
-            caller = next(
-                (
-                    i
-                    for c in comps.values()
-                    for i in c.instructions
-                    if i.opcode == "call" and comp in i.called
-                ),
-                None,
-            )
-            k = int(instr.literal) if (instr.literal or "").isdigit() else 0
-            if caller is None or k >= len(caller.operands):
-                return "other"
-            comp, name = caller.computation, caller.operands[k]
-        else:
-            return "other"
-    return "other"
-
-
-def _read_after(module: HloModule, loop: Instruction, index: int) -> bool:
-    """Whether element ``index`` of the loop's result is read after it (through the "small
-    call" XLA:CPU wraps a loop in, where the loop is that call's result)."""
-    node, comp_name = loop, loop.computation
-    for _ in range(4):
-        comp = module.computations.get(comp_name)
-        if comp is None:
-            return True
-        for i in comp.instructions:
-            if f"{node.name}#{index}" in i.operands or (
-                node.name in i.operands
-                and (i.opcode != "get-tuple-element" or i.attrs.get("index") == str(index))
-            ):
-                return True
-        if comp.root is not node:
-            return False
-        caller = next(
-            (
-                i
-                for c in module.computations.values()
-                for i in c.instructions
-                if i.opcode == "call" and comp_name in i.called
-            ),
-            None,
-        )
-        if caller is None:
-            return True  # the loop's state is the program's output
-        node, comp_name = caller, caller.computation
-    return True
-
-
-def _through_bitcasts(by_name: dict[str, Instruction], name: str) -> str:
-    seen = 0
-    while name in by_name and by_name[name].opcode == "bitcast" and seen < 8:
-        name = by_name[name].operands[0] if by_name[name].operands else name
-        seen += 1
-    return name
-
-
-def _slice_use(module: HloModule, instr: Instruction, k: int) -> str | None:
-    """How ``instr`` uses its operand ``k``: ``write`` (updated in place, one slice),
-    ``read`` (one slice read) or None."""
-    if instr.opcode == "dynamic-update-slice":
-        return "write" if k == 0 else None
-    if instr.opcode == "dynamic-slice":
-        return "read" if k == 0 else None
-    if instr.opcode != "fusion" or not instr.called:
-        return None
-    comp = module.computations.get(instr.called[0])
-    if comp is None:
-        return None
-    param = next(
-        (i for i in comp.instructions if i.opcode == "parameter" and i.literal == str(k)), None
-    )
-    if param is None:
-        return None
-    by_name = {i.name: i for i in comp.instructions}
-    for i in comp.instructions:
-        if not i.operands or _through_bitcasts(by_name, i.operands[0]) != param.name:
-            continue
-        if i.opcode == "dynamic-update-slice":
-            return "write"
-        if i.opcode == "dynamic-slice":
-            return "read"
-    return None
-
-
-def _fill(stacks: list[tuple[int, str, int]], k: int) -> Fill:
-    """(bytes holding no needed data, bytes written, bytes still to read) of the stacked
-    buffers during iteration k: an output stack has k + 1 slices written (this iteration's
-    included), a used-up input stack still holds its slices from this iteration's on."""
-    empty = written = unread = 0
-    for nbytes, how, slices in stacks:
-        per = nbytes / slices
-        if how == "write":
-            done = round(per * min(k + 1, slices))
-            written += done
-            empty += nbytes - done
-        else:
-            left = round(per * max(slices - k, 0))
-            unread += left
-            empty += nbytes - left
-    return empty, written, unread
-
-
-def flatten(module: HloModule, live: Liveness, platform: str = "cpu") -> Flattened:
-    """The entry computation's schedule with every loop of known trip count run out."""
-    f = _Flattener(module, _Builder(module, platform))
-    f.run(live, [], None, (), (0, 0, 0))
+    f = _Flattener(module, _Builder(module, platform), bucket)
+    f.choose_keep(live)
+    f.run(live, _Outer([], None, {}), None, (), (0, 0, 0))
     return f.out
 
 
@@ -336,33 +415,30 @@ def flatten_map(m: Any, module: HloModule, live: Liveness, platform: str, where:
     """``m`` (a ``MemoryMap`` whose loop bodies were summarised at their peaks) with its
     timeline, peak and buffers at the peak read from the flattened schedule instead, where
     any loop has a known trip count. Each step of a loop says which (``while``, ``iteration``)
-    and the bytes of its stacked buffers ``written`` / still ``unread``."""
+    and the bytes of its stacked buffers ``written`` / still ``unread``; a folded step the
+    iterations it stands for (``folded``)."""
     from .memory import KINDS, _kind
 
-    flat = flatten(module, live, platform)
+    flat = flatten(module, live, platform, lambda v: _kind(v, where))
     if not flat.whiles:
         return m
-    kinds: dict[int, str] = {}
     n = len(flat.steps)
     per_kind = {k: [0] * n for k in KINDS}
     other: dict[int, list[int]] = {}
     for t, step in enumerate(flat.steps):
-        for v in step.live:
-            if v.aliased_parameter is not None:
-                continue
-            kind = kinds.get(id(v))
-            if kind is None:
-                kind = kinds[id(v)] = _kind(v, where)
-            if v.space != 0:
-                other.setdefault(v.space, [0] * n)[t] += v.bytes
+        for b, nbytes in step.sums().items():
+            if isinstance(b, int):
+                if b not in other:  # not setdefault: its default, n ints, is made every time
+                    other[b] = [0] * n
+                other[b][t] += nbytes
             else:
-                per_kind[kind if kind in per_kind else "temporary"][t] += v.bytes
+                per_kind[b if b in per_kind else "temporary"][t] += nbytes
     totals = [sum(per_kind[k][t] for k in KINDS) for t in range(n)]
     peak_step = max(range(n), key=lambda t: (totals[t], -t))
     at_peak = [
         v for v in flat.steps[peak_step].live if v.space == 0 and v.aliased_parameter is None
     ]
-    m.at_peak = sorted((where.buffer(v, kinds[id(v)]) for v in at_peak), key=lambda b: -b.bytes)
+    m.at_peak = sorted((where.buffer(v, _kind(v, where)) for v in at_peak), key=lambda b: -b.bytes)
     m.steps = [_step_json(s, where) for s in flat.steps]
     m.timeline = list(enumerate(totals))
     m.kind_timeline = per_kind
@@ -371,20 +447,42 @@ def flatten_map(m: Any, module: HloModule, live: Liveness, platform: str, where:
     m.peak_all_spaces = max(totals[t] + sum(r[t] for r in other.values()) for t in range(n))
     m.peak_source = "estimate" if flat.estimate else "XLA"
     m.notes = [x for x in m.notes if not x.startswith("loop/branch bodies are counted")]
-    trips = ", ".join(f"{w} × {k}" for w, k in flat.whiles.items())
-    m.notes.append(
+    m.notes.append(_note(flat))
+    return m
+
+
+def _note(flat: Flattened) -> str:
+    named = list(flat.whiles.items())
+    trips = ", ".join(f"{w} × {k:,}" for w, k in named[:_NAMED])
+    if len(named) > _NAMED:
+        trips += f" and {len(named) - _NAMED} more loops"
+    text = (
         f"loops run out iteration by iteration ({trips}): each iteration's steps hold the "
         "values live across the loop and its body's own; a scan's stacked buffers are "
         "allocated whole before its loop (steps[*].written / .unread: how much of them holds "
         "data)"
-        + (
+    )
+    if flat.folded:
+        keep = flat.keep or 1
+        shown = (
+            "its first iteration"
+            if keep == 1
+            else f"its first {keep - 1} iteration{'s' if keep > 2 else ''} and its last"
+        )
+        folds = ", ".join(f"{w} {a:,}–{b:,}" for w, (a, b) in list(flat.folded.items())[:_NAMED])
+        if len(flat.folded) > _NAMED:
+            folds += f" and {len(flat.folded) - _NAMED} more"
+        text += (
+            f"; over {MAX_STEPS:,} steps, so each loop runs out {shown}, and the iterations "
+            f"between are one step each ({folds}: steps[*].folded) holding the bytes of an "
+            "iteration's peak, which every iteration repeats: the peak is exact"
+        )
+    if flat.estimate:
+        text += (
             "; a branch or a loop without a known trip count is still counted at its peak: "
             "the peak is an estimate"
-            if flat.estimate
-            else ""
         )
-    )
-    return m
+    return text
 
 
 def _step_json(step: FlatStep, where: Any) -> dict[str, Any]:
@@ -393,4 +491,6 @@ def _step_json(step: FlatStep, where: Any) -> dict[str, Any]:
     if step.loops:
         out["loop"], out["iteration"] = step.loops[-1]
         out["written"], out["unread"] = step.written, step.unread
+    if step.folded is not None:
+        out["folded"] = list(step.folded)
     return out

@@ -212,10 +212,12 @@ class Compilation(Runs, Display):
         """Seconds this run spent, by phase; the phases add up to the whole cell.
 
         Phases (keys without a dot): the cell's steps when run by the magic (``capture``,
-        ``run``, ``cache_lookup``, ``pipeline``, ``processes`` (the processes agreeing on the
-        program, with several JAX processes), ``measure``, ``freeze``, ``bind``), the stages
-        this run compiled (``trace``, ``lower``, ``compile``; ``grad_trace``... for ``--grad``'s
-        program; absent on a cache hit, which compiled nothing), the analyses this run computed
+        ``run``, ``cache_lookup`` (the key of the lowered program, and the look-up),
+        ``pipeline``, ``processes`` (the processes agreeing on the program, with several JAX
+        processes), ``measure``, ``freeze``, ``bind``), the stages this run went through
+        (``trace`` and ``lower`` on every run — the lowered program is the cache key —, and
+        ``compile``, absent on a cache hit, which skipped XLA; ``grad_trace``... for
+        ``--grad``'s program), the analyses this run computed
         (``analyse``, ``grad_analyse``), ``report`` and ``display``. Keys with a dot are parts of
         the phase before the dot (``analyse.parse``); ``eager_call`` / ``compiled_call`` are
         ``--bench``'s per-call medians, not phases.

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import struct
-import tempfile
 from pathlib import Path
 
 from ..errors import TargetError
+from ..stages._dump import dump_unwritable, free_space, move_dump_hint
 
 __all__ = ["check_dump", "dump_cut_short", "dump_unwritable", "no_passes_reason", "whole_elf"]
 
@@ -81,43 +80,16 @@ def check_dump(root: Path, objects: dict[str, bytes]) -> list[str]:
     return list(dict.fromkeys(damaged))
 
 
-def _free(folder: Path | str) -> str:
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError:
-        return "unknown space"
-    return f"{free / 1024:,.0f} KB" if free < 10 * 2**20 else f"{free / 2**20:,.0f} MB"
-
-
-def _fix(parent: str) -> str:
-    return (
-        f"free space under {parent}, or have XLA dump elsewhere: import tempfile; "
-        "tempfile.tempdir = '/a/folder/with/room' (or set TMPDIR before starting Python); "
-        "then read c.passes again. The program itself compiled and runs without the dump"
-    )
-
-
 def dump_cut_short(root: Path, damaged: list[str]) -> TargetError:
     """NBC610: XLA's dump in ``root`` is cut short (``damaged`` files): names the folder, the
     free space on its disk and the fix."""
     first = damaged[0] if len(damaged[0]) <= 100 else damaged[0][:97] + "..."
     return TargetError(
         f"XLA's dump of this compile in {root} is cut short: {len(damaged)} of its files are "
-        f"empty or incomplete (the first: {first}); {_free(root.parent)} free on that disk, "
+        f"empty or incomplete (the first: {first}); {free_space(root.parent)} free on that disk, "
         "which is likely full",
         code="NBC610",
-        hint=_fix(str(root.parent)),
-    )
-
-
-def dump_unwritable(error: OSError) -> TargetError:
-    """NBC610: the folder for XLA's dump could not be made (``error``), e.g. a full disk."""
-    parent = tempfile.gettempdir()
-    return TargetError(
-        f"no folder for XLA's dump could be made in {parent} ({error.strerror or error}); "
-        f"{_free(parent)} free there",
-        code="NBC610",
-        hint=_fix(parent),
+        hint=move_dump_hint(str(root.parent)),
     )
 
 

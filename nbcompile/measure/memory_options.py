@@ -358,7 +358,7 @@ def _with_batch(
         shape = (*x.shape[:axis], batch, *x.shape[axis + 1 :])
         return jax.ShapeDtypeStruct(
             shape,
-            jax.dtypes.canonicalize_dtype(x.dtype),
+            jax.dtypes.canonicalize_dtype(x.dtype, allow_extended_dtype=True),
             sharding=sharding if isinstance(sharding, NamedSharding) else None,
             weak_type=bool(getattr(x, "weak_type", False)),
         )

@@ -29,6 +29,7 @@ from ._delta import ProfileDelta, profile_delta
 from ._estimate import estimate
 from ._hlo import entry_kernels
 from ._kernels import CONTAINERS, kernels_of, module_name
+from ._loop_bounds import executions_per_call, plan_calls
 from ._loops import LoopTime, layer_rows, loop_times
 from ._peaks import Peaks, cpu_peaks, spec_peaks
 from ._result import (
@@ -114,21 +115,36 @@ def _warm(call: Callable[[], None] | Prepared) -> None:
 def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
     infos = kernels_of(c)
     call = _call_once(c)
-    for _ in range(warmup):
-        _warm(call)
-    containers = frozenset(n for n, i in infos.items() if i.opcode in CONTAINERS)
-    library = [n for n, op in entry_kernels(c.hlo) if op == "custom-call" and n in infos]
-    trace = capture(call, calls, set(infos), module_name(c.hlo), library)
-    records = [r for r in trace.calls if any(s.start < r.end for s in r.spans)]
-    per_call = [_per_call(r, containers) for r in records]
     notes: list[str] = []
-    if not per_call:
+    library = [n for n, op in entry_kernels(c.hlo) if op == "custom-call" and n in infos]
+    module = module_name(c.hlo)
+    program_loops = list(getattr(c.analysis, "loops", None) or [])
+    per_call, heaviest = executions_per_call(program_loops, infos)
+    counted, probe = per_call is None, None
+    if counted:  # a loop with no static trip count: one warm-up call profiled alone, counted
+        probe = capture(call, 1, set(infos), module, library)
+        per_call = sum(len(r.spans) for r in probe.calls) + probe.outside
+        warmup = max(warmup - 1, 0)
+    asked = calls
+    calls, fewer = plan_calls(asked, per_call, heaviest, counted)
+    if fewer:
+        notes.append(fewer)
+    containers = frozenset(n for n, i in infos.items() if i.opcode in CONTAINERS)
+    if probe is not None and calls == 1:  # the counted call is the one call: not run again
+        trace = probe
+    else:
+        for _ in range(warmup):
+            _warm(call)
+        trace = capture(call, calls, set(infos), module, library)
+    records = [r for r in trace.calls if any(s.start < r.end for s in r.spans)]
+    measured = [_per_call(r, containers) for r in records]
+    if not measured:
         raise TargetError(
             "the profiler recorded no kernel of this program",
             hint="the JAX profiler may not support this backend; use --bench for call times",
         )
-    if len(per_call) < len(trace.calls):
-        notes.append(f"{len(trace.calls) - len(per_call)} call(s) had no kernel events")
+    if len(measured) < len(trace.calls):
+        notes.append(f"{len(trace.calls) - len(measured)} call(s) had no kernel events")
     if trace.outside:
         notes.append(f"{trace.outside} kernel event(s) fell outside every call window")
     if trace.unnamed_in_graphs:
@@ -138,14 +154,14 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
             "one per library call (cuBLAS): their time is in the step, not in a kernel row"
         )
     ns = 1e-9
-    walls = [p["wall"] * ns for p in per_call]
+    walls = [p["wall"] * ns for p in measured]
     step = median(walls)
-    names = sorted({n for p in per_call for n in p["shares"]})
+    names = sorted({n for p in measured for n in p["shares"]})
     rows = []
     for name in names:
-        seconds = [p["shares"].get(name, 0.0) * ns for p in per_call]
-        busy = [p["own"].get(name, 0) * ns for p in per_call]
-        counts = [p["counts"].get(name, 0) for p in per_call]
+        seconds = [p["shares"].get(name, 0.0) * ns for p in measured]
+        busy = [p["own"].get(name, 0) * ns for p in measured]
+        counts = [p["counts"].get(name, 0) for p in measured]
         rows.append(make_row(infos[name], seconds, busy, counts, step))
     peaks = None
     if roofline:
@@ -165,9 +181,9 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
     q25, q75 = quartiles(walls)
     # differences of medians over the same calls: exact, and >= 0 because per call
     # wall >= busy >= kernel union
-    busy = median(p["busy"] * ns for p in per_call)
-    kernel_union = median(p["kernel_union"] * ns for p in per_call)
-    coverage = median(p["kernel_union"] / p["busy"] for p in per_call if p["busy"])
+    busy = median(p["busy"] * ns for p in measured)
+    kernel_union = median(p["kernel_union"] * ns for p in measured)
+    coverage = median(p["kernel_union"] / p["busy"] for p in measured if p["busy"])
     return Profile(
         source="measured",
         step_seconds=step,
@@ -179,7 +195,7 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         loops=loops,
         coverage=coverage,
         peaks=peaks,
-        calls=len(per_call),
+        calls=len(measured),
         warmup=warmup,
         step_q25=q25,
         step_q75=q75,
@@ -187,7 +203,7 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         unattributed_seconds=busy - kernel_union,
         dispatch_seconds=step - busy,
         kernel_union_seconds=kernel_union,
-        overlap_seconds=median(p["overlap"] * ns for p in per_call),
+        overlap_seconds=median(p["overlap"] * ns for p in measured),
         no_line_seconds=no_line,
         where=trace.where,
         method="jax.profiler trace, kernel events by HLO name",

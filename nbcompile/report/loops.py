@@ -17,7 +17,7 @@ def _measured(pg: Any) -> set[str]:
     gradient = pg.graph is (report.get("graphs") or {}).get("gradient")
     loops = (report.get("gradient_loops") if gradient else report.get("loops")) or []
     times = [] if gradient else ((report.get("extras") or {}).get("profile") or {}).get("loops")
-    measured = {t.get("loop") for t in times or () if t.get("iterations")}
+    measured = {t.get("loop") for t in times or () if t.get("bars")}
     out = set()
     for loop in loops:
         if loop.get("index") not in measured:

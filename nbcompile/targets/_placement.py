@@ -147,7 +147,7 @@ def abstract_leaf(leaf: Any, sharding: Any = None) -> Any:
     if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
         return leaf
     weak = bool(getattr(leaf, "weak_type", False))
-    dtype = jax.dtypes.canonicalize_dtype(leaf.dtype)
+    dtype = jax.dtypes.canonicalize_dtype(leaf.dtype, allow_extended_dtype=True)
     return jax.ShapeDtypeStruct(tuple(leaf.shape), dtype, sharding=sharding, weak_type=weak)
 
 
