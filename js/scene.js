@@ -37,7 +37,7 @@ export const BUDGET = 400;
  * (jax.numpy's own: `_take`, `_where`), a custom-derivative wrapper or a program chunk. */
 export function isUserGroup(pg, g) {
   if (g.kind === "function") return g.call === "call" || (g.call == null && holdsUserGroups(pg, g));
-  return g.call !== "library" && !["custom", "chunk", "across", "rest"].includes(g.kind);
+  return g.call !== "library" && !["custom", "chunk", "across", "rest", "branch"].includes(g.kind);
 }
 
 /** Opening `g` shows more of the user's own structure: it holds a call or module of theirs

@@ -121,7 +121,9 @@ class Scene:
 #: boxes (one group alone: up to the budget); the Gradient tab's facing columns: INITIAL_LIMIT
 FIRST_LIMIT = 25
 INITIAL_LIMIT = 60
-_NOT_USER = ("custom", "chunk", "across", "rest")
+#: a cond's branches are not the user's calls or modules: a loop holding only them stays one
+#: box (with its bar strip) at first paint, rather than a row of branches past the canvas edge
+_NOT_USER = ("custom", "chunk", "across", "rest", "branch")
 
 
 def is_user_group(pg: PreparedGraph, g: Group) -> bool:
