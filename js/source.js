@@ -38,6 +38,18 @@ export function heatModes(report, step = false) {
   return modes;
 }
 
+/** A line's kernels in the order its chips show them: forward and backward in turn (a train
+ * step's line shows both, not its first four forward kernels), else as listed
+ * (report/fallback.py: line_kernels). */
+export function lineKernels(ids, fusionById) {
+  const fwd = ids.filter((id) => fusionById.get(id)?.phase !== "backward");
+  const bwd = ids.filter((id) => fusionById.get(id)?.phase === "backward");
+  if (!fwd.length || !bwd.length) return ids;
+  const out = [];
+  for (let i = 0; i < Math.max(fwd.length, bwd.length); i++) out.push(...[fwd[i], bwd[i]].filter((x) => x != null));
+  return out;
+}
+
 /** The Source tab; `step` (with --grad): the train step's kernels per line (`selectKernel(id)`
  * selects one in the train step's graph), else the forward program's. */
 export function sourcePanel(report, select, { step = false, selectKernel = null } = {}) {
@@ -56,7 +68,7 @@ export function sourcePanel(report, select, { step = false, selectKernel = null 
       const key = prefix + n;
       const e = info[key];
       if (!whole && !e) return; // a user file: only the lines the program came from
-      const chips = (e?.fusions || []).slice(0, 4).map((fid) => {
+      const chips = lineKernels(e?.fusions || [], fusionById).slice(0, 4).map((fid) => {
         const chip = h("span", { class: "nbc-chip", "data-fusion": fid, title: chipTitle(fusionById.get(fid)) }, fid);
         activatable(chip, (ev) => { ev.stopPropagation(); pick(fid); });
         return chip;

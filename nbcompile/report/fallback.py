@@ -23,6 +23,7 @@ __all__ = [
     "fallback_html",
     "fusion_where",
     "kernel_kind",
+    "line_kernels",
     "show_step",
     "source_table",
     "time_heat",
@@ -106,6 +107,19 @@ def _line_metrics(report: dict[str, Any], step: bool = False) -> list[tuple[str,
     return cols
 
 
+def line_kernels(names: list[str], phases: dict[str, Any]) -> list[str]:
+    """A line's kernels in the order the table shows them (``lineKernels``): forward and
+    backward in turn (a train step's line shows both, not its first four forward kernels)."""
+    fwd = [n for n in names if phases.get(n) != "backward"]
+    bwd = [n for n in names if phases.get(n) == "backward"]
+    if not fwd or not bwd:
+        return names
+    out: list[str] = []
+    for i in range(max(len(fwd), len(bwd))):
+        out += [x[i] for x in (fwd, bwd) if i < len(x)]
+    return out
+
+
 def source_table(report: dict[str, Any], step: bool = False) -> str:
     """Every contributing cell's lines (and the annotated lines of user files: report["sources"]),
     with each heat measure (flops share, time, bytes at peak) and the kernels each became;
@@ -125,6 +139,8 @@ def source_table(report: dict[str, Any], step: bool = False) -> str:
     if not sources[0][2] and len(sources) == 1:
         return ""
     cols = _line_metrics(report, step)
+    every = report.get("gradient_fusions" if step else "fusions") or []
+    phases = {f.get("name") or f["id"]: f.get("phase") for f in every}
     rows = []
     for label, prefix, lines, whole in sources:
         if label:
@@ -153,7 +169,7 @@ def source_table(report: dict[str, Any], step: bool = False) -> str:
                 gap = True
                 continue
             gap = False
-            fusions = entry.get("fusions") or []
+            fusions = line_kernels(entry.get("fusions") or [], phases)
             ann = ", ".join(fusions[:4]) + (f" +{len(fusions) - 4}" if len(fusions) > 4 else "")
             cells = "".join(f"<td>{escape(f(key, prefix, i))}</td>" for _, f in cols)
             rows.append(

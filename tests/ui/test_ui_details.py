@@ -36,6 +36,7 @@ def _page_of(name: str, flags: str, tmp: Path) -> tuple[Path, dict]:
     """The saved page and report of model ``name`` compiled by its cell with ``flags``."""
     if name not in _PAGES:
         import jax
+        from IPython import get_ipython
         from IPython.testing.globalipapp import start_ipython
 
         import nbcompile
@@ -43,7 +44,7 @@ def _page_of(name: str, flags: str, tmp: Path) -> tuple[Path, dict]:
         jax.config.update("jax_numpy_dtype_promotion", "standard")
         jax.config.update("jax_numpy_rank_promotion", "allow")
         try:
-            shell = start_ipython()
+            shell = start_ipython() or get_ipython()  # None once started in this process
             shell.run_line_magic("load_ext", "nbcompile")
             shell.reset(new_session=False)
             cells, cell = MODELS[name]
@@ -86,7 +87,7 @@ def _where(f: dict) -> str:
 
 
 def _stats_ops(view: Any) -> int:
-    table = view.get_by_test_id("nbc-panel-stats").locator(".nbc-stats-summary")
+    table = view.get_by_test_id("nbc-panel-stats").get_by_test_id("nbc-stats-summary")
     return int(table.locator("tr").first.locator("td").inner_text())
 
 
@@ -186,9 +187,7 @@ def test_the_mlps_details_agree(ui_page, tmp_path):
     backward = {f["name"] for f in report["gradient_fusions"] if f.get("phase") == "backward"}
     assert chips & backward and chips <= {f["name"] for f in report["gradient_fusions"]}
     assert "train step's flops" in view.get_by_test_id("nbc-heat-caption").inner_text()
-    chip = (
-        source.locator(".nbc-chip[data-fusion]").filter(has_text=sorted(chips & backward)[0]).first
-    )
+    chip = source.locator(f'.nbc-chip[data-fusion="{sorted(chips & backward)[0]}"]').first
     chip.click()  # selects the kernel in the train step's graph
     assert "gradient_compiled node" in view.get_by_test_id("nbc-details").inner_text()
     view.get_by_test_id("nbc-show-forward").click()

@@ -143,6 +143,16 @@ def test_the_train_step_for_source_and_stats(shell, relaxed_dtypes, name):
     # the static copy shows the train step in Source and Stats, as its Compiled tab does
     step_table = source_table(report, step=True)
     assert any(k in step_table for k in backward)
+    # a line with both shows forward and backward kernels in turn (not its first four forward)
+    rows = dict(re.findall(r'<tr data-line="([^"]+)">(.*?)</tr>', step_table))
+    both = [
+        k
+        for k, e in lines.items()
+        if k in rows and {f in backward for f in e.get("fusions") or []} == {True, False}
+    ]
+    assert both, name
+    for key in both:
+        assert set(re.findall(r"[\w.]+", rows[key])) & backward, (key, rows[key])
     assert not any(
         k in source_table(report) for k in backward - {f["name"] for f in report["fusions"]}
     )
