@@ -20,24 +20,40 @@ function svgRoot(w, hgt, label) {
 }
 
 /**
- * Horizontal bars: rows [{label, value, text?, cls?}]; `fmt` formats values. Bars share one
- * linear scale from 0 to the largest value.
+ * Horizontal bars: rows [{label, value, text?, cls?, where?}]; `fmt` formats values. Bars share
+ * one linear scale from 0 to the largest value. Rows with `where` (the call or module a kernel
+ * came from) get a first column of their own, titled `whereTitle`, before the labels.
  */
-export function barChart(rows, { fmt = fmtNum, width = 460, label = "bar chart", labelChars = 28 } = {}) {
-  const rowH = 18, left = Math.min(220, labelChars * 6.6 + 8), right = 70;
-  const H = rows.length * rowH + 6;
-  const svg = svgRoot(width, H, label);
+export function barChart(rows, { fmt = fmtNum, width = 460, label = "bar chart", labelChars = 28, whereTitle = "call / module", whereChars = 22 } = {}) {
+  const withWhere = rows.some((r) => r.where);
+  const rowH = 18, whereW = withWhere ? whereChars * 6.6 + 8 : 0, top = withWhere ? 14 : 0;
+  const left = whereW + Math.min(220, labelChars * 6.6 + 8), right = 70;
+  const W = width + whereW, H = rows.length * rowH + 6 + top;
+  const svg = svgRoot(W, H, label);
+  if (withWhere) svg.appendChild(s("text", { x: 4, y: 10, class: "nbc-chart-label nbc-chart-head", text: whereTitle }));
   const max = Math.max(1e-30, ...rows.map((r) => r.value || 0));
   rows.forEach((r, i) => {
-    const y = 3 + i * rowH;
-    const w = Math.max(1, ((r.value || 0) / max) * (width - left - right));
+    const y = top + 3 + i * rowH;
+    const w = Math.max(1, ((r.value || 0) / max) * (W - left - right));
+    if (withWhere) svg.appendChild(s("text", { x: 4, y: y + 12, class: "nbc-chart-label nbc-chart-where", "data-testid": "nbc-bar-where", text: truncStart(r.where || "–", whereChars) }));
     svg.appendChild(s("text", { x: left - 6, y: y + 12, "text-anchor": "end", class: "nbc-chart-label", text: trunc(r.label, labelChars) }));
     const bar = s("rect", { x: left, y: y + 2, width: w.toFixed(1), height: rowH - 5, rx: 2, class: "nbc-bar " + (r.cls || "") });
-    bar.appendChild(s("title", { text: `${r.label}: ${r.text ?? fmt(r.value)}` }));
+    bar.appendChild(s("title", { text: `${r.where ? r.where + " · " : ""}${r.label}: ${r.text ?? fmt(r.value)}` }));
     svg.appendChild(bar);
     svg.appendChild(s("text", { x: left + w + 4, y: y + 12, class: "nbc-chart-value", text: r.text ?? fmt(r.value) }));
   });
   return svg;
+}
+
+/** Cut a path from its start, keeping its end (the innermost call or module): whole names
+ * first (`…/blocks_0/up`), characters where one name alone is too long. */
+export function truncStart(text, n) {
+  const t = String(text);
+  if (t.length <= n) return t;
+  const parts = t.split("/");
+  while (parts.length > 1 && parts.join("/").length + 2 > n) parts.shift();
+  const cut = "…/" + parts.join("/");
+  return cut.length <= n ? cut : "…" + t.slice(t.length - n + 1);
 }
 
 /** The op-count funnel: each stage's count as a centred bar. */

@@ -3,7 +3,7 @@
 
 import { exportPng, exportSvg } from "./export.js";
 import { decorateLoop } from "./loops.js";
-import { ancestors, groupPhase, kernelTitle } from "./model.js";
+import { ancestors, groupPhase, kernelTitle, unitCount } from "./model.js";
 import { BUDGET, FIRST_LIMIT, HEADER, LINE, PAD, buildScene, initialExpansion, pathData, unitKey } from "./scene.js";
 import { fmtBytes, h, s } from "./util.js";
 
@@ -175,7 +175,7 @@ export class GraphView {
   updateStatus() {
     const units = [...this.boxes.values()].filter((b) => !b.children).length;
     const { labels, folded } = this.pg, shown = labels.size - folded.size;
-    this.onStatus?.(`${units} boxes drawn for ${this.pg.nodes.length - labels.size} ${this.pg.isCompiled ? "kernels" : "ops"}` +
+    this.onStatus?.(`${units} boxes drawn for ${unitCount(this.pg)} ${this.pg.isCompiled ? "kernels" : "ops"}` +
       (shown ? ` (${shown} parameters/scalars shown as labels)` : "") +
       (folded.size ? ` · ${folded.size} zero-cost bitcasts/copies folded into their neighbours` : "") +
       (this.partial ? " · scroll or drag to see the rest" : ""));
@@ -364,7 +364,6 @@ export class GraphView {
     if (k < K_MIN) k = Math.max(K_MIN, Math.min(1, kW));
     const H = Math.max(160, Math.min(maxH, root.h * k + 24));
     this.el.style.height = H + "px";
-    this.partial = root.h * k + 24 > H + 1 || root.w * k + 20 > W + 1;
     this.t = { k, x: Math.max(10, (W - root.w * k) / 2), y: root.h * k + 24 <= H ? (H - root.h * k) / 2 : 12 };
     this.applyTransform();
     if (this.boxes) this.updateStatus();
@@ -383,7 +382,6 @@ export class GraphView {
     this.t.k = k;
     this.t.x = box.w * k <= W - 20 ? W / 2 - (box.x + box.w / 2) * k : 10 - box.x * k;
     this.t.y = box.h * k <= H - 24 ? H / 2 - (box.y + box.h / 2) * k : 12 - box.y * k;
-    this.partial = root.h * k + 24 > H + 1 || root.w * k + 20 > W + 1;
     this.applyTransform();
     this.updateStatus();
   }
@@ -425,6 +423,16 @@ export class GraphView {
 
   applyTransform() {
     this.vp.setAttribute("transform", `translate(${this.t.x.toFixed(1)},${this.t.y.toFixed(1)}) scale(${this.t.k.toFixed(4)})`);
+    // the status line says "scroll or drag to see the rest" exactly while part of the drawing
+    // is outside the canvas (after a fit, a zoom, a scroll or a drag alike)
+    const root = this.boxes?.get("root"), W = this.el.clientWidth, H = this.el.clientHeight;
+    if (!root || !W || !H) return;
+    const { x, y, k } = this.t;
+    const partial = x < -1 || y < -1 || x + root.w * k > W + 1 || y + root.h * k > H + 1;
+    if (partial !== this.partial) {
+      this.partial = partial;
+      this.updateStatus();
+    }
   }
 
   installEvents() {

@@ -136,7 +136,44 @@ export function prepareGraph(graph, report) {
   const pg = { graph, report, fusionById, isCompiled, nodes, byId, index, labels, folded, preds, succs, inLabels, labelUsers, edges, fusionNodes };
   buildTree(pg);
   for (const g of pg.groups.values()) g.unit = isCompiled ? "kernels" : "ops";
+  nameClasses(pg);
   return pg;
+}
+
+/** Each module group's class where the model library gives it (report.module_classes, by
+ * module path: the scope groups above it and itself, a backward twin as its forward group). */
+function nameClasses(pg) {
+  const classes = pg.report?.module_classes;
+  if (!classes || !Object.keys(classes).length) return;
+  for (const g of pg.groups.values()) {
+    if (g.kind !== "scope") continue;
+    const path = [];
+    for (let a = g; a && a.id !== ""; a = pg.groups.get(a.parent)) if (a.kind === "scope") path.unshift(a.label.replace(/ \(backward\)$/, ""));
+    const cls = classes[path.join("/")];
+    if (cls) g.cls = cls;
+  }
+}
+
+/** What a group is, in a word for its frame: a module's class (`Block`; `module` where the
+ * label is the class already), else its kind (`function`, `scope`, `loop`). */
+export function groupKind(g) {
+  if (!g.cls) return g.kind;
+  return g.cls === g.label.replace(/ \(backward\)$/, "") ? "module" : g.cls;
+}
+
+// instructions that run no kernel (analysis/compiled.py FREE_OPS): not counted as kernels
+const NO_KERNEL = new Set(["parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all", "add-dependency",
+  "opt-barrier", "domain", "partition-id", "replica-id"]);
+
+/** What a graph's status line counts, as the header and the Stats tab count it: a traced
+ * graph's primitive ops (a nested call's wrapper is none: summary.traced_ops), a compiled
+ * graph's kernels (fusions and the instructions that run: summary.kernels). */
+export function unitCount(pg) {
+  let k = 0;
+  for (const n of pg.nodes) {
+    if (pg.isCompiled ? n.kind === "fusion" || (n.kind === "op" && !NO_KERNEL.has(n.opcode || n.op)) : n.kind === "op") k++;
+  }
+  return k;
 }
 
 // a kernel that moves no data of its own: XLA's bitcasts, copies, reshapes and tuples
@@ -388,6 +425,15 @@ export function kernelTitle(pg, n) {
   const across = pg.across?.get(n.id);
   const where = across ? across.join(" + ") : g && g.id !== "" ? g.label : pg.report?.name || "";
   return where ? `${where} · ${what}` : what;
+}
+
+/** The line an op or kernel was written on, short: the compiling cell's `L4`, another cell's
+ * or file's `In [2] line 7` (a function's own line, not the compiling cell's line that called
+ * it); the call site where no own line is known. */
+export function nodeLine(pg, n) {
+  if (n.file && n.file_line != null && n.file === pg.report?.source?.filename) return `L${n.file_line}`;
+  if (n.loc) return n.loc;
+  return n.line != null ? `L${n.line}` : "";
 }
 
 /** The k most frequent ops of a group. */

@@ -1,8 +1,9 @@
 // The non-graph parts of the view: the Gradient header, the fusion table, the details panel.
 // (Source tab: source.js; Stats tab: stats.js; diff view: diff.js.)
 
+import { ancestors } from "./model.js";
 import { sourcesOf } from "./source.js";
-import { fromOf } from "./stats.js";
+import { fromOf, fusionWhere } from "./stats.js";
 import { activatable, fmtBytes, fmtNum, fmtPct, h, kvTable, table, trunc } from "./util.js";
 
 /** The text of a line by its key in report.lines ("4", or "In [3] line 7"). */
@@ -17,6 +18,12 @@ export function lineText(report, key) {
 
 const withFrom = (text, from) => (from ? `${text} (${from})` : text);
 
+/** What the gradient is taken with respect to, in the user's names: `params (argument 0)`. */
+export function wrtText(report) {
+  const names = (report.signature || []).map((x) => String(x).split(":")[0].trim());
+  return (report.gradient?.argnums || []).map((i) => (names[i] ? `${names[i]} (argument ${i})` : `argument ${i}`)).join(", ") || "–";
+}
+
 /** Gradient tab header: counts by phase and the residuals kept for the backward pass. */
 export function gradientPanel(report) {
   const g = report.gradient;
@@ -25,7 +32,7 @@ export function gradientPanel(report) {
   return h("div", { class: "nbc-gradient", "data-testid": "nbc-gradient" },
     h("div", { class: "nbc-legend" }, h("span", { class: "nbc-swatch nbc-p-forward" }), "forward ",
       h("span", { class: "nbc-swatch nbc-p-backward" }), "backward ", h("span", { class: "nbc-swatch nbc-p-mixed" }), "mixed"),
-    kvTable([["argnums", (g.argnums || []).join(", ")], ["forward ops", fmtNum(g.forward_ops)], ["backward ops", fmtNum(g.backward_ops)],
+    kvTable([["with respect to", wrtText(report)], ["forward ops", fmtNum(g.forward_ops)], ["backward ops", fmtNum(g.backward_ops)],
       ["kernels", Object.entries(g.kernels || {}).map(([k, v]) => `${k} ${v}`).join(" · ")], ["mixed kernels", fmtNum(g.mixed_kernels)],
       ["residual bytes", withFrom(fmtBytes(g.residual_bytes), fromOf(g, "residual_bytes"))]], "nbc-gradient-summary"),
     h("details", { class: "nbc-residuals" },
@@ -34,12 +41,14 @@ export function gradientPanel(report) {
       res.length > shown.length ? h("div", null, `… ${res.length - shown.length} more`) : null));
 }
 
-/** Fusion table under the compiled graph (largest first; the first 100 until asked). */
-/** The user's call or module a kernel came from: its first call path, else its first module
- * path, with how many more (report/fallback.py: fusion_where). */
-export function fusionWhere(f) {
-  const paths = (f.functions || []).length ? f.functions : f.modules || [];
-  return paths.length ? String(paths[0]) + (paths.length > 1 ? ` +${paths.length - 1}` : "") : "–";
+export { fusionWhere };
+
+/** The lines a kernel's ops were written on, short (`L4`, `In [2] line 7`): a function's own
+ * line, not the compiling cell's line that called it. */
+export function fusionLines(report, f) {
+  const own = (f.locations || []).map((l) => (l.file === report.source?.filename ? `L${l.line}` : l.label));
+  const out = [...new Set(own.length ? own : (f.lines || []).map((n) => `L${n}`))];
+  return out.slice(0, 2).join(", ") + (out.length > 2 ? ` +${out.length - 2}` : "") || "–";
 }
 
 export function fusionTable(report, select, pg = null) {
@@ -54,8 +63,8 @@ export function fusionTable(report, select, pg = null) {
     const rows = fusions.slice(0, limit).map((f) => {
       const name = h("span", { class: "nbc-link" }, f.name || f.id);
       activatable(name, () => select(target(f)));
-      const where = (f.lines || []).join(", ") || (f.locations || []).map((l) => l.label).slice(0, 2).join(", ") || "–";
-      return [name, fusionWhere(f), f.kind, trunc((f.ops || []).join(", "), 60), fmtNum(f.flops), fmtBytes(f.bytes), fmtBytes(f.bytes_saved),
+      const where = fusionLines(report, f);
+      return [name, fusionWhere(f), kernelKind(f), trunc((f.ops || []).join(", "), 60), fmtNum(f.flops), fmtBytes(f.bytes), fmtBytes(f.bytes_saved),
         where, f.phase || "–"];
     });
     const from = fusions[0] ? ` (${fromOf(fusions[0], "flops") || "?"})` : "";
@@ -91,8 +100,10 @@ export function detailsFor(report, sel, ctx) {
     activatable(a, () => select(target));
     return a;
   };
-  const lineRow = (n) => (n == null ? null : ["line", h("span", null, link(`L${n}`, "line:" + n), " ", h("code", null, trunc(report.source?.lines?.[n - 1] || "", 60)))]);
-  const locRow = (loc) => ["line", h("span", null, link(loc.label, "line:" + loc.label), " ", h("code", null, trunc(lineText(report, loc.label), 60)))];
+  const lineRow = (n, what = "line") => (n == null ? null : [what, h("span", null, link(`L${n}`, "line:" + n), " ", h("code", null, trunc(report.source?.lines?.[n - 1] || "", 60)))]);
+  const locRow = (loc, what = "line") => [what, h("span", null, link(loc.label, "line:" + loc.label), " ", h("code", null, trunc(lineText(report, loc.label), 60)))];
+  // a line the op was written on: the compiling cell's by number, any other cell's by label
+  const ownRow = (file, line, label) => (file && file === report.source?.filename && line != null ? lineRow(line) : label ? locRow({ label }) : null);
   if (sel.type === "node") {
     const pg = pgs[sel.graph];
     const n = pg?.byId.get(sel.id);
@@ -104,17 +115,17 @@ export function detailsFor(report, sel, ctx) {
     const rows = [["op", n.op], ["name", n.label], ["kind", n.kind], ["shape", n.shape],
       ["bytes", withFrom(fmtBytes(n.bytes), fromOf(n, "bytes") || fromOf(gsrc, "bytes"))],
       ["flops", withFrom(fmtNum(n.flops), n.flops == null ? null : fromOf(n, "flops") || fromOf(gsrc, "flops"))],
-      n.line != null ? lineRow(n.line) : n.loc ? locRow({ label: n.loc }) : null, n.detail ? ["library frame", n.detail] : null,
-      n.file ? ["source", `${n.file}:${n.file_line ?? "?"}`] : null, ["module path", n.path || "–"],
+      ...opLines(report, n, ownRow, lineRow), n.detail ? ["library frame", n.detail] : null,
+      n.file ? ["source", `${n.file}:${n.file_line ?? "?"}`] : null, ...whereRows(pg, n),
       ["fusion", f ? link(f.name || f.id, "fusion:" + f.id) : n.fusion || "–"], n.phase ? ["phase", n.phase] : null,
       n.value ? ["value (--debug)", valueSummary(n.value)] : null,
       labels.length ? ["inputs (labels)", h("div", null, labels.slice(0, 12).map((t) => h("div", null, t)))] : null,
       ["producers", h("span", null, nb(pg.preds.get(n.id)))], ["consumers", h("span", null, nb(pg.succs.get(n.id)))]];
-    return h("div", null, h("h4", null, `${sel.graph} node ${n.id}`), kvTable(rows, "nbc-details-node"), f ? fusionBlock(f, lineRow, locRow) : null);
+    return h("div", null, h("h4", null, `${sel.graph} node ${n.id}`), kvTable(rows, "nbc-details-node"), f ? fusionBlock(report, f, ownRow, lineRow) : null);
   }
   if (sel.type === "fusion") {
     const f = (report.fusions || []).find((x) => x.id === sel.id);
-    return f ? fusionBlock(f, lineRow, locRow) : h("div", null, "No such fusion: " + sel.id);
+    return f ? fusionBlock(report, f, ownRow, lineRow) : h("div", null, "No such fusion: " + sel.id);
   }
   if (sel.type === "line") {
     const e = report.lines?.[String(sel.line)];
@@ -134,10 +145,38 @@ export function detailsFor(report, sel, ctx) {
   return h("div", { class: "nbc-hint" }, "Click a box, a line or a fusion to see its details. Hover a box to see its producers (in) and consumers (out).");
 }
 
-function fusionBlock(f, lineRow, locRow) {
-  const where = (f.lines || []).length ? f.lines.slice(0, 6).map(lineRow) : (f.locations || []).slice(0, 6).map(locRow);
+/** An op's lines: the line it was written on (a function's own line), then the compiling
+ * cell's line that called it when that is another. */
+function opLines(report, n, ownRow, lineRow) {
+  const own = ownRow(n.file, n.file_line, n.loc);
+  if (!own) return [n.line != null ? lineRow(n.line) : null];
+  const same = n.file === report.source?.filename && n.file_line === n.line;
+  return [own, n.line != null && !same ? lineRow(n.line, "called from") : null];
+}
+
+/** Where an op or kernel sits in the user's program: the calls holding it (`mlp#1 › layer#3`)
+ * and its module path (`Transformer/blocks_0/norm1`), from the groups it is drawn in. */
+function whereRows(pg, n) {
+  const groups = ancestors(pg, "n:" + n.id).map((id) => pg.groups.get(id)).filter((g) => g && !["chunk", "across", "rest"].includes(g.kind));
+  const calls = groups.filter((g) => g.kind === "function").map((g) => g.label);
+  const modules = groups.filter((g) => g.kind === "scope").map((g) => g.label);
+  return [["call path", calls.join(" › ") || "– (outside your calls)"], modules.length ? ["module path", modules.join("/")] : null];
+}
+
+/** The kind of a kernel in words: a library call (`YNNPACK library call`), else XLA's kind. */
+export function kernelKind(f) {
+  return f.library ? `${f.library} library call` : f.kind;
+}
+
+function fusionBlock(report, f, ownRow, lineRow) {
+  // the lines its ops were written on (a function's own line), then the compiling cell's
+  // lines that called them where those are others
+  const own = (f.locations || []).slice(0, 6).map((l) => ownRow(l.file, l.line, l.label)).filter(Boolean);
+  const ownCell = new Set((f.locations || []).filter((l) => l.file === report.source?.filename).map((l) => l.line));
+  const callers = (f.lines || []).filter((n) => !ownCell.has(n)).slice(0, 6).map((n) => lineRow(n, own.length ? "called from" : "line"));
+  const where = [...own, ...callers];
   return h("div", { class: "nbc-fusion-details" },
-    h("h4", null, `Fusion ${f.name || f.id} (${f.kind})`),
+    h("h4", null, `Fusion ${f.name || f.id} (${kernelKind(f)})`),
     h("div", { class: "nbc-ops", "data-testid": "nbc-fusion-ops" }, (f.ops || []).map((op) => h("span", { class: "nbc-chip" }, op))),
     kvTable([["flops", withFrom(fmtNum(f.flops), fromOf(f, "flops"))], ["bytes", withFrom(fmtBytes(f.bytes), fromOf(f, "bytes"))],
       ["bytes saved", withFrom(fmtBytes(f.bytes_saved), fromOf(f, "bytes_saved"))],

@@ -84,6 +84,13 @@ function diffView(st, limit) {
   return h("div", null, pre, cut, note);
 }
 
+/** The chart's title: how many of XLA's steps changed the module (the count the Stats tab
+ * gives too); the first column is the module as XLA received it (passesfig.passes_title). */
+export function passesTitle(p) {
+  const changed = (p.steps || []).filter((st) => st.changed).length;
+  return `XLA's passes that changed ${p.module}: ${changed} of ${p.total_steps} steps (first column: the module as XLA received it)`;
+}
+
 /** The Passes tab: chart, step buttons (and ←/→ keys), the selected step's counts and diff. */
 export function passesPanel(report, select) {
   const p = report.extras.passes;
@@ -111,7 +118,9 @@ export function passesPanel(report, select) {
     chart.cols.forEach((g, j) => { g.setAttribute("data-selected", String(j === at)); g.classList.toggle("nbc-step-on", j === at); });
     prev.disabled = at === 0;
     next.disabled = at === steps.length - 1;
-    label.textContent = `step ${at + 1} of ${steps.length} changed: XLA step ${st.index}, pipeline ${st.pipeline}, pass ${st.name}`;
+    const changed = steps.filter((x) => x.changed), k = changed.indexOf(st);
+    label.textContent = st.changed ? `pass ${k + 1} of the ${changed.length} that changed the module: XLA step ${st.index}, pipeline ${st.pipeline}, pass ${st.name}`
+      : `the module as XLA received it: XLA step ${st.index}, pipeline ${st.pipeline}`;
     wrap.setAttribute("data-step", String(st.index));
     const final = new Set(st.kernels || []);
     const kernels = (st.formed || []).map((k) => {
@@ -134,7 +143,7 @@ export function passesPanel(report, select) {
   }
   const steer = h("div", { class: "nbc-pass-steer" }, prev, next, label);
   wrap.append(
-    figure("nbc-fig-passes", `XLA's passes that changed ${p.module} (${steps.length} of ${p.total_steps} steps)`, chart.svg, p.source, chart.legend),
+    figure("nbc-fig-passes", passesTitle(p), chart.svg, p.source, chart.legend),
     steer, detail);
   show(at);
   return wrap;
@@ -143,6 +152,32 @@ export function passesPanel(report, select) {
 /** The code of kernel `name` (when the report carries it), or null. */
 export function kernelCodeOf(report, name) {
   return (report.extras?.passes?.kernel_code || []).find((k) => k.name === name) || null;
+}
+
+/** A kernel the report has no code of, said plainly: a library call (what the library runs,
+ * as c.kernel_code answers for it), or where its code is (no raw error codes). */
+export function noCodeText(report, name) {
+  const p = report.extras?.passes || {};
+  const call = (p.library_calls || []).find((x) => x.name === name);
+  if (call) return `${name}: ${call.library} library call (${call.what}) — code: ${call.code}`;
+  const f = (report.fusions || []).find((x) => x.name === name);
+  const q = JSON.stringify(name);
+  if (f?.library) return `${name}: ${f.library} library call — code: none of XLA's own; c.kernel_code(${q}) says what runs it`;
+  const why = (p.kernels_without_code || []).find((x) => x.name === name);
+  if (why) return `${name}: ${why.why.replace(/^\[NBC\d+\]\s*/, "")}`;
+  return `${codeHeading(report)}; ${name}'s: c.kernel_code(${q})`;
+}
+
+/** What the report's kernel code covers: the costliest kernels XLA wrote code for, and the
+ * costlier ones a library runs (no code of XLA's), by name. */
+export function codeHeading(report, shown = null) {
+  const p = report.extras?.passes || {};
+  const codes = (p.kernel_code || []).slice(0, shown ?? undefined), n = codes.length;
+  const last = Math.max(-1, ...codes.map((k) => k.rank ?? -1));
+  const libs = (p.library_calls || []).filter((x) => x.rank != null && x.rank < last);
+  const by = [...new Set(libs.map((x) => x.library))].join(", ");
+  return `the code of the ${n} costliest kernels XLA wrote code for` + (libs.length ?
+    ` (costlier still: ${libs.slice(0, 4).map((x) => x.name).join(", ")}${libs.length > 4 ? ` +${libs.length - 4}` : ""}, ${by} library calls)` : "");
 }
 
 /**
@@ -155,9 +190,7 @@ export function kernelCodePanel(report, name) {
   if (!p || !name) return wrap;
   const k = kernelCodeOf(report, name);
   if (!k) {
-    const why = (p.kernels_without_code || []).find((x) => x.name === name);
-    wrap.appendChild(h("div", { class: "nbc-hint" }, why ? `${name}: ${why.why}` :
-      `the report carries the code of the ${(p.kernel_code || []).length} costliest kernels; ${name}'s: c.kernel_code(${JSON.stringify(name)})`));
+    wrap.appendChild(h("div", { class: "nbc-hint", "data-testid": "nbc-code-none" }, noCodeText(report, name)));
     return wrap;
   }
   const colour = (i) => LOCATION_COLOURS[i % LOCATION_COLOURS.length];

@@ -12,7 +12,7 @@ import { decodeReport, prepareGraph } from "./model.js";
 import { detailsFor, fusionTable, gradientPanel } from "./panels.js";
 import { kernelCodeOf, kernelCodePanel, passesPanel } from "./passes.js";
 import { sourcePanel } from "./source.js";
-import { fromOf, statsPanel } from "./stats.js";
+import { fromOf, opCount, statsPanel } from "./stats.js";
 import CSS from "./style.css";
 import { activatable, fmtNum, fmtSeconds, h } from "./util.js";
 
@@ -138,20 +138,21 @@ function build(el, report, opts, view) {
           h("span", { class: "nbc-swatch nbc-heat-lo" }), "little ", h("span", { class: "nbc-swatch nbc-heat-hi" }), "most",
           ` (source: ${report.extras.profile.source || "measured"})`));
       }
-      if (tab === "compiled" && hasStep) p.appendChild(stepSwitch());
       const holder = h("div", { class: "nbc-graph-holder" });
       p.appendChild(holder);
       fillGraph(tab, holder);
-    } else if (tab === "source") p.appendChild(sourcePanel(report, select));
+    } else if (tab === "source") p.appendChild(sourcePanel(report, select, state.step ? { step: true, selectKernel } : {}));
     else if (tab === "diff") {
       const holder = h("div", { class: "nbc-diff-holder", "data-testid": "nbc-diff-holder" });
       p.appendChild(holder);
       renderDiff(holder, diff, { timings: {} });
     } else if (tab === "passes") {
       p.appendChild(passesPanel(report, (sel) => { select(sel); setTab("compiled"); }));
-    } else p.appendChild(statsPanel(report));
+    } else p.appendChild(statsPanel(report, { step: state.step }));
     return p;
   };
+  /** A train-step kernel (by fusion id) selected as its node in the train step's graph. */
+  const selectKernel = (fid) => select(`gradient_compiled:${(pgs.gradient_compiled?.fusionNodes.get(fid) || [])[0] || ""}`);
 
   /** The graph of a tab (and the Compiled tab's code panel and fusion table) in its holder. */
   const fillGraph = (tab, holder) => {
@@ -161,28 +162,39 @@ function build(el, report, opts, view) {
     if (tab === "compiled" && codeHolder) holder.appendChild(codeHolder);
     if (tab === "compiled") holder.appendChild(fusionTable(report, select, pgs[graphOfTab(tab)]));
   };
-  /** With --grad: which program's kernels the Compiled tab draws. */
-  const stepSwitch = () => {
-    const opts2 = [[true, "train step (forward and backward)"], [false, "forward (the loss alone)"]];
-    const bar = h("div", { class: "nbc-switch", role: "radiogroup", "aria-label": "kernels of", "data-testid": "nbc-step-switch" }, "kernels of: ");
-    const buttons = opts2.map(([step, label]) => {
-      const b = h("button", { class: "nbc-btn", type: "button", role: "radio", "aria-checked": String(state.step === step),
-        "data-testid": step ? "nbc-show-step" : "nbc-show-forward" }, label);
-      b.addEventListener("click", () => {
-        if (state.step === step) return;
-        state.step = step;
-        buttons.forEach((x, i) => x.setAttribute("aria-checked", String(opts2[i][0] === step)));
-        const holder = panels.get("compiled").querySelector(".nbc-graph-holder");
-        fillGraph("compiled", holder);
+  /** With --grad: which program the Compiled, Source and Stats tabs show (one switch for the
+   * three, above them): the train step's kernels (forward and backward) or the forward's. */
+  const STEP_TABS = new Set(["compiled", "source", "stats"]);
+  const switchOpts = [[true, "train step (forward and backward)"], [false, "forward (the loss alone)"]];
+  const switchButtons = switchOpts.map(([step, label]) => {
+    const b = h("button", { class: "nbc-btn", type: "button", role: "radio", "aria-checked": String(state.step === step),
+      "data-testid": step ? "nbc-show-step" : "nbc-show-forward" }, label);
+    b.addEventListener("click", () => setStep(step));
+    return b;
+  });
+  const stepBar = hasStep ? h("div", { class: "nbc-switch", role: "radiogroup", "aria-label": "kernels of", "data-testid": "nbc-step-switch" },
+    "kernels of: ", switchButtons) : null;
+  const setStep = (step) => {
+    if (state.step === step) return;
+    state.step = step;
+    switchButtons.forEach((x, i) => x.setAttribute("aria-checked", String(switchOpts[i][0] === step)));
+    if (panels.has("compiled")) {
+      fillGraph("compiled", panels.get("compiled").querySelector(".nbc-graph-holder"));
+      if (state.tab === "compiled") {
         const gv = graphs.get(gkey("compiled"));
         if (!gv.boxes) gv.render(); else gv.updateStatus();
-        applySelection();
-        runSearch();
-      });
-      return b;
-    });
-    bar.append(...buttons);
-    return bar;
+      }
+    }
+    for (const tab of ["source", "stats"]) { // rebuilt for the other program
+      const old = panels.get(tab);
+      if (!old) continue;
+      const p = makePanel(tab);
+      p.hidden = old.hidden;
+      old.replaceWith(p);
+      panels.set(tab, p);
+    }
+    applySelection();
+    runSearch();
   };
 
   const body = h("div", { class: "nbc-main" });
@@ -200,6 +212,7 @@ function build(el, report, opts, view) {
     else if (gv) { if (!gv.fitted) gv.firstView(); gv.render(); }
     if (!gv) status.textContent = "";
     for (const b of graphButtons) b.hidden = !gv; // zoom, fit and export only where a graph is drawn
+    if (stepBar) stepBar.hidden = !STEP_TABS.has(tab);
     applySelection();
     runSearch();
     if (!silent) opts.onTab?.(tab);
@@ -331,10 +344,17 @@ function build(el, report, opts, view) {
   const doc = el.ownerDocument;
   const fileBase = () => `${report.name || "nbcompile"}-${state.tab}`.replace(/[^A-Za-z0-9_.-]+/g, "_");
   const flopsFrom = fromOf(s, "flops");
+  const opsTitle = "the traced program's ops (jaxpr primitives, nested calls opened) → the kernels XLA made of them";
+  const g = report.gradient_summary;
+  // with --grad: the forward program's figures and the train step's, each said to be its own
+  const figures = g ? [
+    chip(`forward: ${fmtNum(opCount(s))} ops → ${fmtNum(s.kernels)} kernels · ${fmtNum(s.flops)} flops${flopsFrom ? ` (${flopsFrom})` : ""}`, opsTitle),
+    chip(`train step: ${fmtNum(opCount(g))} ops → ${fmtNum(g.kernels)} kernels · ${fmtNum(g.flops)} flops${fromOf(g, "flops") ? ` (${fromOf(g, "flops")})` : ""}`,
+      "the value_and_grad program (forward and backward): " + opsTitle)] : [
+    chip(`${fmtNum(opCount(s))} ops → ${fmtNum(s.kernels)} kernels`, opsTitle),
+    chip(`${fmtNum(s.fusions)} fusions`), chip(`${fmtNum(s.flops)} flops${flopsFrom ? ` (${flopsFrom})` : ""}`, "floating-point operations of one call")];
   const header = h("div", { class: "nbc-header" },
-    h("span", { class: "nbc-title" }, `nbcompile · ${report.name} · ${report.backend}`),
-    chip(`${fmtNum(s.eager_kernels)} → ${fmtNum(s.kernels)} kernels`, "ops run op by op (eager) → kernels after XLA"),
-    chip(`${fmtNum(s.fusions)} fusions`), chip(`${fmtNum(s.flops)} flops${flopsFrom ? ` (${flopsFrom})` : ""}`, "floating-point operations of one call"),
+    h("span", { class: "nbc-title" }, `nbcompile · ${report.name} · ${report.backend}`), figures,
     chip(`compile ${fmtSeconds(s.compile_seconds)} (measured)`));
   const toolbar = h("div", { class: "nbc-toolbar" }, tabBar, h("span", { class: "nbc-spacer" }), search, count,
     btn("⊕", "nbc-expand-level", "open one level", (gv) => gv.expandLevel()),
@@ -346,7 +366,7 @@ function build(el, report, opts, view) {
     btn("PNG", "nbc-export-png", "download this graph as PNG", (gv) => gv.exportPng().then((blob) => download(doc, fileBase() + ".png", blob))));
   const notes = (report.notes || []).length ? h("ul", { class: "nbc-notes", "data-testid": "nbc-notes" }, report.notes.map((n) => h("li", null, n))) : null;
   el.append(header, changesCard(report, () => setTab("diff")) || "", notes || "", toolbar,
-    h("div", { class: "nbc-body" }, h("div", { class: "nbc-left" }, status, body), details));
+    h("div", { class: "nbc-body" }, h("div", { class: "nbc-left" }, status, stepBar || "", body), details));
   setTab(has[opts.tab] ? opts.tab : "graph", { silent: true });
   view.select = (sel) => { if ((sel || "") !== state.selected) select(sel, { silent: true }); };
   view.setTab = (tab) => setTab(tab, { silent: true });

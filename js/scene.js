@@ -12,7 +12,7 @@
 
 import { bottomPort, edgeKey, followRank, GAP, layoutBox, mirrorRank, rank, topPort } from "./layout.js";
 import { loopLeafLines } from "./loops.js";
-import { ancestors, groupPhase, kernelTitle, topOps } from "./model.js";
+import { ancestors, groupKind, groupPhase, kernelTitle, nodeLine, topOps } from "./model.js";
 import { fmtNum, trunc } from "./util.js";
 
 export const CH = 6.7; // px per character of the 11px monospace label font
@@ -37,7 +37,7 @@ export const BUDGET = 400;
  * (jax.numpy's own: `_take`, `_where`), a custom-derivative wrapper or a program chunk. */
 export function isUserGroup(pg, g) {
   if (g.kind === "function") return g.call === "call" || (g.call == null && holdsUserGroups(pg, g));
-  return g.call !== "library" && !["custom", "chunk", "across", "rest"].includes(g.kind);
+  return g.call !== "library" && !["custom", "chunk", "across", "rest", "branch"].includes(g.kind);
 }
 
 /** Opening `g` shows more of the user's own structure: it holds a call or module of theirs
@@ -51,9 +51,16 @@ function holdsUserGroups(pg, g) {
   return out;
 }
 
+/** Whether a group is the backward twin of a forward group beside it (scene.py: _is_twin). */
+function isTwin(label, labels) {
+  if (label.endsWith(" (backward)")) return labels.has(label.slice(0, -" (backward)".length));
+  return label.startsWith("transpose(jvp(") && label.endsWith("))") && labels.has(label.slice("transpose(jvp(".length, -2));
+}
+
 /** Group ids to expand first: breadth-first, whole depth levels while they fit `limit` boxes;
  * where a level does not fit, its groups other than chunks when they do (the program's own
- * groups first: chunks open on demand). A library call the user made (`gelu`, `var`) stays one
+ * groups first: chunks open on demand), else those other than the backward twins of forward
+ * calls (a train step's `loss_fn` opens, `transpose(jvp(loss_fn))` stays one box). A library call the user made (`gelu`, `var`) stays one
  * collapsed box. With `userOnly` (the first picture) a group opens only where it holds the
  * user's own calls or modules: `mlp#1` opens to `layer#1…#10`, each `layer#k` stays a box
  * (where that leaves fewer than 5 boxes and nothing open, whole levels open as without it). */
@@ -75,8 +82,15 @@ export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT, us
       .filter((g) => g.call !== "library" && (!userOnly || g.kind === "chunk" || holdsUserGroups(pg, g)));
     if (!fits(groups)) {
       const own = groups.filter((g) => g.kind !== "chunk");
-      if (own.length === groups.length || !fits(own)) break;
-      groups = own;
+      if (own.length < groups.length && fits(own)) groups = own;
+      else {
+        // a train step: the forward calls open, their backward twins stay one box each
+        // (`loss_fn` opens to its layers beside `transpose(jvp(loss_fn))`)
+        const labels = new Set(own.map((g) => g.label));
+        const fwd = own.filter((g) => !isTwin(g.label, labels));
+        if (fwd.length === own.length || !fits(fwd)) break;
+        groups = fwd;
+      }
     }
     const extra = extraOf(groups);
     groups.forEach((g) => expanded.add(g.id));
@@ -101,10 +115,11 @@ export function leafText(pg, c) {
     const n = c.node;
     const fusion = pg.isCompiled && n.fusion ? pg.fusionById.get(n.fusion) : null;
     const ins = (pg.inLabels.get(n.id) || []).map((id) => pg.byId.get(id).label || id);
-    const where = n.line != null ? ` · L${n.line}` : n.loc ? ` · ${n.loc}` : "";
+    const own = nodeLine(pg, n), where = own ? " · " + own : "";
     if (fusion || n.kind === "fusion" || (pg.isCompiled && n.kind === "op")) {
-      // a kernel: where it came from in the user's words, then XLA's name
-      lines = [kernelTitle(pg, n), `${n.label || n.op}${fusion ? " · " + fusion.kind : ""}`, (n.shape || "") + where];
+      // a kernel: where it came from in the user's words, then XLA's name (and the library
+      // that runs it)
+      lines = [kernelTitle(pg, n), `${n.label || n.op}${fusion ? " · " + (fusion.library || fusion.kind) : ""}`, (n.shape || "") + where];
     } else {
       lines = [n.label && n.label !== n.op ? `${n.op} ${n.label}` : n.op, (n.shape || "") + where];
     }
@@ -114,7 +129,7 @@ export function leafText(pg, c) {
   } else {
     const g = c.group;
     const lr = g.lineMin <= g.lineMax ? ` · L${g.lineMin}${g.lineMax > g.lineMin ? "–" + g.lineMax : ""}` : "";
-    lines = [`▸ ${g.label}`, `${g.kind === "chunk" || g.kind === "rest" ? "" : g.kind + " · "}${fmtNum(g.count)} ${pg.isCompiled ? "kernels" : "ops"}${lr}`,
+    lines = [`▸ ${g.label}`, `${g.kind === "chunk" || g.kind === "rest" ? "" : groupKind(g) + " · "}${fmtNum(g.count)} ${pg.isCompiled ? "kernels" : "ops"}${lr}`,
       groupSummary(pg, g), ...loopLeafLines(pg, g)];
   }
   const maxChars = Math.floor((MAXW - 14) / CH);
@@ -347,7 +362,7 @@ function layoutFrame(box, byKey, boxAgg) {
   box.inner = layoutBox(box.children.map((c) => ({ key: c.key, w: c.w, h: c.h })), box.ranked, box.ports,
     attachments(box, byKey, boxAgg.get(box.key) || []));
   const root = box.key === "root";
-  box.title = root ? "" : `▾ ${trunc(box.group.label, 40)} · ${box.group.kind} · ${fmtNum(box.group.count)} ${box.group.unit || "ops"}`;
+  box.title = root ? "" : `▾ ${trunc(box.group.label, 40)} · ${groupKind(box.group)} · ${fmtNum(box.group.count)} ${box.group.unit || "ops"}`;
   const minW = root ? 0 : box.title.length * CH + 2 * PAD;
   box.w = Math.max(box.inner.width + (root ? 0 : 2 * PAD), minW);
   box.h = box.inner.height + (root ? 0 : HEADER + PAD);

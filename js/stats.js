@@ -13,6 +13,20 @@ export function fromOf(obj, key) {
   return f[key] ?? f["*"] ?? null;
 }
 
+/** The program's op count, the same in every tab: its primitive ops, nested calls opened
+ * (`summary.traced_ops`; a report made before it had only the equation count). */
+export const opCount = (s) => s?.traced_ops ?? s?.jaxpr_eqns;
+
+/** The user's module and call a kernel came from (`Transformer/blocks_3 · gelu#4`,
+ * `mlp#1/layer#3`): its first module path and first call path, with how many more
+ * (report/statsfig.py: fusion_where). */
+export function fusionWhere(f) {
+  const fns = f.functions || [], mods = f.modules || [];
+  const first = [mods[0], fns[0]].filter(Boolean).join(" · ");
+  const more = Math.max(fns.length, mods.length) - 1;
+  return first ? first + (more > 0 ? ` +${more}` : "") : "–";
+}
+
 /** A {value, source} figure (profile / memory JSON) or a plain number. */
 export const val = (x) => (x && typeof x === "object" && "value" in x ? x.value : x);
 export const src = (x, dflt) => (x && typeof x === "object" && "source" in x ? x.source : dflt) || "unknown";
@@ -64,10 +78,11 @@ function rawSection(report) {
 
 function funnelFigure(report) {
   const s = report.summary || {};
-  const stages = [["traced ops (jaxpr)", s.jaxpr_eqns], ["StableHLO ops", s.stablehlo_ops], ["HLO ops before optimisation", s.hlo_ops_before],
+  const stages = [["traced ops (jaxpr)", opCount(s)], ["StableHLO ops", s.stablehlo_ops], ["HLO ops before optimisation", s.hlo_ops_before],
     ["HLO ops after optimisation", s.hlo_ops_after], ["kernels that run", s.kernels]].map(([label, value]) => ({ label, value }));
   const eager = s.eager_kernels ? ` · op by op (eager) would launch ${s.eager_kernels_exact === false ? "at least " : ""}${fmtNum(s.eager_kernels)}` : "";
-  return figure("nbc-chart-funnel", "From traced ops to kernels", funnel(stages), "exact counts of the program", `${fmtNum(s.fusions)} fusions${eager}`);
+  const of = report.program ? ` — ${report.program} (value_and_grad)` : "";
+  return figure("nbc-chart-funnel", "From traced ops to kernels" + of, funnel(stages), "exact counts of the program", `${fmtNum(s.fusions)} fusions${eager}`);
 }
 
 function costFigures(report) {
@@ -77,7 +92,7 @@ function costFigures(report) {
     const top = fusions.filter((f) => f[key] != null).sort((a, b) => b[key] - a[key]).slice(0, 10);
     if (!top.length) continue;
     const sources = [...new Set(top.map((f) => fromOf(f, key) || "unknown"))].join(", ");
-    const rows = top.map((f) => ({ label: `${f.name || f.id} (${trunc((f.ops || []).join("+"), 18)})`, value: f[key], text: fmt(f[key]) }));
+    const rows = top.map((f) => ({ label: `${f.name || f.id} (${trunc((f.ops || []).join("+"), 18)})`, value: f[key], text: fmt(f[key]), where: fusionWhere(f) }));
     const total = key === "flops" ? report.summary?.flops : report.summary?.bytes_accessed;
     out.push(figure(`nbc-chart-${key}`, title + ` — top ${top.length} of ${fusions.length} kernels`, barChart(rows, { fmt, label: title }), sources,
       total != null ? `program total ${fmt(total)} (${fromOf(report.summary, key === "flops" ? "flops" : "bytes_accessed") || "unknown"})` : null));
@@ -146,8 +161,17 @@ function verdict(m) {
     h("div", { class: "nbc-from", "data-testid": "nbc-from" }, `source: peak ${src(m.peak_bytes)}, capacity ${src(m.capacity_bytes, cap == null ? "unknown" : "spec")}`));
 }
 
-/** Stats tab. */
-export function statsPanel(report) {
+/** The report as one program's figures: with `step` (--grad), the train step's (the
+ * value_and_grad program's counts, kernels, XLA figures and folded constants). */
+export function programView(report, step) {
+  if (!step || !report.gradient_summary) return report;
+  return { ...report, summary: report.gradient_summary, fusions: report.gradient_fusions || [], cost: report.gradient_cost,
+    memory: report.gradient_memory, folded: report.gradient_folded || [], program: "train step" };
+}
+
+/** Stats tab; `step` (with --grad): the train step's figures, else the forward program's. */
+export function statsPanel(full, { step = false } = {}) {
+  const report = programView(full, step);
   const extras = report.extras || {};
   const parts = [h("div", { class: "nbc-figs" }, funnelFigure(report), ...costFigures(report))];
   if (extras.profile) parts.push(h("h4", null, "Where the time goes (--profile)"), h("div", { class: "nbc-figs" }, profileFigures(extras.profile)));
@@ -170,7 +194,7 @@ export function statsPanel(report) {
     parts.push(h("details", { class: "nbc-raw", "data-testid": `nbc-extra-${key}`, open: true }, h("summary", null, key),
       text ? h("pre", { class: "nbc-pre" }, text) : h("pre", { class: "nbc-pre" }, JSON.stringify(value, null, 1).slice(0, 4000))));
   }
-  return h("div", { class: "nbc-stats", "data-testid": "nbc-stats" },
-    kvTable([["traced ops", fmtNum(report.summary?.jaxpr_eqns)], ["kernels", fmtNum(report.summary?.kernels)], ["fusions", fmtNum(report.summary?.fusions)],
+  return h("div", { class: "nbc-stats", "data-testid": "nbc-stats", "data-program": report.program || "forward" },
+    kvTable([["traced ops", fmtNum(opCount(report.summary))], ["kernels", fmtNum(report.summary?.kernels)], ["fusions", fmtNum(report.summary?.fusions)],
       ["flops", `${fmtNum(report.summary?.flops)} (${fromOf(report.summary, "flops") || "unknown"})`]], "nbc-stats-summary"), parts);
 }

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._compat import LIBRARY_FUSION_KINDS
 from ..capture._models_scopes import user_scopes
 from ..capture.source import Location
 from . import _jax
@@ -40,6 +41,7 @@ __all__ = [
     "CompiledInfo",
     "Fusion",
     "analyse_compiled",
+    "fusion_library",
     "infer_missing_sites",
     "is_scalar_kernel",
     "op_name_phase",
@@ -162,9 +164,10 @@ class Fusion:
     lines_inferred: bool = False
     cost_from: str = "XLA"  # "XLA" (its HLO cost model) or "estimate" (from shapes)
     functions: list[str] = field(default_factory=list)  # the user's call paths (analysis/calls)
+    library: str | None = None  # the library XLA handed the fusion to (YNNPACK), else None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.name,
             "name": self.name,
             "kind": self.kind,
@@ -182,6 +185,9 @@ class Fusion:
             "lines_inferred": self.lines_inferred,
             "from": {"flops": self.cost_from, "bytes": self.cost_from, "bytes_saved": "estimate"},
         }
+        if self.library:  # only where a library runs it (most kernels are XLA's own)
+            out["library"] = self.library
+        return out
 
 
 Sites = tuple[list[int], list[Location]]  # compiling-cell lines, nearest user locations
@@ -440,6 +446,21 @@ def is_scalar_kernel(instr: Instruction) -> bool:
     return len(arrays) == 1 and all(d <= 1 for d in arrays[0][1])
 
 
+#: a library fusion's ``backend_config`` (``"fusion_config":{"kind":"__ynn_fusion"}``)
+_LIBRARY_KIND = re.compile(r'"fusion_config"\s*:\s*\{[^{}]*"kind"\s*:\s*"(__\w+)"')
+
+
+def fusion_library(instr: Instruction) -> str | None:
+    """The library XLA:CPU hands fusion ``instr`` to (``YNNPACK`` for a ``ynn_fusion``: a
+    ``kind=kCustom`` fusion whose ``backend_config`` names it; docs/metal.md), else None."""
+    if instr.opcode != "fusion" or instr.kind != "custom":
+        return None
+    match = _LIBRARY_KIND.search(instr.text)
+    if match is None:
+        return None
+    return LIBRARY_FUSION_KINDS.get(match.group(1), f"a library ({match.group(1)})")
+
+
 def _primitive(op_name: str) -> str:
     return op_name.split(";", 1)[0].rsplit("/", 1)[-1]
 
@@ -499,11 +520,14 @@ def analyse_compiled(
                 if instr.opcode in CONTROL_OPS
                 else "op"
             )
+            # an argument of the program is named as the user named it (``params[0]['w']``,
+            # JAX's op_name for it), not as XLA does (``params_0___w__.1``, kept in ``hlo``)
+            user = instr.op_name if kind == "param" and comp.is_entry and instr.op_name else None
             node = graph.add_node(
                 instr.kind if kind == "fusion" else instr.opcode,
                 kind,
                 prefix="c",
-                label=instr.name,
+                label=user or instr.name,
                 shape=instr.shape,
                 bytes=shape_bytes(instr.shape),
                 group=group,
@@ -515,6 +539,8 @@ def analyse_compiled(
                 phase=phase,
             )
             node.extra["opcode"] = instr.opcode
+            if user:
+                node.extra["hlo"] = instr.name
             ids[instr.name] = node.id
             for operand in instr.operands:
                 src = graph.node(ids.get(operand, ""))
@@ -574,6 +600,7 @@ def analyse_compiled(
                         node=node.id,
                         op_names=_call_op_names(members),
                         cost_from="XLA" if cost.get("source") == "xla" else "estimate",
+                        library=fusion_library(instr),
                     )
                 )
             if instr.is_root and comp.is_entry:

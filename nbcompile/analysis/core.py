@@ -489,6 +489,9 @@ def _analyse(artifacts: Artifacts) -> Analysis:
     clock.lap("loops")  # timed apart, shown with the op counts (a few ms)
     counts = {
         "jaxpr_eqns": len(traced.eqns),
+        # the program's primitive ops, nested calls opened (their wrapper equations -- a nested
+        # jit, custom_jvp_call -- are no ops): the one op count every view shows
+        "traced_ops": sum(1 for e in traced.eqns if not e.is_call),
         "stablehlo_ops": stablehlo,
         "hlo_ops_before": count_instructions(pre_text) if pre_text is not None else None,
         "hlo_ops_after": post.instruction_count() if post is not None else None,

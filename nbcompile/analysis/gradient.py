@@ -130,8 +130,9 @@ def analyse_gradient(
             hlo_phases[phase] = hlo_phases.get(phase, 0) + 1
     return Gradient(
         argnums=tuple(argnums),
-        forward_ops=sum(1 for e in traced.eqns if e.phase == "forward"),
-        backward_ops=sum(1 for e in traced.eqns if e.phase == "backward"),
+        # ops as everywhere (traced_ops): a nested call's wrapper equation is no op
+        forward_ops=sum(1 for e in traced.eqns if e.phase == "forward" and not e.is_call),
+        backward_ops=sum(1 for e in traced.eqns if e.phase == "backward" and not e.is_call),
         recompute_ops=sum(1 for e in traced.eqns if e.recompute),
         kernels=kernels,
         residuals=list(residuals.values()),

@@ -349,6 +349,13 @@ class Compilation(Runs, Display):
         )
         return kernel_code(dump, name, locations, names, self.hlo, libraries_off=off)
 
+    def _library_call(self, name: str) -> dict[str, str] | None:
+        """What the view says of kernel ``name`` when a library runs it (nothing compiled):
+        :func:`~nbcompile.measure.metal.library_call`."""
+        from ..measure.metal import library_call
+
+        return library_call(self._metal_dump(), name, self.hlo)
+
     @property
     def compile_time(self) -> Any:
         """:class:`~nbcompile.analysis.compile_time.CompileTime`: where the compile time went

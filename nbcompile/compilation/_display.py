@@ -25,6 +25,7 @@ class Display:
     __slots__ = ()
     if TYPE_CHECKING:  # the Compilation's fields these methods use
         program: Program
+        adapted: Any
         cache_hit: bool
         grad: Any
         _notes: list[str]
@@ -87,6 +88,7 @@ class Display:
                 self._metal.passes,
                 document.get("fusions") or [],
                 lambda name: self._kernel_code(name, compile_library_off=False),
+                library_of=self._library_call,
                 lines=document.get("lines") or {},
                 profile=profile,
                 errors=(NbcompileError, KeyError, ImportError),
@@ -142,6 +144,7 @@ class Display:
                 extras=dict(self.extras),
                 grad=self.grad.analysis.to_json() if self.grad is not None else None,
                 node_values=self._debug_values(),
+                module_classes=self._module_classes(),
             )
             since = self._changes_diff() if self._changes_diff is not None else None
             if since is not None and "changes" in report["extras"]:
@@ -154,6 +157,12 @@ class Display:
             self._timings["report"] = time.perf_counter() - t0
             self._report = (self._state_key(), report)
         return self._report[1]
+
+    def _module_classes(self) -> dict[str, str]:
+        """The class of each module of the adapted models, by module path (frames say it)."""
+        from ._classes import module_classes
+
+        return module_classes(self.adapted.models)
 
     def _meta(self) -> dict[str, Any]:
         return {

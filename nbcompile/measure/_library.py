@@ -35,6 +35,7 @@ __all__ = [
     "library_call_error",
     "library_functions",
     "library_fusion",
+    "library_note",
     "stand_in_code",
     "stand_in_kernels",
 ]
@@ -194,9 +195,9 @@ def _isa_rank(name: str) -> int:
     return max((_RANK.index(w) + 1 for w in name.split("_") if w in _RANK), default=0)
 
 
-def library_call_error(fusion: LibraryFusion, with_code: Sequence[str]) -> TargetError:
-    """NBC600 for a library fusion whose work is the library's own kernels (a dot, a
-    convolution): names the library, the kernel and the library's functions of that kind."""
+def _chosen(fusion: LibraryFusion) -> str:
+    """What runs a library fusion whose work is the library's own kernels (a dot, a
+    convolution): the library's functions of that kind, or the runtime's Eigen code."""
     family = f"dot_{_YNN_TYPE.get(fusion.dtype or '', fusion.dtype or '')}"
     functions, path = library_functions(fusion.library, family)
     conv = (
@@ -204,22 +205,41 @@ def library_call_error(fusion: LibraryFusion, with_code: Sequence[str]) -> Targe
     )
     if functions:
         where = path.rsplit("/", 1)[-1] if path else "jaxlib"
-        chosen = (
+        return (
             f"{fusion.library} picks its kernel{conv} at run time, by CPU and shape, among the "
             f"{len(functions)} {family} functions of {where} this CPU can run (e.g. "
             + ", ".join(f"ynn::{n}" for n in functions[:3])
             + ")"
         )
-    elif fusion.library == "Eigen":
-        chosen = f"XLA:CPU's runtime runs it with {_eigen_kernel(fusion)}, compiled into jaxlib"
+    if fusion.library == "Eigen":
+        return f"XLA:CPU's runtime runs it with {_eigen_kernel(fusion)}, compiled into jaxlib"
+    return f"{fusion.library} picks its kernel at run time"
 
+
+def library_note(fusion: LibraryFusion) -> dict[str, str]:
+    """What the view says of a kernel a library runs, in the words of ``c.kernel_code``'s
+    answer: ``{"library", "what", "code"}`` (``code``: where its code is, or how to see XLA's
+    own code for its ops), e.g. YNNPACK, ``dot f32[16,32] x f32[32,32] -> f32[16,32]``, "YNNPACK
+    picks its kernel at run time ...; XLA writes no code of its own for it"."""
+    name = short(fusion.name)
+    if fusion.heavy:
+        code = f"{_chosen(fusion)}; XLA writes no code of its own for it"
     else:
-        chosen = f"{fusion.library} picks its kernel at run time"
+        code = (
+            f"{fusion.library} runs it, so XLA wrote no code of its own for it; "
+            f"c.kernel_code({name}) compiles the program once more with {fusion.library} off "
+            "and shows XLA's own code for these ops (not what runs)"
+        )
+    return {"library": fusion.library, "what": fusion.summary(), "code": code}
+
+
+def library_call_error(fusion: LibraryFusion, with_code: Sequence[str]) -> TargetError:
+    """NBC600 for a library fusion whose work is the library's own kernels (a dot, a
+    convolution): names the library, the kernel and the library's functions of that kind."""
     known = ", ".join(with_code[:8]) or "none"
     return TargetError(
         f"{short(fusion.name)} is a{'n' if fusion.library[0] in 'AEIOU' else ''} "
-        f"{fusion.library} library call ({fusion.summary()}): "
-        f"{chosen}; XLA writes no code of its own for it",
+        f"{fusion.library} library call ({fusion.summary()}): {library_note(fusion)['code']}",
         code="NBC600",
         hint=f"kernels with XLA's own code: {known}",
     )
@@ -245,9 +265,7 @@ def on_request_error(fusion: LibraryFusion) -> TargetError:
     compile was made (the view does not compile; ``c.kernel_code`` does, on request)."""
     return TargetError(
         f"{short(fusion.name)} is a {fusion.library} library fusion ({fusion.summary()}): "
-        f"{fusion.library} runs it, so XLA wrote no code of its own for it; "
-        f"c.kernel_code({short(fusion.name)}) compiles the program once more with "
-        f"{fusion.library} off and shows XLA's own code for these ops (not what runs)",
+        + library_note(fusion)["code"],
         code="NBC600",
         hint="the view shows that code too once c.kernel_code made it",
     )

@@ -54,6 +54,7 @@ __all__ = [
     "MetalDump",
     "dump_compile",
     "kernel_code",
+    "library_call",
     "read_dump",
     "read_stages_dump",
     "vector_width",
@@ -359,6 +360,19 @@ def kernel_code(
         lambda k: kernel_code(off, k, locations, off_kernels, off.hlo),
         locations,
     )
+
+
+def library_call(dump: MetalDump, name: str, hlo: str | None) -> dict[str, str] | None:
+    """What the view says of kernel ``name`` when a library runs it (a ``ynn_fusion``, or a dot
+    or convolution XLA:CPU's runtime runs with Eigen): ``{"library", "what", "code"}`` in the
+    words of :func:`kernel_code`'s answer for it, without compiling anything; None for XLA's
+    own kernels (and off CPU)."""
+    if dump.platform != "cpu" or not hlo:
+        return None
+    from ._library import library_fusion, library_note
+
+    fusion = library_fusion(parsed_module(dump, hlo), name)
+    return None if fusion is None else library_note(fusion)
 
 
 def _kernel_names(module: Any) -> Iterator[str]:

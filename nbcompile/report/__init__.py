@@ -24,6 +24,7 @@ def build_report(
     extras: dict[str, Any] | None = None,
     grad: dict[str, Any] | None = None,
     node_values: dict[str, dict[str, Any]] | None = None,
+    module_classes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The JSON report (docs/report-schema.md), a pure function of its inputs.
 
@@ -31,7 +32,9 @@ def build_report(
     ``source``, ``signature``, ``options``, ``notes``, ``timings`` and ``cache_hit``;
     ``extras`` the results of this run (bench, ablate, debug, freeze, target, changes, profile,
     memory) as JSON-ready dicts; ``grad`` the ``value_and_grad`` program's analysis JSON;
-    ``node_values`` each traced-graph node's ``--debug`` value summary by node id.
+    ``node_values`` each traced-graph node's ``--debug`` value summary by node id;
+    ``module_classes`` the class of each module by its module path (``Transformer/blocks_0``:
+    ``Block``), where the model library gives it.
     """
     notes = list(meta.get("notes") or [])
     notes += [n for n in analysis.get("notes", []) if n not in notes]
@@ -53,6 +56,7 @@ def build_report(
         "lines": {},
         "summary": {},
         "extras": {k: _jsonable(v) for k, v in (extras or {}).items()},
+        "module_classes": dict(module_classes or {}),
     }
     # the analysis JSON is shared (built once per program): containers changed here are copies
     report.update({k: v for k, v in analysis.items() if k != "notes"})
@@ -64,6 +68,19 @@ def build_report(
         report["graphs"]["gradient_compiled"] = grad.get("graphs", {}).get("compiled")
         report["gradient_fusions"] = grad.get("fusions", [])
         report["gradient_loops"] = grad.get("loops", [])
+        # the train step's Source and Stats (the view's forward / train switch): its counts,
+        # XLA's figures and, per line, its kernels and flops share (the ops as a count)
+        report["gradient_summary"] = grad.get("summary")
+        report["gradient_cost"] = grad.get("cost")
+        report["gradient_memory"] = grad.get("memory")
+        report["gradient_folded"] = grad.get("folded", [])
+        report["gradient_lines"] = {
+            key: {
+                **{k: v for k, v in line.items() if k not in ("nodes", "kernels")},
+                "ops": len(line.get("nodes") or []),
+            }
+            for key, line in (grad.get("lines") or {}).items()
+        }
     _lean_graphs(report)
     traced = report["graphs"].get("traced")
     if node_values and traced:  # overlay on copies: the analysis JSON may be shared
@@ -157,7 +174,8 @@ def text_lines(report: dict[str, Any]) -> list[str]:
         lines = [f"{report['name']}: compiled for {report['backend']} in {total:.3f} s ({stages})"]
     if report.get("signature"):
         lines.append("  args: " + "; ".join(report["signature"]))
-    program = [f"{s.get('jaxpr_eqns', '?')} jaxpr eqns"]
+    ops = s.get("traced_ops", s.get("jaxpr_eqns", "?"))
+    program = [f"{ops} traced ops"]
     if s.get("stablehlo_ops") is not None:
         program.append(f"{s['stablehlo_ops']} StableHLO ops")
     if s.get("kernels") is not None:

@@ -20,6 +20,7 @@ __all__ = [
     "funnel",
     "roofline",
     "stacked_area",
+    "trunc_start",
 ]
 
 KIND_COLOURS = {
@@ -73,29 +74,59 @@ def _frame(width: float, height: float, title: str, source: str, body: list[str]
 
 
 def bar_chart(
-    rows: Sequence[tuple[str, float, str]],
+    rows: Sequence[tuple[str, float, str]] | Sequence[tuple[str, float, str, str | None]],
     *,
     title: str,
     source: str,
     width: int = 460,
     label_chars: int = 28,
+    where_title: str = "call / module",
+    where_chars: int = 22,
 ) -> str:
-    """Horizontal bars on one linear scale: rows ``(label, value, text)``."""
-    row_h, left, right = 18, min(220.0, label_chars * 6.6 + 8), 70
-    height = len(rows) * row_h + 6
-    top = max([1e-30, *(v for _, v, _ in rows)])
-    body = []
-    for i, (label, value, text) in enumerate(rows):
-        y = 3 + i * row_h
-        w = max(1.0, value / top * (width - left - right))
+    """Horizontal bars on one linear scale: rows ``(label, value, text)`` or ``(label, value,
+    text, where)``; a row's ``where`` (the call or module a kernel came from) goes in a first
+    column of its own, titled ``where_title`` (``barChart``)."""
+    wheres = [r[3] if len(r) > 3 else None for r in rows]
+    with_where = any(wheres)
+    row_h = 18
+    where_w = where_chars * 6.6 + 8 if with_where else 0
+    top_pad = 14 if with_where else 0
+    left, right = where_w + min(220.0, label_chars * 6.6 + 8), 70
+    total_w = width + where_w
+    height = len(rows) * row_h + 6 + top_pad
+    top = max([1e-30, *(r[1] for r in rows)])
+    body = [f'<text class="b" x="4" y="10">{escape(where_title)}</text>'] if with_where else []
+    for i, row in enumerate(rows):
+        label, value, text = row[0], row[1], row[2]
+        y = top_pad + 3 + i * row_h
+        w = max(1.0, value / top * (total_w - left - right))
+        where = wheres[i] or "–"
+        if with_where:
+            body.append(
+                f'<text x="4" y="{y + 12}" data-testid="nbc-bar-where">'
+                f"{escape(trunc_start(where, where_chars))}</text>"
+            )
+        hover = f"{where} · {label}" if wheres[i] else label
         body.append(
             f'<text x="{left - 6:.0f}" y="{y + 12}" text-anchor="end">'
             f"{escape(trunc(label, label_chars))}</text>"
             f'<rect x="{left:.0f}" y="{y + 2}" width="{w:.1f}" height="{row_h - 5}" rx="2" '
-            f'fill="#1976d28c"><title>{escape(label)}: {escape(text)}</title></rect>'
+            f'fill="#1976d28c"><title>{escape(hover)}: {escape(text)}</title></rect>'
             f'<text class="v" x="{left + w + 4:.1f}" y="{y + 12}">{escape(text)}</text>'
         )
-    return _frame(width, height, title, source, body)
+    return _frame(total_w, height, title, source, body)
+
+
+def trunc_start(text: str, n: int) -> str:
+    """Cut a path from its start, keeping its end (``truncStart``): whole names first
+    (``…/blocks_0/up``), characters where one name alone is too long."""
+    if len(text) <= n:
+        return text
+    parts = text.split("/")
+    while len(parts) > 1 and len("/".join(parts)) + 2 > n:
+        parts.pop(0)
+    cut = "…/" + "/".join(parts)
+    return cut if len(cut) <= n else "…" + text[len(text) - n + 1 :]
 
 
 def funnel(

@@ -15,10 +15,19 @@ from .charts import fmt_bytes, fmt_seconds
 from .diffhtml import diff_html
 from .graphmodel import fmt_num
 from .passesfig import passes_html
-from .statsfig import from_of, src, stats_html, val
+from .statsfig import from_of, fusion_where, op_count, src, stats_html, val
 from .svg import graph_svg, svg_img
 
-__all__ = ["TAB_LABELS", "fallback_html", "source_table", "time_heat"]
+__all__ = [
+    "TAB_LABELS",
+    "fallback_html",
+    "fusion_where",
+    "kernel_kind",
+    "line_kernels",
+    "show_step",
+    "source_table",
+    "time_heat",
+]
 
 _WHOLE = 80  # a cell this long is shown whole; a longer one around its program's lines
 TAB_LABELS = {
@@ -59,12 +68,14 @@ def _section(tab: str, body: str, *, open_: bool = False) -> str:
     )
 
 
-def _line_metrics(report: dict[str, Any]) -> list[tuple[str, Any]]:
-    """(column title, function (key, prefix, n) -> text) for each heat measure the report has."""
-    info = report.get("lines") or {}
+def _line_metrics(report: dict[str, Any], step: bool = False) -> list[tuple[str, Any]]:
+    """(column title, function (key, prefix, n) -> text) for each heat measure the report has
+    (``heatModes``): ``step``, the flops share of the train step's (time and bytes per line are
+    of the program measured)."""
+    info = (report.get("gradient_lines") if step else report.get("lines")) or {}
     cols: list[tuple[str, Any]] = [
         (
-            "flops share (estimate)",
+            "flops share of the train step (estimate)" if step else "flops share (estimate)",
             lambda key, _p, _n: (
                 f"{info[key]['cost_share'] * 100:.0f}%"
                 if info.get(key, {}).get("cost_share") is not None
@@ -96,10 +107,25 @@ def _line_metrics(report: dict[str, Any]) -> list[tuple[str, Any]]:
     return cols
 
 
-def source_table(report: dict[str, Any]) -> str:
+def line_kernels(names: list[str], phases: dict[str, Any]) -> list[str]:
+    """A line's kernels in the order the table shows them (``lineKernels``): forward and
+    backward in turn (a train step's line shows both, not its first four forward kernels)."""
+    fwd = [n for n in names if phases.get(n) != "backward"]
+    bwd = [n for n in names if phases.get(n) == "backward"]
+    if not fwd or not bwd:
+        return names
+    out: list[str] = []
+    for i in range(max(len(fwd), len(bwd))):
+        out += [x[i] for x in (fwd, bwd) if i < len(x)]
+    return out
+
+
+def source_table(report: dict[str, Any], step: bool = False) -> str:
     """Every contributing cell's lines (and the annotated lines of user files: report["sources"]),
-    with each heat measure (flops share, time, bytes at peak) and the kernels each became."""
-    info = report.get("lines") or {}
+    with each heat measure (flops share, time, bytes at peak) and the kernels each became;
+    ``step``: the train step's kernels (``--grad``), else the forward program's."""
+    step = step and bool(report.get("gradient_lines"))
+    info = (report.get("gradient_lines") if step else report.get("lines")) or {}
     sources = [("", "", (report.get("source") or {}).get("lines") or [], True)]
     sources += [
         (
@@ -112,7 +138,9 @@ def source_table(report: dict[str, Any]) -> str:
     ]
     if not sources[0][2] and len(sources) == 1:
         return ""
-    cols = _line_metrics(report)
+    cols = _line_metrics(report, step)
+    every = report.get("gradient_fusions" if step else "fusions") or []
+    phases = {f.get("name") or f["id"]: f.get("phase") for f in every}
     rows = []
     for label, prefix, lines, whole in sources:
         if label:
@@ -141,7 +169,7 @@ def source_table(report: dict[str, Any]) -> str:
                 gap = True
                 continue
             gap = False
-            fusions = entry.get("fusions") or []
+            fusions = line_kernels(entry.get("fusions") or [], phases)
             ann = ", ".join(fusions[:4]) + (f" +{len(fusions) - 4}" if len(fusions) > 4 else "")
             cells = "".join(f"<td>{escape(f(key, prefix, i))}</td>" for _, f in cols)
             rows.append(
@@ -179,20 +207,26 @@ def _gradient(report: dict[str, Any]) -> str:
     return head + _img(svg, f"gradient program of {report.get('name')}", "nbc-graph-gradient")
 
 
-def fusion_where(f: dict[str, Any]) -> str:
-    """The user's call or module a kernel came from (``fusionWhere``): its first call path,
-    else its first module path, with how many more."""
-    paths = list(f.get("functions") or []) or list(f.get("modules") or [])
-    if not paths:
-        return "–"
-    return str(paths[0]) + (f" +{len(paths) - 1}" if len(paths) > 1 else "")
+def kernel_kind(f: dict[str, Any]) -> str:
+    """The kind of a kernel in words (``kernelKind``): a library call, else XLA's kind."""
+    return f"{f['library']} library call" if f.get("library") else str(f.get("kind"))
+
+
+def show_step(report: dict[str, Any]) -> bool:
+    """Whether the static copy's Compiled, Source and Stats tabs show the train step (the
+    widget's first choice of its forward / train switch): with ``--grad``, unless the forward
+    program was profiled (then its kernels, coloured by measured time)."""
+    graphs = report.get("graphs") or {}
+    if not graphs.get("gradient_compiled") or not graphs.get("compiled"):
+        return False
+    return time_heat(report, graphs["compiled"]) is None
 
 
 def _compiled(report: dict[str, Any], graph: dict[str, Any]) -> str:
     # with --grad the widget's Compiled tab draws the train step's kernels: so does this
     # (unless the forward program was profiled: then its kernels, coloured by measured time)
     heat = time_heat(report, graph)
-    step = None if heat else (report.get("graphs") or {}).get("gradient_compiled")
+    step = (report.get("graphs") or {}).get("gradient_compiled") if show_step(report) else None
     graph = step or graph
     what = "train step (value_and_grad), compiled" if step else "compiled"
     svg = graph_svg(
@@ -213,7 +247,7 @@ def _compiled(report: dict[str, Any], graph: dict[str, Any]) -> str:
     fsrc = from_of(fusions[0], "flops") if fusions else None
     rows = "".join(
         f"<tr><td>{escape(str(f.get('name') or f['id']))}</td><td>{escape(fusion_where(f))}</td>"
-        f"<td>{escape(str(f.get('kind')))}</td>"
+        f"<td>{escape(kernel_kind(f))}</td>"
         f"<td>{escape(', '.join(f.get('ops') or [])[:60])}</td><td>{fmt_num(f.get('flops'))}</td>"
         f"<td>{fmt_bytes(f.get('bytes'))}</td></tr>"
         for f in fusions
@@ -240,7 +274,7 @@ def fallback_html(report: dict[str, Any]) -> str:
     flops_from = from_of(s, "flops") if s.get("flops") is not None else None
     head = (
         f"<b>nbcompile · {name} · {escape(str(report.get('backend')))}</b> — "
-        f"{fmt_num(s.get('jaxpr_eqns'))} traced ops → {fmt_num(s.get('kernels'))} kernels "
+        f"{fmt_num(op_count(s))} traced ops → {fmt_num(s.get('kernels'))} kernels "
         f"({fmt_num(s.get('fusions'))} fusions), {fmt_num(s.get('flops'))} flops"
         f"{f' ({flops_from})' if flops_from else ''}, "
         f"compile {fmt_seconds(s.get('compile_seconds'))} (measured)"
@@ -268,12 +302,13 @@ def fallback_html(report: dict[str, Any]) -> str:
         parts.append(_section("compiled", _compiled(report, graphs["compiled"])))
     if (report.get("extras") or {}).get("passes"):  # --passes, or c.passes was read
         parts.append(_section("passes", passes_html(report)))
-    table = source_table(report)
+    step = show_step(report)
+    table = source_table(report, step)
     if table:
         parts.append(_section("source", table))
     if report.get("gradient"):
         parts.append(_section("gradient", _gradient(report)))
-    parts.append(_section("stats", stats_html(report)))
+    parts.append(_section("stats", stats_html(report, step)))
     if changes and changes.get("diff"):
         parts.append(_section("diff", diff_html(changes["diff"])))
     return "".join(parts)

@@ -25,7 +25,9 @@ __all__ = [
     "PreparedGraph",
     "ancestors",
     "fmt_num",
+    "group_kind",
     "kernel_title",
+    "node_line",
     "prepare_graph",
     "top_ops",
     "trunc",
@@ -93,6 +95,7 @@ class Group:
     line_max: float = float("-inf")
     call: str | None = None  # "call" (the user's function) | "library" (a library call) | None
     unit: str = "ops"  # what it counts: "ops", or "kernels" in a compiled graph
+    cls: str | None = None  # a module's class, where the model library gives it (Block)
 
 
 @dataclass
@@ -230,7 +233,38 @@ def prepare_graph(graph: dict[str, Any], report: dict[str, Any]) -> PreparedGrap
     _build_tree(pg)
     for g in pg.groups.values():
         g.unit = "kernels" if is_compiled else "ops"
+    _name_classes(pg)
     return pg
+
+
+_BACKWARD = " (backward)"
+
+
+def _name_classes(pg: PreparedGraph) -> None:
+    """Each module group's class where the model library gives it (``nameClasses``)."""
+    classes = (pg.report or {}).get("module_classes") or {}
+    if not classes:
+        return
+    for g in pg.groups.values():
+        if g.kind != "scope":
+            continue
+        path: list[str] = []
+        a: Group | None = g
+        while a is not None and a.id != "":
+            if a.kind == "scope":
+                path.insert(0, a.label.removesuffix(_BACKWARD))
+            a = pg.groups.get(a.parent or "")
+        cls = classes.get("/".join(path))
+        if cls:
+            g.cls = cls
+
+
+def group_kind(g: Group) -> str:
+    """What a group is, in a word for its frame (``groupKind``): a module's class, else its
+    kind."""
+    if not g.cls:
+        return g.kind
+    return "module" if g.cls == g.label.removesuffix(_BACKWARD) else g.cls
 
 
 def _build_tree(pg: PreparedGraph) -> None:
@@ -435,6 +469,23 @@ def _call_group(
                 groups[gid] = Group(gid, "⇄ " + " + ".join(nxt), "across", parent)
             parent = gid
     return parent
+
+
+def node_line(pg: PreparedGraph, n: dict[str, Any]) -> str:
+    """The line an op or kernel was written on, short (``nodeLine``): the compiling cell's
+    ``L4``, another cell's or file's ``In [2] line 7``; the call site where no own line is
+    known."""
+    filename = ((pg.report or {}).get("source") or {}).get("filename")
+    if n.get("file") and n.get("file_line") is not None and n["file"] == filename:
+        return f"L{_num(n['file_line'])}"
+    if n.get("loc"):
+        return str(n["loc"])
+    return f"L{_num(n['line'])}" if n.get("line") is not None else ""
+
+
+def _num(v: Any) -> str:
+    """A number as JavaScript's template strings write it (7, not 7.0)."""
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
 def kernel_title(pg: PreparedGraph, n: dict[str, Any]) -> str:

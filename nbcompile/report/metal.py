@@ -25,6 +25,7 @@ __all__ = [
     "kernel_json",
     "metal_json",
     "passes_json",
+    "without_code",
 ]
 
 #: a step's diff is shipped up to this many characters (the rest: ``c.passes.diff(i)``)
@@ -171,14 +172,19 @@ def metal_json(
     fusions: Sequence[dict[str, Any]],
     code_of: Callable[[str], Any],
     *,
+    library_of: Callable[[str], dict[str, str] | None] | None = None,
     lines: Any = (),
     profile: dict[str, Any] | None = None,
     errors: tuple[type[BaseException], ...] = (Exception,),
 ) -> dict[str, Any]:
     """``extras["passes"]``: :func:`passes_json` of ``log`` (None: no steps) and the code
     (:func:`kernel_json`) of the :data:`MAX_KERNELS` costliest kernels that have code of
-    XLA's own (``code_of(name)`` raising one of ``errors``: a library call, skipped)."""
+    XLA's own (``code_of(name)`` raising one of ``errors``: a library call, skipped), and
+    ``library_calls``: what ``library_of(name)`` says of the costliest kernels a library runs
+    (``{"name", "library", "what", "code", "rank"}``), so the view names them plainly instead
+    of "no code" (``rank``: place among all kernels by cost, as on each kernel with code)."""
     names = costliest_kernels(fusions, profile)
+    rank = {name: i for i, name in enumerate(names)}
     library = {f.get("name") or f["id"] for f in fusions if f.get("kind") == "custom"}
     # kernels XLA generated code for first: a custom fusion is a library call (no code)
     candidates = [n for n in names if n not in library] + [n for n in names if n in library]
@@ -192,11 +198,20 @@ def metal_json(
         if len(codes) >= MAX_KERNELS:
             break
         try:
-            codes.append(kernel_json(code_of(name), lines))
+            codes.append({**kernel_json(code_of(name), lines), "rank": rank[name]})
         except errors as err:  # no code of XLA's own (library calls), or none on this platform
-            skipped.append({"name": name, "why": str(err).split("\n", 1)[0]})
+            skipped.append({"name": name, "why": without_code(str(err).split("\n", 1)[0])})
+    calls = []
+    for name in [n for n in names if n in library][: 3 * MAX_KERNELS] if library_of else []:
+        try:
+            note = library_of(name)
+        except errors:  # the dump cannot say (another platform): the fusion's own fields do
+            note = None
+        if note:
+            calls.append({"name": name, **note, "rank": rank[name]})
     out["kernel_code"] = codes
     out["kernels_without_code"] = skipped[:20]
+    out["library_calls"] = calls
     out["kernels_total"] = len(names)
     changed = sum(1 for s in out["steps"] if s["changed"])
     out["text"] = (
@@ -204,3 +219,12 @@ def metal_json(
         f"code of {len(codes)} kernels (XLA's dump)"
     )
     return out
+
+
+_CODE = re.compile(r"^\[NBC\d+\]\s*")
+
+
+def without_code(message: str) -> str:
+    """An error's message for a panel: without its ``[NBC600]`` code (the panel says it
+    plainly; the code is for the exception a user's call raises)."""
+    return _CODE.sub("", message)

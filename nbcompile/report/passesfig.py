@@ -10,7 +10,14 @@ from typing import Any
 from .graphmodel import fmt_num, trunc
 from .svg import svg_img
 
-__all__ = ["LOCATION_COLOURS", "STATIC_KERNELS", "passes_chart", "passes_html"]
+__all__ = [
+    "LOCATION_COLOURS",
+    "STATIC_KERNELS",
+    "code_heading",
+    "passes_chart",
+    "passes_html",
+    "passes_title",
+]
 
 #: kernels whose code the static picture shows
 STATIC_KERNELS = 5
@@ -49,6 +56,16 @@ def pipeline_runs(steps: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
     return runs
 
 
+def passes_title(p: dict[str, Any]) -> str:
+    """The chart's title (``passesTitle``): how many of XLA's steps changed the module, the
+    count the Stats tab gives too; the first column is the module as XLA received it."""
+    changed = sum(1 for s in p.get("steps") or [] if s.get("changed"))
+    return (
+        f"XLA's passes that changed {p.get('module')}: {changed} of {p.get('total_steps')} steps"
+        " (first column: the module as XLA received it)"
+    )
+
+
 def passes_chart(p: dict[str, Any], selected: int | None = None) -> str:
     """Instructions and fusions after each step that changed the program, as an SVG: one
     column per step, instructions a blue bar and fusions an orange bar (each on its own scale),
@@ -59,8 +76,7 @@ def passes_chart(p: dict[str, Any], selected: int | None = None) -> str:
     most_i = max([1, *(s["instructions"] for s in steps)])
     most_f = max([1, *(s["fusions"] for s in steps)])
     body = [
-        f'<text class="h" x="8" y="14">XLA passes that changed {escape(str(p.get("module")))}'
-        f" ({len(steps)} of {p.get('total_steps')} steps)</text>",
+        f'<text class="h" x="8" y="14">{escape(passes_title(p))}</text>',
         f'<text x="4" y="{top + 10}">{fmt_num(most_i)}</text>',
         f'<text x="4" y="{top + plot}">0</text>',
     ]
@@ -190,6 +206,22 @@ def _code(k: dict[str, Any]) -> str:
     )
 
 
+def code_heading(p: dict[str, Any], shown: int | None = None) -> str:
+    """What the report's kernel code covers (``codeHeading``): the costliest kernels XLA wrote
+    code for (the first ``shown``), and the costlier ones a library runs, by name."""
+    codes = (p.get("kernel_code") or [])[:shown]
+    last = max([-1, *(k.get("rank", -1) for k in codes)])
+    libs = [c for c in p.get("library_calls") or [] if c.get("rank", last) < last]
+    by = ", ".join(dict.fromkeys(c["library"] for c in libs))
+    more = f" +{len(libs) - 4}" if len(libs) > 4 else ""
+    costlier = (
+        f" (costlier still: {', '.join(c['name'] for c in libs[:4])}{more}, {by} library calls)"
+        if libs
+        else ""
+    )
+    return f"the code of the {len(codes)} costliest kernels XLA wrote code for{costlier}"
+
+
 def passes_html(report: dict[str, Any]) -> str:
     """The Passes section's body: chart, table, the five costliest kernels' code."""
 
@@ -206,6 +238,7 @@ def passes_html(report: dict[str, Any]) -> str:
         )
     codes = (p.get("kernel_code") or [])[:STATIC_KERNELS]
     if codes:
-        parts.append(f"<h4>Code of the {len(codes)} costliest kernels</h4>")
+        heading = code_heading(p, STATIC_KERNELS)
+        parts.append(f"<h4>{escape(heading[0].upper() + heading[1:])}</h4>")
         parts.extend(_code(k) for k in codes)
     return "".join(parts)

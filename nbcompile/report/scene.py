@@ -19,8 +19,10 @@ from .graphmodel import (
     PreparedGraph,
     ancestors,
     fmt_num,
+    group_kind,
     group_phase,
     kernel_title,
+    node_line,
     top_ops,
     trunc,
 )
@@ -119,7 +121,9 @@ class Scene:
 #: boxes (one group alone: up to the budget); the Gradient tab's facing columns: INITIAL_LIMIT
 FIRST_LIMIT = 25
 INITIAL_LIMIT = 60
-_NOT_USER = ("custom", "chunk", "across", "rest")
+#: a cond's branches are not the user's calls or modules: a loop holding only them stays one
+#: box (with its bar strip) at first paint, rather than a row of branches past the canvas edge
+_NOT_USER = ("custom", "chunk", "across", "rest", "branch")
 
 
 def is_user_group(pg: PreparedGraph, g: Group) -> bool:
@@ -143,6 +147,14 @@ def _holds_user_groups(pg: PreparedGraph, g: Group) -> bool:
     return out
 
 
+def _is_twin(label: str, labels: set[str]) -> bool:
+    """Whether a group is the backward twin of a forward group beside it (``isTwin``)."""
+    if label.endswith(" (backward)"):
+        return label.removesuffix(" (backward)") in labels
+    head = "transpose(jvp("
+    return label.startswith(head) and label.endswith("))") and label[len(head) : -2] in labels
+
+
 def initial_expansion(
     pg: PreparedGraph,
     limit: int,
@@ -152,7 +164,8 @@ def initial_expansion(
     pairs: bool = False,
 ) -> set[str]:
     """Group ids expanded first: whole depth levels while they fit ``limit`` boxes; where a
-    level does not fit, its groups other than chunks when they do (``initialExpansion``). A
+    level does not fit, its groups other than chunks when they do, else those other than the
+    backward twins of forward calls (``initialExpansion``). A
     library call the user made (``gelu``, ``var``) stays one collapsed box; with ``user_only``
     a group opens only where it holds the user's own calls or modules."""
     expanded: set[str] = set()
@@ -179,9 +192,16 @@ def initial_expansion(
         ]
         if not fits(groups):
             own = [g for g in groups if g.kind != "chunk"]
-            if len(own) == len(groups) or not fits(own):
-                break
-            groups = own
+            if len(own) < len(groups) and fits(own):
+                groups = own
+            else:
+                # a train step: the forward calls open, their backward twins stay one box each
+                # (``loss_fn`` opens to its layers beside ``transpose(jvp(loss_fn))``)
+                labels = {g.label for g in own}
+                fwd = [g for g in own if not _is_twin(g.label, labels)]
+                if len(fwd) == len(own) or not fits(fwd):
+                    break
+                groups = fwd
         extra = sum(len(g.items) - 1 for g in groups)
         expanded.update(g.id for g in groups)
         count += extra
@@ -255,18 +275,14 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
         n = c.node
         fusion = pg.fusion_by_id.get(n["fusion"]) if pg.is_compiled and n.get("fusion") else None
         ins = [pg.by_id[i].get("label") or i for i in pg.in_labels.get(n["id"], [])]
-        where = (
-            f" · L{_js_str(n['line'])}"
-            if n.get("line") is not None
-            else f" · {n['loc']}"
-            if n.get("loc")
-            else ""
-        )
+        own = node_line(pg, n)
+        where = f" · {own}" if own else ""
         shape = n.get("shape") or ""
         op = n.get("op")
         if fusion or n.get("kind") == "fusion" or (pg.is_compiled and n.get("kind") == "op"):
             # a kernel: where it came from in the user's words, then XLA's name
-            name = f"{n.get('label') or op}{' · ' + str(fusion.get('kind')) if fusion else ''}"
+            lib = (fusion.get("library") or fusion.get("kind")) if fusion else None
+            name = f"{n.get('label') or op}{' · ' + str(lib) if fusion else ''}"
             lines = [kernel_title(pg, n), name, shape + where]
         else:
             label = n.get("label")
@@ -284,7 +300,7 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
             lr = f" · L{_js_str(g.line_min)}"
             if g.line_max > g.line_min:
                 lr += "–" + _js_str(g.line_max)
-        kind = "" if g.kind in ("chunk", "rest") else f"{g.kind} · "
+        kind = "" if g.kind in ("chunk", "rest") else f"{group_kind(g)} · "
         unit = "kernels" if pg.is_compiled else "ops"
         lines = [f"▸ {g.label}", f"{kind}{fmt_num(g.count)} {unit}{lr}", group_summary(pg, g)]
         lines += loop_leaf_lines(pg, g)
@@ -580,7 +596,9 @@ def _layout_frame(box: Box, by_key: dict[str, Box], box_agg: dict[str, list[Scen
     root = box.key == "root"
     g = box.group
     unit = g.unit or "ops"
-    box.title = "" if root else f"▾ {trunc(g.label, 40)} · {g.kind} · {fmt_num(g.count)} {unit}"
+    box.title = (
+        "" if root else f"▾ {trunc(g.label, 40)} · {group_kind(g)} · {fmt_num(g.count)} {unit}"
+    )
     min_w = 0 if root else len(box.title) * CH + 2 * PAD
     box.w = max(box.inner.width + (0 if root else 2 * PAD), min_w)
     box.h = box.inner.height + (0 if root else HEADER + PAD)

@@ -13,7 +13,7 @@ from .charts import KIND_COLOURS, bar_chart, fmt_bytes, fmt_seconds, funnel, roo
 from .graphmodel import fmt_num, trunc
 from .svg import svg_img
 
-__all__ = ["from_of", "src", "stats_html", "val"]
+__all__ = ["from_of", "fusion_where", "op_count", "program_view", "src", "stats_html", "val"]
 
 _RAW_ROWS = 40  # the static page lists the first; the widget all
 _RAW_HELP = [
@@ -49,6 +49,39 @@ def from_of(obj: Any, key: str) -> str | None:
     if isinstance(f, str):
         return f
     return f.get(key, f.get("*"))
+
+
+def fusion_where(f: dict[str, Any]) -> str:
+    """The user's module and call a kernel came from (``fusionWhere``:
+    ``Transformer/blocks_3 · gelu#4``, ``mlp#1/layer#3``): its first module path and first call
+    path, with how many more."""
+    fns, mods = list(f.get("functions") or []), list(f.get("modules") or [])
+    first = " · ".join(str(p) for p in (mods[:1] + fns[:1]) if p)
+    more = max(len(fns), len(mods)) - 1
+    return first + (f" +{more}" if more > 0 else "") if first else "–"
+
+
+def program_view(report: dict[str, Any], step: bool) -> dict[str, Any]:
+    """The report as one program's figures (``programView``): with ``step`` (``--grad``) the
+    train step's counts, kernels, XLA figures and folded constants."""
+    if not step or not report.get("gradient_summary"):
+        return report
+    return {
+        **report,
+        "summary": report["gradient_summary"],
+        "fusions": report.get("gradient_fusions") or [],
+        "cost": report.get("gradient_cost"),
+        "memory": report.get("gradient_memory"),
+        "folded": report.get("gradient_folded") or [],
+        "program": "train step",
+    }
+
+
+def op_count(summary: dict[str, Any]) -> Any:
+    """The program's op count, the same in every tab (``opCount``): its primitive ops, nested
+    calls opened (``traced_ops``; a report made before it had only the equation count)."""
+    ops = summary.get("traced_ops")
+    return ops if ops is not None else summary.get("jaxpr_eqns")
 
 
 def val(x: Any) -> Any:
@@ -118,6 +151,7 @@ def _cost_figures(report: dict[str, Any]) -> list[str]:
                 f"{f.get('name') or f['id']} ({trunc('+'.join(f.get('ops') or []), 18)})",
                 float(f[key]),
                 fmt(f[key]),
+                fusion_where(f),
             )
             for f in top
         ]
@@ -289,11 +323,13 @@ def _raw(report: dict[str, Any]) -> str:
     return f'<details data-testid="nbc-raw"><summary>raw XLA figures ({len(rows)})</summary>{table}</details>'
 
 
-def stats_html(report: dict[str, Any]) -> str:
-    """The Stats tab of the static fallback (HTML with SVG images)."""
+def stats_html(full: dict[str, Any], step: bool = False) -> str:
+    """The Stats tab of the static fallback (HTML with SVG images); ``step``: the train step's
+    figures (as the Compiled tab draws its kernels), else the forward program's."""
+    report = program_view(full, step)
     s = report.get("summary") or {}
     stages = [
-        ("traced ops (jaxpr)", s.get("jaxpr_eqns")),
+        ("traced ops (jaxpr)", op_count(s)),
         ("StableHLO ops", s.get("stablehlo_ops")),
         ("HLO ops before optimisation", s.get("hlo_ops_before")),
         ("HLO ops after optimisation", s.get("hlo_ops_after")),
@@ -310,7 +346,8 @@ def stats_html(report: dict[str, Any]) -> str:
         _img(
             funnel(
                 stages,
-                title="From traced ops to kernels",
+                title="From traced ops to kernels"
+                + (f" — {report['program']} (value_and_grad)" if report.get("program") else ""),
                 source="exact counts of the program · " + note,
             ),
             "op counts",

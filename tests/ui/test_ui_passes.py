@@ -118,7 +118,10 @@ def test_passes_tab_and_kernel_code_in_jupyterlab(ui_page, lab_session):
     view.locator(f'[data-testid=nbc-fusion][data-fusion="{other}"]').click()
     code = view.get_by_test_id("nbc-kernel-code-holder").get_by_test_id("nbc-kernel-code")
     assert code.get_attribute("data-kernel") == other
-    assert "NBC600" in code.inner_text() and code.locator(".nbc-asm").count() == 0
+    # said plainly (issue 42 item 5): the library and what runs it, no raw error code
+    text = code.inner_text()
+    assert "library call" in text and "— code: " in text and "NBC" not in text, text
+    assert code.locator(".nbc-asm").count() == 0
     view.locator(f'[data-testid=nbc-fusion][data-fusion="{kernel}"]').click()
     assert view.get_by_test_id("nbc-kernel-code-holder").locator(".nbc-asm").count() > 10
 

@@ -157,6 +157,10 @@ def test_first_paint_of_the_big_train_step(ui_page, tmp_path):
     )
     assert render_ms < 5000
     assert 5 <= boxes <= 400  # collapsed to groups, within the node budget
+    # the whiteboard picture: the forward loss opened to its twelve layers, its backward twin
+    # one box beside it
+    layers = page.locator('[data-testid=nbc-canvas-graph] [data-kind="group"][data-name^="layer_"]')
+    assert layers.count() == 12
     # Expanding a layer stays within the budget and is drawn.
     layer = page.locator('[data-testid=nbc-group][aria-expanded="false"]').first
     layer.click()

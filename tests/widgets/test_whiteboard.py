@@ -124,3 +124,20 @@ def test_the_loss_tail_faces_its_backward_ops(shell, relaxed_dtypes):
     assert all(by_key[k].x >= left for k in loose)  # all in the backward column
     outputs = [c.key for c in root.children if c.node is not None and c.node["kind"] == "output"]
     assert sum(columns[k] for k in outputs) >= len(outputs) - 1  # gradients: backward column
+
+
+def test_a_train_step_opens_its_forward_calls_first(big_report, tmp_path):
+    """The 12-layer train step (one Graph view, no facing columns): the forward ``loss_fn``
+    opens to its twelve layers while ``transpose(jvp(loss_fn))`` stays one box beside it (the
+    level holding both does not fit 25 boxes; the front end draws the same)."""
+    pg = prepare_graph(big_report["graphs"]["traced"], big_report)
+    expanded = initial_expansion(pg, 25, 400)
+    opened = {pg.groups[g].label for g in expanded}
+    assert opened == {"train_step", "loss_fn"}, opened
+    scene = build_scene(pg, expanded)
+    leaves = [b for b in scene.boxes.values() if b.group is not None and b.key.startswith("g:")]
+    labels = {b.group.label for b in leaves if b.group.id not in expanded}
+    assert {f"layer_{i}" for i in range(12)} | {"transpose(jvp(loss_fn))"} <= labels
+    assert len(scene.boxes) <= 25
+    if NODE is not None:
+        _check(big_report, tmp_path, limit=25)
