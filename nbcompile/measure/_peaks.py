@@ -1,7 +1,7 @@
 """Machine peaks for the roofline: measured on this CPU, from vendor datasheets for GPUs/TPUs.
 
-* **CPU** (``source="measured"``): short micro-benchmarks through XLA, once per machine — a
-  1024×1024×1024 f32 matmul for FLOP/s, and an in-place streaming ``x * a + b`` for bytes/s
+* **CPU** (``source="measured"``): short micro-benchmarks through XLA, once per machine —
+  square f32 matmuls (256, 512 and 1024 wide: the fastest counts) for FLOP/s, and an in-place streaming ``x * a + b`` for bytes/s
   (read + write): over an array past the caches (64 MiB, or twice the largest cache the CPU
   reports where that is more, up to 1 GiB: some machines report a 480 MiB L3), which is the
   roof's bandwidth (``Peaks.bytes_per_s``, the ridge's), and over an array half the size of
@@ -38,10 +38,12 @@ from nbcompile import _dirs
 __all__ = ["GPU_SPECS", "TPU_SPECS", "Peak", "Peaks", "cpu_peaks", "spec_peaks"]
 
 # 2: the stream is sized from the caches; 3: the bandwidth per cache level, peaks merged by
-# their maximum. Bump when the measurement changes: old cache files are then measured again.
-_VERSION = 3
+# their maximum; 4: the FLOP/s of the fastest of three matmul sizes. Bump when the measurement changes: old cache files are then measured again.
+_VERSION = 4
 #: a rate this much above its roof is the noise of two measurements, not a roof beaten
 TOLERANCE = 1.05
+#: square f32 matmuls measured for the FLOP/s peak (the fastest counts)
+MATMUL_SIZES = (256, 512, 1024)
 
 
 @dataclass(frozen=True)
@@ -258,12 +260,15 @@ def _measure_cpu() -> dict[str, Any]:
 
     start = time.perf_counter()
     cpu = jax.devices("cpu")[0]
-    n = 1024
-    a = jax.device_put(jnp.full((n, n), 0.5, jnp.float32), cpu)
-    matmul = jax.jit(lambda x, y: x @ y).lower(a, a).compile()
-    jax.block_until_ready(matmul(a, a))
-    seconds, matmuls = _best_seconds(matmul, (a, a), 0.5, feed_back=False)
-    flops = 2.0 * n**3 / seconds
+    # the fastest of three sizes: a matmul whose operands fit the caches can beat a larger one
+    # (a 1024³ one alone was beaten by a model's smaller matmuls)
+    flops, matmuls = 0.0, 0
+    for n in MATMUL_SIZES:
+        a = jax.device_put(jnp.full((n, n), 0.5, jnp.float32), cpu)
+        matmul = jax.jit(lambda x, y: x @ y).lower(a, a).compile()
+        jax.block_until_ready(matmul(a, a))
+        seconds, calls = _best_seconds(matmul, (a, a), 0.25, feed_back=False)
+        flops, matmuls = max(flops, 2.0 * n**3 / seconds), matmuls + calls
     stream = 4 * _stream_elements()  # bytes: well past the caches
     bw, streams = stream_bandwidth(stream, 0.3)
     # per cache level: [capacity, bytes/s over an array of half of one core's share]
@@ -358,7 +363,8 @@ def _as_peaks(data: dict[str, Any], cached: bool) -> Peaks:
         Peak(
             float(data["flops_per_s"]),
             "measured",
-            f"1024³ f32 matmul through XLA, fastest tenth of {data.get('matmul_calls')} calls "
+            f"f32 matmuls through XLA (256³, 512³, 1024³), the fastest's fastest tenth; "
+            f"{data.get('matmul_calls')} calls "
             f"({_when(data, 'flops', cached)})",
         ),
         Peak(
