@@ -82,7 +82,10 @@ def _probe(claim: Claim, present: bool) -> nbformat.NotebookNode:
     """A cell asserting that ``claim``'s cause is present (as written) or absent (ablated)."""
     test = f"({claim.cause})" if present else f"not ({claim.cause})"
     state = "absent from the notebook as written" if present else "still there after the ablation"
-    source = PROBE.format(slug=claim.slug) + f"assert {test}, {f'claim {claim.id}: its cause is {state}'!r}"
+    source = (
+        PROBE.format(slug=claim.slug)
+        + f"assert {test}, {f'claim {claim.id}: its cause is {state}'!r}"
+    )
     return nbformat.v4.new_code_cell(source)
 
 

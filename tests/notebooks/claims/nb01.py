@@ -44,12 +44,19 @@ CLAIMS = [
         "re-running an unchanged cell does not compile again",
         cause="predict.compilation.source.lines[1:] == c.source.lines[1:]",
         ablation=Ablation(
-            {"%%compile -q\ndef predict(params, x):\n    " + FIRST_BODY: (
-                "%%compile -q\ndef predict(params, x):\n    "
-                + FIRST_BODY.replace("gelu(h)", "gelu(h * 2.0)")
-            )},
+            {
+                "%%compile -q\ndef predict(params, x):\n    " + FIRST_BODY: (
+                    "%%compile -q\ndef predict(params, x):\n    "
+                    + FIRST_BODY.replace("gelu(h)", "gelu(h * 2.0)")
+                )
+            },
             why="the re-run cell changed (gelu of 2h): the program differs and must compile",
-            only=("%%compile\ndef predict", "c = predict.compilation", "events = []", "%%compile -q"),
+            only=(
+                "%%compile\ndef predict",
+                "c = predict.compilation",
+                "events = []",
+                "%%compile -q",
+            ),
         ),
         control="compiles_edited >= 1",
         window="exactly 0 compiles (a count, no tolerance)",

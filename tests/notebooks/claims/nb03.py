@@ -104,11 +104,16 @@ CLAIMS = [
                     "    for _ in range(6):\n        y = jnp.maximum(y * 1.1 - 0.1, 0.05 * y)\n"
                     "    y = y @ y\n"
                 ),
-                "assert unfused_chain.cost[\"flops\"] / moved < peaks.ridge": "pass",
+                'assert unfused_chain.cost["flops"] / moved < peaks.ridge': "pass",
             },
             why="a 1024³ matrix product added to the chain: its time is arithmetic, not bytes",
-            only=("y = jnp.asarray(rng", "%%compile\ndef chain", "c = chain.compilation",
-                  "no_fusion = next", "def cache_sizes"),
+            only=(
+                "y = jnp.asarray(rng",
+                "%%compile\ndef chain",
+                "c = chain.compilation",
+                "no_fusion = next",
+                "def cache_sizes",
+            ),
         ),
         window="0.7-1.6: measured 0.93-1.2 on a 2-core machine at load 9 (best of 5 rounds)",
     ),

@@ -3,7 +3,12 @@
 from . import Ablation, Claim
 
 GRAD_X_TOO = {"%%compile --grad\ndef loss": "%%compile --grad 0,1\ndef loss"}
-FIRST_CELLS = ("%%compile --grad\ndef loss", "%%compile --grad 0,1\ndef loss", "back = [", "dots = {}")
+FIRST_CELLS = (
+    "%%compile --grad\ndef loss",
+    "%%compile --grad 0,1\ndef loss",
+    "back = [",
+    "dots = {}",
+)
 
 CLAIMS = [
     Claim(
@@ -37,10 +42,12 @@ CLAIMS = [
         "the compiled gradient equals central finite differences of the loss",
         cause='"stop_gradient" not in str(c.grad.jaxpr)',
         ablation=Ablation(
-            {'    h = jnp.tanh(x @ params["w1"])\n    pred = h @ params["w2"]': (
-                '    h = jnp.tanh(x @ jax.lax.stop_gradient(params["w1"]))\n'
-                '    pred = h @ params["w2"]'
-            )},
+            {
+                '    h = jnp.tanh(x @ params["w1"])\n    pred = h @ params["w2"]': (
+                    '    h = jnp.tanh(x @ jax.lax.stop_gradient(params["w1"]))\n'
+                    '    pred = h @ params["w2"]'
+                )
+            },
             why="w1 behind stop_gradient: autodiff no longer differentiates through it",
             only=("%%compile --grad\ndef loss", "c = loss.compilation"),
         ),

@@ -7,8 +7,15 @@ TPU_CELL = (
     '    h = jax.nn.gelu(x @ params["w1"])\n'
     '    return jax.nn.softmax(h @ params["w2"], axis=-1)\n'
 )
-SWEEP = ("%%compile -q\ndef mlp", "%%compile -q --backend tpu", "cpu = nbcompile.compile",
-         "v5e = spec_peaks", "D = 8192", "xla_bytes = lambda", "for B, r in sweep.items()")
+SWEEP = (
+    "%%compile -q\ndef mlp",
+    "%%compile -q --backend tpu",
+    "cpu = nbcompile.compile",
+    "v5e = spec_peaks",
+    "D = 8192",
+    "xla_bytes = lambda",
+    "for B, r in sweep.items()",
+)
 
 CLAIMS = [
     Claim(
@@ -18,12 +25,18 @@ CLAIMS = [
         "MXU multiplies in bf16 at JAX's default precision); the CPU program has no bf16",
         cause='"HIGHEST" not in tpu.lowered.as_text()',
         ablation=Ablation(
-            {TPU_CELL: TPU_CELL.replace(
-                'h @ params["w2"]', 'jnp.dot(h, params["w2"], precision="highest")'
-            )},
+            {
+                TPU_CELL: TPU_CELL.replace(
+                    'h @ params["w2"]', 'jnp.dot(h, params["w2"], precision="highest")'
+                )
+            },
             why="the second product at full f32 precision: the MXU must read h in f32",
-            only=("%%compile -q\ndef mlp", "%%compile -q --backend tpu", "cpu = nbcompile.compile",
-                  "bf16 = [ln"),
+            only=(
+                "%%compile -q\ndef mlp",
+                "%%compile -q --backend tpu",
+                "cpu = nbcompile.compile",
+                "bf16 = [ln",
+            ),
         ),
     ),
     Claim(
@@ -33,7 +46,7 @@ CLAIMS = [
         "below the ridge, FLOPs over a fixed fraction of the MXU peak above it (model against "
         "model)",
         cause='all(r["roof"] == max(r["bytes"] / v5e.bytes_per_s.value, r["flops"] / '
-        'v5e.flops_per_s.value) for r in sweep.values())',
+        "v5e.flops_per_s.value) for r in sweep.values())",
         ablation=Ablation(
             {'r["roof"] = max(': 'r["roof"] = min('},
             why="the roofline as the smaller of the two times: no ridge in the model",

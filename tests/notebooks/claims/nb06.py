@@ -54,14 +54,21 @@ CLAIMS = [
         "flops leave every call",
         cause="const.weights == {}",
         ablation=Ablation(
-            {"path=const_path, constants=True)": "path=const_path, constants=False)",
-             "assert folded_pred == xla_flops(as_args)": "assert True or folded_pred == xla_flops(as_args)",
-             "as_const = jax.jit(const.exported.call).lower(x_new)": (
-                 "as_const = jax.jit(const.exported.call).lower(*const._weights, x_new)"
-             )},
+            {
+                "path=const_path, constants=True)": "path=const_path, constants=False)",
+                "assert folded_pred == xla_flops(as_args)": "assert True or folded_pred == xla_flops(as_args)",
+                "as_const = jax.jit(const.exported.call).lower(x_new)": (
+                    "as_const = jax.jit(const.exported.call).lower(*const._weights, x_new)"
+                ),
+            },
             why="frozen with the weights as arguments (constants=False): nothing is constant",
-            only=("path = os.path.join", "%%compile --freeze", "x_new = np.asarray", "params_lr =",
-                  "folded_pred ="),
+            only=(
+                "path = os.path.join",
+                "%%compile --freeze",
+                "x_new = np.asarray",
+                "params_lr =",
+                "folded_pred =",
+            ),
         ),
         window="exact flops",
     ),

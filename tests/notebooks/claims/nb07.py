@@ -15,9 +15,16 @@ CLAIMS = [
         "compiled, a block of many small ops runs faster than the same code called eagerly",
         cause='not hasattr(attention.compilation.original, "lower")',
         ablation=Ablation(
-            {**EAGER_JITTED, "assert b.eager_kernels > b.compiled_kernels": "assert True or b.eager_kernels"},
+            {
+                **EAGER_JITTED,
+                "assert b.eager_kernels > b.compiled_kernels": "assert True or b.eager_kernels",
+            },
             why="the 'eager' function jitted too: nothing is dispatched op by op",
-            only=("%%compile --bench\n@jax.jit", "b = attention.compilation.bench", "c = attention.compilation"),
+            only=(
+                "%%compile --bench\n@jax.jit",
+                "b = attention.compilation.bench",
+                "c = attention.compilation",
+            ),
         ),
         window="> 2x: measured 3.8x at load 9",
     ),
@@ -30,7 +37,11 @@ CLAIMS = [
         ablation=Ablation(
             {**EAGER_JITTED, "assert b.speedup > 2": "pass"},
             why="the 'eager' function jitted too: no per-op dispatch to save",
-            only=("%%compile --bench\n@jax.jit", "b = attention.compilation.bench", "c = attention.compilation"),
+            only=(
+                "%%compile --bench\n@jax.jit",
+                "b = attention.compilation.bench",
+                "c = attention.compilation",
+            ),
         ),
         window="< 0.5 x eager: measured 0.24",
     ),
@@ -57,7 +68,12 @@ CLAIMS = [
             },
             why="the MLP shrunk to 8x16 @ 16x16 with ten element-wise steps after it: small "
             "ops, all dispatch",
-            only=("%%compile --bench\ndef attention", "b = attention.compilation.bench", "W1 = ", "def mlp"),
+            only=(
+                "%%compile --bench\ndef attention",
+                "b = attention.compilation.bench",
+                "W1 = ",
+                "def mlp",
+            ),
         ),
         window="< 1.25: measured 0.92-1.05",
     ),
@@ -98,7 +114,9 @@ CLAIMS = [
                 ),
             },
             why="the checked program compiled without algsimp: the division is there and NaN",
-            only=("def unstable(x):\n    big = jnp.exp(x * 100.0)\n    ratio = big / big\n    jax.debug",),
+            only=(
+                "def unstable(x):\n    big = jnp.exp(x * 100.0)\n    ratio = big / big\n    jax.debug",
+            ),
         ),
         control='"division by zero" in found["checkify (division checks)"]',
     ),

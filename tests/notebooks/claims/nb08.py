@@ -31,7 +31,7 @@ CLAIMS = [
                 CALL: "        h = x @ self.hidden.kernel[...] + self.hidden.bias[...]\n"
                 "        return self.out(jax.nn.gelu(h))\n",
                 "assert max((np.size(v) for v in c.jaxpr.consts), default=0) < 16": "pass",
-                'assert any("hidden" in p for p in paths)': "assert True or any(\"hidden\" in p for p in paths)",
+                'assert any("hidden" in p for p in paths)': 'assert True or any("hidden" in p for p in paths)',
             },
             why="the hidden layer's arithmetic written out with its arrays: no call of the "
             "hidden module",

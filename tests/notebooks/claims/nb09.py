@@ -50,7 +50,12 @@ CLAIMS = [
             {IMPORTS: BUSY_CALIBRATION},
             why="a calibration made on a busy machine (a quarter of the FLOP/s) and no "
             "re-measurement when a kernel beats it",
-            only=("%%compile --profile", "c = block.compilation", "peaks = p.peaks", "timed = [k for"),
+            only=(
+                "%%compile --profile",
+                "c = block.compilation",
+                "peaks = p.peaks",
+                "timed = [k for",
+            ),
         ),
         window="5 % above the roof is the noise of two measurements (profile.TOLERANCE)",
     ),
@@ -60,9 +65,12 @@ CLAIMS = [
         "on the roofline the matmuls are compute-bound and run at a good share of the FLOP/s peak",
         cause="D >= 256",
         ablation=Ablation(
-            {**NARROW, "assert p.step_seconds > 1e-3 and p.coverage >= 0.95": "pass",
-             "assert matmul_share > 0.5": "pass",
-             "assert p.peaks is not None and all(k.roof_fraction <= 1.05 for k in timed)": "pass"},
+            {
+                **NARROW,
+                "assert p.step_seconds > 1e-3 and p.coverage >= 0.95": "pass",
+                "assert matmul_share > 0.5": "pass",
+                "assert p.peaks is not None and all(k.roof_fraction <= 1.05 for k in timed)": "pass",
+            },
             why="width 16: the matrix products are tiny, memory-bound and far from the peak",
         ),
         window="25-105 % of the peak together: measured 69 % at load 7",

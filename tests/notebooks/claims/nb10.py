@@ -19,7 +19,13 @@ CLAIMS = [
             },
             why="every block rematerialised in the model itself (nnx.remat): it keeps only its "
             "input",
-            only=("class Block", "width, depth", "unit = batch", "%%compile", "c = nbcompile.last()"),
+            only=(
+                "class Block",
+                "width, depth",
+                "unit = batch",
+                "%%compile",
+                "c = nbcompile.last()",
+            ),
         ),
         window="1 % (XLA's map matched the count to 0.0 %)",
     ),
