@@ -57,7 +57,7 @@ CLAIMS = [
         "02",
         "matmul-flops",
         "the matrix product is nearly all of the arithmetic: 2·B·D·D flops, within 5 %",
-        cause=f'sum(e.primitive.name in ("add", "mul") for e in c.jaxpr.jaxpr.eqns) < 10',
+        cause='sum(e.primitive.name in ("add", "mul") for e in c.jaxpr.jaxpr.eqns) < 10',
         ablation=Ablation(
             {
                 "    return jax.nn.relu(h)\nlayer(params, x)": "    for _ in range(24):\n"
