@@ -159,7 +159,8 @@ def execute_ablated(
     before the claim's cell asserting that the cause is gone.
 
     Returns (the probe's error, the claim cell's ANSI-free traceback): ``None`` for what passed.
-    An error in an earlier cell fails the run (the ablation broke the notebook, not the claim)."""
+    An error in an earlier cell fails the run (the ablation broke the notebook, not the claim),
+    and so does one in a clean-up cell."""
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     for old, new in claim.ablation.replace.items():
@@ -176,6 +177,8 @@ def execute_ablated(
         if i in (0, last) or only is None or any(s in c.source for s in only)
     ]
     nb.cells.insert(len(nb.cells) - 1, _probe(claim, present=False))
+    n = len(nb.cells)  # the probe at n - 2, the claim at n - 1, then the clean-up cells
+    nb.cells += [c for c in code[last + 1 :] if any(s in c.source for s in claim.ablation.cleanup)]
     env = {k: v for k, v in os.environ.items() if k not in _TEST_ONLY_ENV}
     client = NotebookClient(
         nb,
@@ -191,7 +194,6 @@ def execute_ablated(
         for o in c.outputs
         if o.get("output_type") == "error"
     }
-    n = len(nb.cells)
-    early = {i: tb[-1500:] for i, tb in errors.items() if i < n - 2}
+    early = {i: tb[-1500:] for i, tb in errors.items() if i < n - 2 or i >= n}
     assert not early, f"{path.name}: an earlier cell failed with the ablation: {early}"
     return errors.get(n - 2), errors.get(n - 1)

@@ -31,11 +31,15 @@ TAG = re.compile(r"#\s*claim:\s*([a-z0-9][a-z0-9-]*)")
 class Ablation:
     """The claim's cause removed: each key of ``replace`` swapped for its value in the code
     cells (each must occur); ``only``: besides the first code cell and the claim's own cell,
-    run just the cells holding one of these strings (None: every cell up to the claim)."""
+    run just the cells holding one of these strings (None: every cell up to the claim);
+    ``cleanup``: later cells run after the claim's, whatever happened."""
 
     replace: dict[str, str]
     why: str
     only: tuple[str, ...] | None = None
+    #: cells after the claim's run all the same, holding one of these strings (shutting down
+    #: what the notebook started: tutorial 12's processes)
+    cleanup: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
