@@ -38,8 +38,9 @@ from nbcompile import _dirs
 __all__ = ["GPU_SPECS", "TPU_SPECS", "Peak", "Peaks", "cpu_peaks", "spec_peaks"]
 
 # 2: the stream is sized from the caches; 3: the bandwidth per cache level, peaks merged by
-# their maximum; 4: the FLOP/s of the fastest of three matmul sizes. Bump when the measurement changes: old cache files are then measured again.
-_VERSION = 4
+# their maximum; 4: the FLOP/s of the fastest of three matmul sizes; 5: on this process's own
+# CPU device (in a multi-process JAX, devices('cpu')[0] can be another process's: nothing ran). Bump when the measurement changes: old cache files are then measured again.
+_VERSION = 5
 #: a rate this much above its roof is the noise of two measurements, not a roof beaten
 TOLERANCE = 1.05
 #: square f32 matmuls measured for the FLOP/s peak (the fastest counts)
@@ -247,7 +248,7 @@ def stream_bandwidth(nbytes: int, budget: float = 0.3) -> tuple[float, int]:
         lambda v: jax.lax.fori_loop(0, passes, lambda i, a: a * 0.999 + 0.001, v),
         donate_argnums=0,
     )
-    cpu = jax.devices("cpu")[0]
+    cpu = jax.local_devices(backend="cpu")[0]
     x = jax.device_put(jnp.ones((n,), jnp.float32), cpu)
     x = jax.block_until_ready(loop(x))  # compiles; the first touch of the pages
     seconds, calls = _best_seconds(loop, (x,), budget, feed_back=True)
@@ -259,7 +260,7 @@ def _measure_cpu() -> dict[str, Any]:
     import jax.numpy as jnp
 
     start = time.perf_counter()
-    cpu = jax.devices("cpu")[0]
+    cpu = jax.local_devices(backend="cpu")[0]
     # the fastest of three sizes: a matmul whose operands fit the caches can beat a larger one
     # (a 1024³ one alone was beaten by a model's smaller matmuls)
     flops, matmuls = 0.0, 0
@@ -268,6 +269,8 @@ def _measure_cpu() -> dict[str, Any]:
         matmul = jax.jit(lambda x, y: x @ y).lower(a, a).compile()
         jax.block_until_ready(matmul(a, a))
         seconds, calls = _best_seconds(matmul, (a, a), 0.25, feed_back=False)
+        if float(matmul(a, a)[0, 0]) != 0.25 * n:  # it ran here, and ran right
+            raise RuntimeError(f"the {n}³ calibration matmul gave a wrong result")
         flops, matmuls = max(flops, 2.0 * n**3 / seconds), matmuls + calls
     stream = 4 * _stream_elements()  # bytes: well past the caches
     bw, streams = stream_bandwidth(stream, 0.3)

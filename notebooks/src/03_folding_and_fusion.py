@@ -149,7 +149,7 @@ assert s["kernels"] < s["eager_kernels"] and raw_cost["bytes accessed"] == off.b
 
 # %% md
 # **Predict first.** How many bytes does each program move? Count arrays of `y`'s size
-# (`1024 × 1024` float32): the fused kernel reads `y` once and writes its result once. Without
+# (float32, `y.shape`): the fused kernel reads `y` once and writes its result once. Without
 # fusion every op is a kernel that reads its operands from memory and writes its result — and a
 # scalar such as `1.1`, which fusion would keep in a register, becomes a full array (a
 # `broadcast` kernel writes it once; XLA's cse shares it between rounds). Write down both counts
@@ -177,7 +177,7 @@ assert off.time.median > 2 * on.time.median  # claim: fusion-time
 # bytes move depends on where they are: measure it. One small compiled loop reads and writes an
 # array many times over, in place (the array is donated and fed back, so no call allocates a
 # fresh buffer: a first touch of new memory costs page faults, not bandwidth), enough passes
-# per call to move at least 64 MiB. Its bandwidth (bytes read + written per second) is high
+# per call to move tens of megabytes (a call's fixed cost is then small). Its bandwidth (bytes read + written per second) is high
 # while the array fits in this CPU's caches and drops once it does not. This is the kernel
 # `calibrate()` measures the machine's roof with, so the two must agree.
 

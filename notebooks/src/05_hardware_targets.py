@@ -224,11 +224,12 @@ def mlp(params, x):
 mlp(params, x)
 
 # %% md
-# **Predict first.** `x` is split over `data` (4 ways: 32 rows per device) and `w1`'s columns
-# over `model`, so each device holds `h` for its 32 rows and half the hidden units. `h @ w2`
-# contracts over the hidden units, which `w2`'s rows split over `model` too: each device
-# computes a *partial sum* of its rows' `32 × 512` float32 output, and the two devices of a
-# `model` pair must add theirs. How many bytes does that all-reduce move per device?
+# **Predict first.** `x` is split over `data` (four ways: a quarter of its rows per device)
+# and `w1`'s columns over `model`, so each device holds `h` for its rows and half the hidden
+# units. `h @ w2` contracts over the hidden units, which `w2`'s rows split over `model` too:
+# each device computes a *partial sum* of its rows' float32 output (its rows by `w2`'s
+# columns), and the two devices of a `model` pair must add theirs. How many bytes does that
+# all-reduce move per device?
 
 # %% code
 sharded = nbcompile.last()
@@ -239,10 +240,18 @@ assert ops & {"all-reduce", "all-gather", "reduce-scatter"}, ops
 # %% code hide
 rows, out_cols = x.shape[0] // 4, params["w2"].shape[1]
 allreduce_pred = rows * out_cols * 4     # 32 × 512 float32 partial sums
-# the raw JAX: the compiled per-device program's text names each all-reduce with its shape
-shapes = re.findall(r"= (f32\[[\d,]+\])\S* all-reduce\(", sharded.compiled.as_text())
-print(f"answer: {rows} × {out_cols} × 4 = {allreduce_pred:,} bytes; the compiled program's "
-      f"all-reduce: {shapes}")
+# the raw JAX: place the arguments on the same mesh by hand, jit, lower, compile; the
+# per-device program's text names each all-reduce with its shape
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
+placed = ({"w1": jax.device_put(params["w1"], NamedSharding(mesh, P(None, "model"))),
+           "w2": jax.device_put(params["w2"], NamedSharding(mesh, P("model", None)))},
+          jax.device_put(x, NamedSharding(mesh, P("data", None))))
+by_hand = jax.jit(sharded.original).lower(*placed).compile().as_text()
+shapes = re.findall(r"= (f32\[[\d,]+\])\S* all-reduce\(", by_hand)
+assert shapes == re.findall(r"= (f32\[[\d,]+\])\S* all-reduce\(", sharded.compiled.as_text())
+print(f"answer: {rows} × {out_cols} × 4 = {allreduce_pred:,} bytes; the all-reduce of the program "
+      f"compiled by hand (jax.jit(mlp).lower(...).compile().as_text()): {shapes}")
 assert shapes == [f"f32[{rows},{out_cols}]"]
 
 # %% code

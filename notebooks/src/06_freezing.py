@@ -178,7 +178,8 @@ assert np.abs(t1 - here_eval).max() > 1e-3
 # `constants=True` (`--freeze-constants`) bakes the weights into the program itself, so the
 # file has no weight section — and XLA, compiling the program when the file is loaded, may
 # compute any *weight-only* work once, at compile time (constant folding, tutorial 03). A
-# low-rank layer shows it: its weight is stored as two factors `u` (8×4) and `v` (4×32), and
+# low-rank layer shows it: its weight is stored as two factors `u` (shape `(8, 4)`) and `v`
+# (shape `(4, 32)`), and
 # the program multiplies them at every call — unless they are constants.
 
 # %% code

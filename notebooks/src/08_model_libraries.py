@@ -44,8 +44,8 @@ print("parameters:", n_params, "| largest constant baked into the program:",
 # %% md
 # **Predict first.** The parameters are inputs of the compiled program, so XLA's buffer
 # assignment counts them among its arguments. How many bytes of arguments will the compiled
-# program take: `hidden` is a 32→64 `Linear` (kernel and bias), `out` a 64→10 one, and `x` is
-# 16×32, all float32? The hidden cell asks JAX itself (`memory_analysis()` of the compiled
+# program take: `hidden` is a 32→64 `Linear` (kernel and bias), `out` a 64→10 one, and `x` has
+# shape `(16, 32)`, all float32? The hidden cell asks JAX itself (`memory_analysis()` of the compiled
 # program) and also compiles the same model by hand: `nnx.split` it into a graph definition and
 # a state (the arrays), and jit a function of the state.
 

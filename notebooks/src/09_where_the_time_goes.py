@@ -183,6 +183,11 @@ assert roof_time <= 1.05 * took and roof_time / took < dot_share   # memory-boun
 disabled = next(v for v in variants_for("cpu") if v.name == "no_loop_fusion").disabled
 unfused = nbcompile.compile(c.original, params, x,
                             compiler_options={"xla_disable_hlo_passes": ",".join(disabled)})
+# the same by hand: JAX's lower(), compile() with the passes disabled, XLA's cost analysis
+raw_off = jax.jit(c.original).lower(params, x).compile(
+    compiler_options={"xla_disable_hlo_passes": ",".join(disabled)}).cost_analysis()
+raw_off = raw_off[0] if isinstance(raw_off, list) else raw_off
+assert raw_off["bytes accessed"] == unfused.cost["bytes_accessed"]
 
 def elementwise(prof):
     ks = [k for k in prof.kernels if k.opcode != "dot" and "ynn" not in k.name and k.bytes]

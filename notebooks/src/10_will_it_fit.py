@@ -114,7 +114,7 @@ assert top.is_cell and "Block" not in top.label  # a cell line, shown as In [n] 
 # ## Twice the batch: does it still fit?
 # **Predict first.** Everything but the weights grows with the batch: the input, the
 # residuals, the gradients. Write down the peak at twice the batch from the prediction above,
-# and whether it fits the chip's 16 GiB. (The answer is checked in the hidden cell below.)
+# and whether it fits the chip's HBM. (The answer is checked in the hidden cell below.)
 
 # %% code hide
 big_pred = weights + 2 * (peak_pred - weights)   # every batch-sized unit doubles

@@ -76,16 +76,17 @@ train_step(params, x, y)
 %%px
 c = train_step.compilation
 crossing = [(k.op, k.bytes) for k in c.collectives if k.crosses_processes]
+raw_allreduces = c.compiled.as_text().count(" all-reduce(")  # JAX's Compiled: its HLO text
 param_bytes = sum(p.nbytes for p in jax.tree.leaves(params))
 procs = [(p.index, p.host, p.devices) for p in c.processes]
 
 # %% md
 # **Predict first.** How many bytes does the all-reduce move per device, from the shapes of
-# `w1` (`128 × 256`) and `w2` (`256 × 1`), float32? The step also returns the loss, a mean over
+# `w1` (shape `(128, 256)`) and `w2` (shape `(256, 1)`), float32? The step also returns the loss, a mean over
 # the global batch. The hidden cell checks your count against the compiled program.
 
 # %% code
-crossing_0, param_bytes_0, procs = rc[0].pull(("crossing", "param_bytes", "procs"), block=True)
+crossing_0, param_bytes_0, procs, raw_0 = rc[0].pull(("crossing", "param_bytes", "procs", "raw_allreduces"), block=True)
 for op, nbytes in crossing_0:
     print(f"{op}: {nbytes:,} bytes per device, across processes")
 print(f"parameters: {param_bytes_0:,} bytes")
@@ -94,6 +95,7 @@ for index, host, devices in procs:
 
 # %% code
 assert len(procs) == 2 and crossing_0 and all(op == "all-reduce" for op, _ in crossing_0)
+assert raw_0 == len(crossing_0)   # as many as the compiled program's text holds
 
 # %% code hide
 predicted = 4 * (128 * 256 + 256 * 1) + 4   # every gradient, and the loss's partial sum
