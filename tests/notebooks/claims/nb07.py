@@ -6,7 +6,7 @@ ATTENTION = "%%compile --bench\ndef attention(p, x):"
 EAGER_JITTED = {
     ATTENTION: "%%compile --bench\n@jax.jit\ndef attention(p, x):",
 }
-NO_ALGSIMP = '.lower(x).compile(compiler_options={"xla_disable_hlo_passes": "algsimp"})'
+NO_ALGSIMP_OPTIONS = 'compiler_options={"xla_disable_hlo_passes": "algsimp"}'
 
 CLAIMS = [
     Claim(
@@ -91,34 +91,51 @@ CLAIMS = [
     Claim(
         "07",
         "xla-rewrites-numerics",
-        "XLA's algebraic simplifier rewrites exp(a) / exp(a): the compiled program has no NaN "
-        "where the eager one does",
-        cause='"divide(" not in (step if hasattr(step, "as_text") else step.lower(x).compile()).as_text()',
+        "XLA's algebraic simplifier rewrites 1 / sqrt(v) as rsqrt(v): the compiled values differ "
+        "from the eager ones in the last bits",
+        cause='"rsqrt(" in compiled_norm.as_text()',
         ablation=Ablation(
-            {"step = jax.jit(unstable)": "step = jax.jit(unstable)" + NO_ALGSIMP},
-            why="compiled without XLA's algebraic simplifier (algsimp)",
-            only=("seen = []", "answer: {len(seen)}"),
+            {
+                "compiled_norm = jax.jit(normalise).lower(x).compile()": (
+                    "compiled_norm = jax.jit(normalise).lower(x).compile("
+                    + NO_ALGSIMP_OPTIONS
+                    + ")"
+                )
+            },
+            why="compiled without XLA's algebraic simplifier (algsimp): the division stays",
+            only=("def normalise",),
+        ),
+        window="some values differ, by < 1e-6 relative (measured 3077 of 8192, 2.2e-7)",
+    ),
+    Claim(
+        "07",
+        "checkify-catches-nan",
+        "checkify's NaN check, compiled into the program, names the primitive that made the NaN",
+        cause="bool(np.isnan(float(jax.jit(unstable)(x))))",
+        ablation=Ablation(
+            {
+                "    big = jnp.exp(x * 100.0)\n    gap = big - big\n    jax.debug.print": (
+                    "    big = jnp.exp(x * 1.0)\n    gap = big - big\n    jax.debug.print"
+                )
+            },
+            why="no overflow (exp(x)): inf - inf never happens, nothing is NaN",
+            only=("    jax.debug.print(",),
         ),
     ),
     Claim(
         "07",
-        "checkify-nan-misses",
-        "checkify's checks are compiled too: its NaN check on the rewritten division finds nothing",
-        cause='"divide(" not in (lambda f: f if hasattr(f, "as_text") else f.lower(x).compile())('
-        'checked["NaN checks"]).as_text()',
+        "debug-stops-at-the-nan",
+        "--debug runs the program op by op and stops at the first NaN, with its line",
+        cause="bool(np.isnan(float(unstable(x))))",
         ablation=Ablation(
             {
-                "    checked[name] = jax.jit(checkify.checkify(unstable, errors=errors))": (
-                    "    checked[name] = jax.jit(checkify.checkify(unstable, errors=errors))"
-                    + NO_ALGSIMP
-                ),
+                "%%compile --debug -q\ndef unstable(x):\n    big = jnp.exp(x * 100.0)": (
+                    "%%compile --debug -q\ndef unstable(x):\n    big = jnp.exp(x * 1.0)"
+                )
             },
-            why="the checked program compiled without algsimp: the division is there and NaN",
-            only=(
-                "def unstable(x):\n    big = jnp.exp(x * 100.0)\n    ratio = big / big\n    jax.debug",
-            ),
+            why="no overflow (exp(x)): no NaN to stop at",
+            only=("%%compile --debug -q\ndef unstable",),
         ),
-        control='"division by zero" in found["checkify (division checks)"]',
     ),
     Claim(
         "07",

@@ -3,7 +3,7 @@
 from . import Ablation, Claim
 
 BLOCK_BODY = "        z = self.norm(self.proj(h))\n        return h + jax.nn.gelu(z)\n"
-OPTIONS = "bigger = memory_options(c, batch_size=2 * batch, policies=(), donate=False"  # noqa
+OPTIONS = "bigger = memory_options(c, batch_size=2 * batch, policies=(), donate=False"
 
 CLAIMS = [
     Claim(
@@ -68,7 +68,7 @@ CLAIMS = [
                 ),
                 'assert remat.name.startswith("remat per layer") and "Block" in remat.name': "pass",
                 "assert plain.fits is False and remat.fits is True": "pass",
-                "assert abs(remat.peak_bytes / remat_pred - 1) < 0.03": "pass",
+                "assert remat_least <= remat.peak_bytes <= 1.01 * remat_pred": "pass",
             },
             why="the matrix products saved (checkpoint policy dots_saveable, at the first batch, "
             "where it fits): the backward recomputes only the element-wise work",
