@@ -185,8 +185,8 @@ print(f"every intermediate in its own buffer: {naive / 1024:.0f} KiB; XLA alloca
       f"{temp / 1024:.1f} KiB of temporaries; predicted h ({h_bytes / 1024:.0f} KiB) plus a few "
       f"{row_bytes} B row statistics")
 print("layouts:", sorted(set(re.findall(r"f32\[[\d,]+\]\{([\d,]+)\}", c.hlo))))
-assert temp < naive / 4
 assert h_bytes <= temp <= h_bytes + 4 * row_bytes  # claim: buffers-predicted
+assert temp < naive / 4
 
 # %% md
 # ## 4. Compiled for one target

@@ -15,9 +15,9 @@ import nbcompile
 from nbcompile.measure import ablate, calibrate, variants_for
 
 rng = np.random.default_rng(0)
-A = rng.normal(size=(128, 128)).astype(np.float32)
-B = rng.normal(size=(128, 128)).astype(np.float32)
-x = jnp.asarray(rng.normal(size=(32, 128)), jnp.float32)
+A = rng.normal(size=(256, 256)).astype(np.float32)
+B = rng.normal(size=(256, 256)).astype(np.float32)
+x = jnp.asarray(rng.normal(size=(32, 256)), jnp.float32)
 
 def seconds(f, *args, repeat=7):
     """Best per-call time of f(*args) over `repeat` runs of enough calls to last ~20 ms
@@ -72,8 +72,8 @@ raw = raw[0] if isinstance(raw, list) else raw  # a list of one on older JAX
 print(f"jax.jit(project).lower(x).compile(compiler_options=...).cost_analysis()['flops']: {raw['flops']:,.0f}")
 
 # %% code
-assert flops_off - flops_on == 2 * 128**3  # claim: folding-flops
-assert t_off > 1.5 * t_on  # claim: folding-time
+assert flops_off - flops_on == 2 * 256**3  # claim: folding-flops
+assert t_off > 2 * t_on  # claim: folding-time
 assert any(f.stage == "xla" and f.folded for f in c.folded)
 assert not any(f.stage == "xla" and f.folded for f in unfolded.folded)
 assert unfolded.summary()["kernels"] > c.summary()["kernels"] and raw["flops"] == flops_off
@@ -191,18 +191,19 @@ def cache_sizes():
             out["L" + open(f"{root}/{d}/level").read().strip()] = int(size.rstrip("K")) * 1024
     return out
 
-def stream(nbytes, rounds=5):
-    """Best read + write bytes/s of an in-place `a * 0.999 + 0.001` over `nbytes` of float32."""
+def stream(nbytes, budget=0.2):
+    """Best read + write bytes/s of an in-place `a * 0.999 + 0.001` over `nbytes` of float32,
+    over calls for about `budget` seconds (at least five)."""
     n = nbytes // 4
     k = max(1, 2**26 // (8 * n))   # passes per call: at least 64 MiB moved
     loop = jax.jit(lambda v: jax.lax.fori_loop(0, k, lambda i, a: a * 0.999 + 0.001, v),
                    donate_argnums=0)
     a = loop(jnp.ones((n,), jnp.float32)).block_until_ready()  # compile, first touch
-    best = float("inf")
-    for _ in range(rounds):
+    best, calls, deadline = float("inf"), 0, time.perf_counter() + budget
+    while calls < 5 or time.perf_counter() < deadline:
         start = time.perf_counter()
         a = loop(a).block_until_ready()   # the output is the next call's input
-        best = min(best, time.perf_counter() - start)
+        best, calls = min(best, time.perf_counter() - start), calls + 1
     return 2 * 4 * n * k / best
 
 peaks = calibrate()
@@ -224,7 +225,7 @@ print(f"calibrate(): {peaks.bytes_per_s.value / 1e9:.1f} GB/s past the caches "
 in_cache = [b for b in sweep if b <= 2**20]
 assert sweep[big] < max(sweep[b] for b in in_cache) / 2  # claim: bandwidth-drops
 assert big > 2 * max(caches.values(), default=0) - 1
-assert 0.5 < sweep[big] / peaks.bytes_per_s.value <= 1.05  # the calibration: an upper bound, and this
+assert 0.4 < sweep[big] / peaks.bytes_per_s.value <= 1.05  # the calibration: an upper bound, and this
 
 # %% md
 # **The roofline.** A kernel's *arithmetic intensity* is its FLOPs per byte moved. Below the

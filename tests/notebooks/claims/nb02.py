@@ -49,7 +49,7 @@ CLAIMS = [
         ablation=Ablation(
             {"c = layer.compilation\n": NO_FUSION},
             why="fusion switched off: every element-wise value is a kernel's output in memory",
-            only=("%%compile", "c = layer.compilation", "pre = c.lowered"),
+            only=("%%compile", "layer.compilation.original", "pre = c.lowered"),
         ),
         window="h's bytes to h's bytes + four B-float rows (XLA's buffer assignment; exact)",
     ),
@@ -65,7 +65,7 @@ CLAIMS = [
             },
             why="24 multiply-adds per element after the product: element-wise work is no "
             "longer small",
-            only=("%%compile", "c = layer.compilation", "raw_lowered ="),
+            only=("%%compile", "c = layer.compilation", "raw_lowered =", "pre = c.lowered"),
         ),
         window="[1, 1.05) x the hand count; XLA counts 1.6 % more (the element-wise ops)",
     ),

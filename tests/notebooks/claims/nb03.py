@@ -16,7 +16,7 @@ CLAIMS = [
     Claim(
         "03",
         "folding-flops",
-        "constant folding computes `A @ B` once, at compile time: exactly its 2·128³ flops "
+        "constant folding computes `A @ B` once, at compile time: exactly its 2·256³ flops "
         "leave every call",
         cause='not any(f.stage == "xla" and f.folded for f in unfolded.folded)',
         ablation=Ablation(
@@ -29,14 +29,15 @@ CLAIMS = [
     Claim(
         "03",
         "folding-time",
-        "and the folded matmul's time leaves every call (more than a third of it here)",
+        "and the folded matmul's time leaves every call (at least half of it here)",
         cause='not any(f.stage == "xla" and f.folded for f in unfolded.folded)',
         ablation=Ablation(
-            {**FOLDING_ON, "assert flops_off - flops_on == 2 * 128**3": "pass"},
+            {**FOLDING_ON, "assert flops_off - flops_on == 2 * 256**3": "pass"},
             why="the 'off' program compiled with folding left on",
             only=("%%compile\ndef project", "c = project.compilation"),
         ),
-        window="t_off > 1.5 t_on (best of three interleaved rounds each)",
+        window="t_off > 2 t_on (best of three interleaved rounds each; the flops ratio is 9x, a call's "
+        "fixed cost weighs on the small one); measured 3.6x",
     ),
     Claim(
         "03",
