@@ -225,7 +225,9 @@ print(f"calibrate(): {peaks.bytes_per_s.value / 1e9:.1f} GB/s past the caches "
 in_cache = [b for b in sweep if b <= 2**20]
 assert sweep[big] < max(sweep[b] for b in in_cache) / 2  # claim: bandwidth-drops
 assert big > 2 * max(caches.values(), default=0) - 1
-assert 0.4 < sweep[big] / peaks.bytes_per_s.value <= 1.05  # the calibration: an upper bound, and this
+# the calibration is an upper bound, and this loop measures what it measured: on a machine busy
+# now it can read well below it, never the sixteenth a fresh-buffer loop reads
+assert 0.2 < sweep[big] / peaks.bytes_per_s.value <= 1.05
 
 # %% md
 # **The roofline.** A kernel's *arithmetic intensity* is its FLOPs per byte moved. Below the
