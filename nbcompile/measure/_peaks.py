@@ -6,7 +6,7 @@
   reports where that is more, up to 1 GiB: some machines report a 480 MiB L3), which is the
   roof's bandwidth (``Peaks.bytes_per_s``, the ridge's), and over an array half the size of
   each cache level, which bounds a kernel whose data fits that cache (``Peaks.bandwidths``,
-  ``Peaks.bandwidth_for``). Each figure is the fastest tenth of the calls made in a fixed time
+  ``Peaks.bandwidth_for``). Each figure is the fastest of the calls made in a fixed time
   budget (about two seconds in all, with the compiles). Cached as JSON under the user cache
   folder (``$NBCOMPILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/nbcompile``, else
   ``~/.cache/nbcompile``; only a folder only this user can write, see ``nbcompile._dirs``) keyed
@@ -39,8 +39,10 @@ __all__ = ["GPU_SPECS", "TPU_SPECS", "Peak", "Peaks", "cpu_peaks", "spec_peaks"]
 
 # 2: the stream is sized from the caches; 3: the bandwidth per cache level, peaks merged by
 # their maximum; 4: the FLOP/s of the fastest of three matmul sizes; 5: on this process's own
-# CPU device (in a multi-process JAX, devices('cpu')[0] can be another process's: nothing ran). Bump when the measurement changes: old cache files are then measured again.
-_VERSION = 5
+# CPU device (in a multi-process JAX, devices('cpu')[0] can be another process's: nothing
+# ran); 6: the fastest call, not the fastest tenth's slowest. Bump when the measurement
+# changes: old cache files are then measured again.
+_VERSION = 6
 #: a rate this much above its roof is the noise of two measurements, not a roof beaten
 TOLERANCE = 1.05
 #: measurements (the highest kept) before a roof a kernel beats is refused
@@ -217,11 +219,11 @@ def _cache_file() -> Path | None:
 
 
 def _best_seconds(fn: Any, args: tuple[Any, ...], budget: float, feed_back: bool) -> tuple:
-    """A near-best call time of ``fn`` over about ``budget`` seconds, and the number of calls.
+    """The fastest call time of ``fn`` over about ``budget`` seconds, and the number of calls.
 
     A peak is what the machine can do, and on a shared machine most calls lose time to other
-    processes, so this is the fastest tenth's slowest call (the fastest of fewer than 10): close
-    to the best, without trusting one lucky outlier."""
+    processes; no call runs faster than the machine can, so the fastest one is the bound (the
+    fastest tenth's slowest call, used before, was beaten by a model's own best calls)."""
     import jax
 
     times: list[float] = []
@@ -232,15 +234,14 @@ def _best_seconds(fn: Any, args: tuple[Any, ...], budget: float, feed_back: bool
         times.append(time.perf_counter() - t0)
         if feed_back:  # donated input: the output is the next call's buffer (no page faults)
             args = (out, *args[1:])
-    times.sort()
-    return times[len(times) // 10], len(times)
+    return min(times), len(times)
 
 
 def stream_bandwidth(nbytes: int, budget: float = 0.3) -> tuple[float, int]:
     """Read + write bytes/s of XLA's in-place ``x * a + b`` over an f32 array of ``nbytes``,
     repeated in a loop inside one call so each call moves at least 64 MiB (a call's fixed cost
     is then small), with the array donated and fed back (no fresh buffer, no page faults); the
-    fastest tenth of the calls in ``budget`` seconds, and the number of calls."""
+    fastest of the calls in ``budget`` seconds, and the number of calls."""
     import jax
     import jax.numpy as jnp
 
@@ -368,7 +369,7 @@ def _as_peaks(data: dict[str, Any], cached: bool) -> Peaks:
         Peak(
             float(data["flops_per_s"]),
             "measured",
-            f"f32 matmuls through XLA (256³, 512³, 1024³), the fastest's fastest tenth; "
+            f"f32 matmuls through XLA (256³, 512³, 1024³), the fastest call; "
             f"{data.get('matmul_calls')} calls "
             f"({_when(data, 'flops', cached)})",
         ),
@@ -376,7 +377,7 @@ def _as_peaks(data: dict[str, Any], cached: bool) -> Peaks:
             float(data["bytes_per_s"]),
             "measured",
             f"{data.get('stream_bytes', 1 << 26) / 2**20:.0f} MiB streaming x*a+b through XLA, "
-            f"read+write, fastest tenth of "
+            f"read+write, fastest of "
             f"{data.get('stream_calls')} calls ({_when(data, 'bytes', cached)})",
         ),
         "f32",
