@@ -1,32 +1,70 @@
 # nbcompile — two commands on a fresh machine: `make lab` and `make test`.
-PYTHON ?= python3
+# Pythons are found by name, never by a machine path (scripts/find_python.sh): `make test` and
+# `make lab` use the newest Python >= 3.12 (python3.14/3.13/3.12 on the PATH, else pyenv's) with
+# the newest JAX; `make test-compat` uses Python 3.11 with JAX 0.10.2, the oldest supported stack.
+# (`make lab` falls back to Python 3.11 and JAX 0.10.2 where no newer Python is found.)
+PYTHON ?= $(shell scripts/find_python.sh newest 2>/dev/null || scripts/find_python.sh 3.11 2>/dev/null)
+COMPAT_PYTHON ?= $(shell scripts/find_python.sh 3.11 2>/dev/null)
 VENV   ?= .venv
+COMPAT_VENV ?= .venv-compat
 PY     := $(VENV)/bin/python
+CPY    := $(COMPAT_VENV)/bin/python
 PIP    := $(PY) -m pip -q --disable-pip-version-check
+CPIP   := $(CPY) -m pip -q --disable-pip-version-check
 PORT   ?= 8888
 export JAX_PLATFORMS ?= cpu
+# the oldest supported stack (SPEC 9.1): what `make test-compat` installs
+COMPAT_JAX := jax==0.10.2 jaxlib==0.10.2
+# what touches JAX's internals, run on that stack too: every reach, both call-capture backends,
+# the cache, the library example models, the frozen format across versions
+COMPAT_TESTS := tests/test_jax_reaches.py tests/analysis/test_capture_hooks.py \
+	tests/analysis/test_call_groups.py tests/analysis/test_call_kinds_hash.py \
+	tests/analysis/test_capture_backends.py tests/test_cache_live.py \
+	tests/test_persistent_cache.py tests/test_reruns.py tests/realmodels \
+	tests/frozen/test_golden.py tests/frozen/test_cross_version.py \
+	tests/frozen/test_roundtrip.py tests/test_versions.py tests/measure/test_metal_reaches.py \
+	tests/measure/test_kernel_code_library.py tests/measure/test_dump_damage.py \
+	tests/measure/test_kernel_code.py tests/measure/test_passes.py \
+	tests/test_exchange_schema.py tests/analysis/test_long_names.py tests/analysis/test_loops.py
 
-.PHONY: lab demo test test-fast test-ui test-fuzz test-gpu-deviceless test-tutorials-plugins bench bench-check gpu-check docs lint clean
+.PHONY: lab demo newest-python test test-compat test-fast test-ui test-fuzz test-gpu-deviceless test-tutorials-plugins bench bench-check gpu-check docs lint clean
 
-$(PY):
-	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "nbcompile needs Python >= 3.11"'
+PYVER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+VENV_MADE := $(VENV)/.made-with-python$(PYVER)
+
+# A venv made by another Python (an older checkout's 3.11 one) is made again.
+$(VENV_MADE):
+	@test -n "$(PYVER)" || { scripts/find_python.sh newest; exit 1; }
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
+	touch $@
+
+$(PY): $(VENV_MADE)
 
 # Installs are stamped by the pyproject.toml they came from, so re-runs are instant.
 # JupyterLab settings for `make lab`: save widget state with the notebook, so a reopened
 # notebook shows the live nbcompile view without re-running (jupyter/overrides.json).
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 
-$(VENV)/.lab-installed: pyproject.toml package.json jupyter/overrides.json | $(PY)
+$(VENV)/.lab-installed: pyproject.toml package.json jupyter/overrides.json $(VENV_MADE)
 	$(PIP) install -e ".[lab]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	mkdir -p $(dir $(LAB_SETTINGS)) && cp jupyter/overrides.json $(LAB_SETTINGS)
 	touch $@
 
-$(VENV)/.test-installed: pyproject.toml package.json | $(PY)
+$(VENV)/.test-installed: pyproject.toml package.json $(VENV_MADE)
 	$(PIP) install -e ".[lab,test,tpu,flax,equinox,keras,docs]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+$(COMPAT_VENV)/.installed: pyproject.toml package.json
+	@test -n "$(COMPAT_PYTHON)" || { scripts/find_python.sh 3.11; exit 1; }
+	rm -rf $(COMPAT_VENV)
+	$(COMPAT_PYTHON) -m venv $(COMPAT_VENV)
+	$(CPIP) install --upgrade pip
+	$(CPIP) install -e ".[test,tpu,flax,equinox,keras]" $(COMPAT_JAX)
+	$(CPY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
 /usr/bin/chromium:
@@ -41,11 +79,22 @@ lab: $(VENV)/.lab-installed
 demo: $(VENV)/.lab-installed
 	$(VENV)/bin/nbcompile render notebooks/01_quickstart.ipynb -o build/demo.html
 
-test: $(VENV)/.test-installed /usr/bin/chromium
+STACK := import sys, jax, jaxlib; print(f"stack: Python {sys.version.split()[0]}, jax {jax.__version__}, jaxlib {jaxlib.__version__}")
+
+newest-python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null || { scripts/find_python.sh newest; exit 1; }
+
+test: newest-python $(VENV)/.test-installed /usr/bin/chromium
+	@$(PY) -c '$(STACK)'
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
 	$(VENV)/bin/pytest -q
+
+# The oldest supported stack: Python 3.11 + JAX 0.10.2, on what touches JAX's internals.
+test-compat: $(COMPAT_VENV)/.installed
+	@$(CPY) -c '$(STACK)'
+	$(COMPAT_VENV)/bin/pytest -q $(COMPAT_TESTS)
 
 test-fast: $(VENV)/.test-installed
 	$(VENV)/bin/pytest -q -m "not ui and not kernel and not slow"
@@ -80,7 +129,7 @@ bench: $(VENV)/.test-installed /usr/bin/chromium
 bench-check: $(VENV)/.test-installed /usr/bin/chromium
 	$(PY) -m benchmarks --check
 
-gpu-check: $(PY)
+gpu-check: $(VENV_MADE)
 	$(PY) scripts/gpu_check.py
 
 docs: $(VENV)/.test-installed

@@ -42,6 +42,8 @@ MODELS: dict[str, Callable[[], Model]] = {
     "12-layer fwd": lambda: models.transformer(n_layers=12),
     "12-layer train": lambda: models.transformer_train_step(n_layers=12),
     "24-layer train": lambda: models.transformer_train_step(n_layers=24),
+    # the same 12 blocks as one lax.scan over stacked weights (issue 43: loops)
+    "12-layer scan train": lambda: models.transformer_scan_train_step(n_layers=12),
     # --quick: the same code paths at toy sizes
     "1-layer fwd d32": lambda: models.transformer(n_layers=1, d=32, seq=8, heads=2),
     "1-layer train d32": lambda: models.transformer_train_step(n_layers=1, d=32, seq=8, heads=2),

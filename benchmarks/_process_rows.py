@@ -92,7 +92,11 @@ _exchange_s = []
 for _k in range({rounds}):
     _client.wait_at_barrier(f"nbcompile-bench/barrier/{{_k}}", 60000)
     _t0 = time.perf_counter()
-    _agree._exchange(_client, f"nbcompile-bench/exchange/{{_k}}", _mine, _n, 60.0)
+    _raw = _agree._exchange(
+        _client, f"nbcompile-bench/exchange/{{_k}}", _agree._schema.encode("fingerprint", _mine),
+        _n, 60.0)
+    _payloads, _bad = _agree._schema.read_all(_raw, "fingerprint")  # every value checked
+    assert not _bad, _bad
     _exchange_s.append(time.perf_counter() - _t0)
 _bench = {{"fingerprint_s": _fingerprint_s, "exchange_s": _exchange_s}}
 """
@@ -164,7 +168,7 @@ def process_rows(pairs: int, rounds: int, layers: int, width: int, batch: int) -
             "fingerprint exchange",
             "2 processes",
             "s",
-            "_agree._exchange after a barrier (slower process)",
+            "_agree._exchange after a barrier, with the versioned envelope written and every value checked (slower process)",
             None,
             note=f"{rounds} exchanges of the last cell's fingerprint through jax.distributed's "
             "key-value store",

@@ -139,6 +139,37 @@ def transformer_train_step(
     return train_step, (params, x, y)
 
 
+def transformer_scan_train_step(
+    n_layers: int = 12, d: int = 512, seq: int = 64, heads: int = 8, seed: int = 0
+) -> Model:
+    """:func:`transformer_train_step` with the blocks' weights stacked and the stack run by one
+    ``lax.scan`` over layers (XLA compiles one block, runs it ``n_layers`` times; its gradient
+    is a reverse scan)."""
+    layers, head = _stack_params(n_layers, d, seed)
+    stacked = jax.tree.map(lambda *ws: jnp.stack(ws), *layers)
+    x = jax.random.normal(jax.random.key(seed + 1), (seq, d))
+    y = jax.random.normal(jax.random.key(seed + 2), (seq, d))
+
+    def forward(params, x):
+        stack, head = params
+
+        def layer(x, p):
+            return _block(p, x, heads), None
+
+        x, _ = jax.lax.scan(layer, x, stack)
+        return _layer_norm(x, jnp.ones((d,), x.dtype)) @ head
+
+    def loss(params, x, y):
+        return jnp.mean((forward(params, x) - y) ** 2)
+
+    def train_step(params, x, y):
+        value, grads = jax.value_and_grad(loss)(params, x, y)
+        new = jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads)
+        return new, value
+
+    return train_step, ((stacked, head), x, y)
+
+
 def conv_net(batch: int = 4, size: int = 16, channels: int = 8, seed: int = 0) -> Model:
     """conv -> relu -> 2x2 max-pool -> conv -> relu -> global mean -> dense."""
     key = jax.random.key(seed)

@@ -2,11 +2,16 @@
 // highlight, search. Never lays out more than `budget` boxes at once.
 
 import { exportPng, exportSvg } from "./export.js";
-import { ancestors, groupPhase } from "./model.js";
-import { BUDGET, HEADER, INITIAL_LIMIT, LINE, PAD, buildScene, initialExpansion, pathData, unitKey } from "./scene.js";
+import { decorateLoop } from "./loops.js";
+import { ancestors, groupPhase, kernelTitle } from "./model.js";
+import { BUDGET, FIRST_LIMIT, HEADER, LINE, PAD, buildScene, initialExpansion, pathData, unitKey } from "./scene.js";
 import { fmtBytes, h, s } from "./util.js";
 
 let arrowCount = 0;
+
+/** The smallest zoom the view chooses by itself: box labels (11 px) stay 8 px or more on
+ * screen. Below it the view scrolls; only the user's own zoom (−, Ctrl+wheel) goes further. */
+export const K_MIN = 8 / 11;
 
 /** Fill and stroke for a share of time (0..1): pale yellow to deep red (as report/svg.py). */
 export function heatColour(share) {
@@ -16,7 +21,7 @@ export function heatColour(share) {
 }
 
 export class GraphView {
-  constructor(pg, { name, colorBy = "kind", budget = BUDGET, initialBudget = INITIAL_LIMIT, heat = null, status = null, onActivate, onStatus }) {
+  constructor(pg, { name, colorBy = "kind", budget = BUDGET, initialBudget = FIRST_LIMIT, heat = null, status = null, onActivate, onStatus }) {
     // heat: Map(node id -> share of measured time); status: Map(node id -> added|removed|changed)
     Object.assign(this, { pg, name, colorBy, budget, heat, status, onActivate, onStatus });
     this.expanded = new Set();
@@ -45,9 +50,10 @@ export class GraphView {
     this.installEvents();
   }
 
-  /** Expand breadth-first, one whole depth level at a time, while the level fits the budget. */
+  /** The first picture: the user's calls and modules, whole depth levels while they fit. */
   expandInitially(limit, chunkLimit) {
-    for (const gid of initialExpansion(this.pg, limit, this.budget, chunkLimit)) this.expanded.add(gid);
+    const pairs = this.colorBy === "phase"; // the Gradient tab: a call opens with its backward group
+    for (const gid of initialExpansion(this.pg, limit, this.budget, chunkLimit, true, pairs)) this.expanded.add(gid);
   }
 
   unitOf(nodeId) {
@@ -61,31 +67,88 @@ export class GraphView {
 
   toggle(gid) {
     if (this.expanded.has(gid)) {
-      this.expanded.delete(gid);
-      for (const g of this.pg.groups.values()) if (ancestorsOfGroup(this.pg, g.id).includes(gid)) this.expanded.delete(g.id);
+      const twin = this.twinOf(gid); // closes with it, as it opened
+      for (const id of twin ? [gid, twin] : [gid]) {
+        this.expanded.delete(id);
+        for (const g of this.pg.groups.values()) if (ancestorsOfGroup(this.pg, g.id).includes(id)) this.expanded.delete(g.id);
+      }
       this.render({ anchor: "g:" + gid });
       return true;
     }
     const g = this.pg.groups.get(gid);
-    const after = this.visibleCount() - 1 + g.items.length;
+    // in two facing columns a group opens with its twin (`block#3` and `block#3 (backward)`)
+    const twinId = this.twinOf(gid);
+    const extra = twinId && !this.expanded.has(twinId) ? this.pg.groups.get(twinId).items.length - 1 : 0;
+    const after = this.visibleCount() - 1 + g.items.length + extra;
     if (after > this.budget) {
       this.onStatus?.(`Expanding "${g.label}" would draw ${after} boxes (limit ${this.budget}): collapse another group first.`);
       return false;
     }
     this.expanded.add(gid);
-    this.render({ anchor: "g:" + gid });
+    if (twinId) this.expanded.add(twinId);
+    this.render();
+    const box = this.boxes.get("g:" + gid);
+    // fit the group just opened; beside its open forward (or backward) twin, the two of them
+    const twin = box && (box.follow?.lead || box.leads);
+    if (box && twin) {
+      const x = Math.min(box.x, twin.x), y = Math.min(box.y, twin.y);
+      this.focusBox({ x, y, w: Math.max(box.x + box.w, twin.x + twin.w) - x, h: Math.max(box.y + box.h, twin.y + twin.h) - y });
+    } else if (box) this.focusBox(box);
     return true;
   }
 
+  /** The group drawn facing `gid` (its forward or backward twin in two facing columns), or null. */
+  twinOf(gid) {
+    const key = "g:" + gid;
+    for (const box of this.boxes?.values() || []) {
+      const partner = box.mirror?.partner || box.follow?.partner || box.leads?.follow?.partner;
+      if (!partner || !box.children?.some((c) => c.key === key)) continue;
+      for (const [b, f] of partner) {
+        if (b === key) return f.slice(2);
+        if (f === key) return b.slice(2);
+      }
+    }
+    return null;
+  }
+
+  /** ⊞: open every group, breadth-first, whole levels within the budget. */
   expandAll() {
-    this.expandInitially(this.budget, this.budget); // chunks too, within the budget
+    for (const gid of initialExpansion(this.pg, this.budget, this.budget, this.budget, false)) this.expanded.add(gid);
     this.render();
+    this.fit();
+  }
+
+  /** Open one level: every collapsed group whose parent is open (library calls too), in program
+   * order while the budget allows. */
+  expandLevel() {
+    let count = this.visibleCount();
+    const next = [];
+    const walk = (g) => {
+      for (const it of g.items) {
+        if (it.type !== "group") continue;
+        if (this.expanded.has(it.id)) walk(this.pg.groups.get(it.id));
+        else next.push(this.pg.groups.get(it.id));
+      }
+    };
+    walk(this.pg.root);
+    let opened = 0;
+    for (const g of next) {
+      if (count + g.items.length - 1 > this.budget) break;
+      this.expanded.add(g.id);
+      count += g.items.length - 1;
+      opened++;
+    }
+    if (opened < next.length) this.onStatus?.(`Opened ${opened} of ${next.length} groups (limit ${this.budget} boxes).`);
+    this.render();
+    this.fit();
+    return opened;
   }
 
   collapseAll() {
     this.expanded.clear();
     this.expandInitially(1);
     this.render();
+    this.fit();
   }
 
   /** Lay out and draw what is visible. */
@@ -106,10 +169,16 @@ export class GraphView {
       this.applyTransform();
     } else if (!this.fitted) this.firstView();
     this.applyClasses();
+    this.updateStatus();
+  }
+
+  updateStatus() {
     const units = [...this.boxes.values()].filter((b) => !b.children).length;
-    this.onStatus?.(`${units} boxes drawn for ${this.pg.nodes.length - this.pg.labels.size} ops` +
-      (this.pg.labels.size ? ` (${this.pg.labels.size} parameters/scalars shown as labels)` : "") +
-      (this.partial ? " · showing the top: ⤢ fits all, drag to pan" : ""));
+    const { labels, folded } = this.pg, shown = labels.size - folded.size;
+    this.onStatus?.(`${units} boxes drawn for ${this.pg.nodes.length - labels.size} ${this.pg.isCompiled ? "kernels" : "ops"}` +
+      (shown ? ` (${shown} parameters/scalars shown as labels)` : "") +
+      (folded.size ? ` · ${folded.size} zero-cost bitcasts/copies folded into their neighbours` : "") +
+      (this.partial ? " · scroll or drag to see the rest" : ""));
   }
 
   draw(tree) {
@@ -157,6 +226,7 @@ export class GraphView {
       "aria-label": `collapse ${box.group.label}`, ...this.hooks(null, box.group) });
     head.appendChild(s("rect", { x: box.x, y: box.y, width: box.w, height: HEADER - 4, rx: 6 }));
     head.appendChild(s("text", { x: box.x + PAD, y: box.y + 13, text: box.title }));
+    decorateLoop(this.pg, head, box, false);
     g.appendChild(head);
     parent.appendChild(g);
     this.els.set(box.key, head);
@@ -187,6 +257,7 @@ export class GraphView {
     }
     g.appendChild(face);
     box.lines.forEach((t, i) => g.appendChild(s("text", { x: 7, y: 15 + i * LINE, class: i ? "nbc-sub" : "nbc-main", text: t })));
+    if (group) decorateLoop(this.pg, g, box, true);
     this.els.set(box.key, g);
     return g;
   }
@@ -268,41 +339,67 @@ export class GraphView {
     this.applyTransform();
   }
 
+  /** The drawing area's height: the window's, less the view's header and toolbar. */
   maxHeight() {
     const view = this.el.ownerDocument?.defaultView;
-    return Math.max(320, Math.min(720, Math.round((view?.innerHeight || 900) * 0.7)));
+    return Math.max(320, Math.round((view?.innerHeight || 900) - 110));
   }
 
-  /** First view: the whole graph when it reads at 50 % or more, else its top at a readable
-   * scale (⤢ / "0" fits all; drag or the arrow keys pan). */
+  /** First view: the whole graph when it reads with labels of 8 px or more, else as wide as
+   * the canvas (at that size or more) from its top, to scroll or drag. */
   firstView() {
-    const root = this.boxes?.get("root");
-    const W = this.el.clientWidth;
-    if (!root || !W) return;
-    const maxH = this.maxHeight();
-    const kFit = Math.min(1, (W - 20) / Math.max(root.w, 1), (maxH - 24) / Math.max(root.h, 1));
-    this.partial = kFit < 0.5;
-    if (!this.partial) { this.fit(); return; }
-    this.fitted = true;
-    const k = Math.min(1, Math.max(kFit, Math.min(0.75, (W - 20) / Math.max(root.w, 1))));
-    this.el.style.height = maxH + "px";
-    this.t = { k, x: Math.max(10, (W - root.w * k) / 2), y: 12 };
-    this.applyTransform();
+    this.fit();
   }
 
-  /** Fit to view: the whole graph inside the canvas (both ways), never above 100 %. */
+  /** ⤢ / "0": the whole graph when it fits at a legible size (never above 100 %); otherwise it
+   * fits the width (never below K_MIN) and the rest scrolls. */
   fit() {
     const root = this.boxes?.get("root");
     const W = this.el.clientWidth;
     if (!root || !W) return;
     this.fitted = true;
-    this.partial = false;
     const maxH = this.maxHeight();
-    const k = Math.min(1, (W - 20) / Math.max(root.w, 1), (maxH - 24) / Math.max(root.h, 1));
+    const kW = (W - 20) / Math.max(root.w, 1), kH = (maxH - 24) / Math.max(root.h, 1);
+    let k = Math.min(1, kW, kH);
+    if (k < K_MIN) k = Math.max(K_MIN, Math.min(1, kW));
     const H = Math.max(160, Math.min(maxH, root.h * k + 24));
     this.el.style.height = H + "px";
-    this.t = { k, x: (W - root.w * k) / 2, y: (H - root.h * k) / 2 };
+    this.partial = root.h * k + 24 > H + 1 || root.w * k + 20 > W + 1;
+    this.t = { k, x: Math.max(10, (W - root.w * k) / 2), y: root.h * k + 24 <= H ? (H - root.h * k) / 2 : 12 };
     this.applyTransform();
+    if (this.boxes) this.updateStatus();
+  }
+
+  /** Bring one box (a group just opened) into view: as large as fits, labels 8 px or more, its
+   * top-left corner visible where it does not fit. The canvas grows to the window if needed. */
+  focusBox(box) {
+    const root = this.boxes?.get("root");
+    const W = this.el.clientWidth;
+    if (!root || !W) return;
+    const maxH = this.maxHeight();
+    const H = Math.max(this.el.clientHeight || 0, Math.min(maxH, root.h * this.t.k + 24));
+    this.el.style.height = H + "px";
+    const k = Math.max(K_MIN, Math.min(1, (W - 20) / Math.max(box.w, 1), (H - 24) / Math.max(box.h, 1)));
+    this.t.k = k;
+    this.t.x = box.w * k <= W - 20 ? W / 2 - (box.x + box.w / 2) * k : 10 - box.x * k;
+    this.t.y = box.h * k <= H - 24 ? H / 2 - (box.y + box.h / 2) * k : 12 - box.y * k;
+    this.partial = root.h * k + 24 > H + 1 || root.w * k + 20 > W + 1;
+    this.applyTransform();
+    this.updateStatus();
+  }
+
+  /** Plain wheel: scroll the drawing where it overflows the canvas; at its edge, the page. */
+  scrollBy(dx, dy) {
+    const root = this.boxes?.get("root");
+    if (!root) return false;
+    const W = this.el.clientWidth, H = this.el.clientHeight, k = this.t.k;
+    const clamp = (v, lo, hi) => Math.max(Math.min(lo, hi), Math.min(Math.max(lo, hi), v));
+    const x = clamp(this.t.x - dx, W - 10 - root.w * k, 10), y = clamp(this.t.y - dy, H - 12 - root.h * k, 12);
+    if (Math.abs(x - this.t.x) < 0.5 && Math.abs(y - this.t.y) < 0.5) return false;
+    this.t.x = x;
+    this.t.y = y;
+    this.applyTransform();
+    return true;
   }
 
   /** The drawn graph as a standalone SVG document (export.js). */
@@ -380,7 +477,11 @@ export class GraphView {
       ev.preventDefault();
     });
     this.el.addEventListener("wheel", (ev) => {
-      if (!ev.ctrlKey && !ev.metaKey) return; // plain wheel scrolls the notebook
+      if (!ev.ctrlKey && !ev.metaKey) {
+        // plain wheel scrolls a drawing taller or wider than the canvas, else the notebook
+        if (this.scrollBy(ev.shiftKey ? ev.deltaY : ev.deltaX, ev.shiftKey ? 0 : ev.deltaY)) ev.preventDefault();
+        return;
+      }
       ev.preventDefault();
       const r = this.el.getBoundingClientRect();
       this.zoom(Math.exp(-ev.deltaY / 300), ev.clientX - r.left, ev.clientY - r.top);
@@ -411,14 +512,20 @@ export function residualWidth(bytes, most) {
 /** data-kind (group | op | fusion | output | input), data-name (the label) and, with `phases`,
  * data-phase (forward | backward | mixed) of a box; report/svg.py writes the same. */
 export function boxHooks(pg, node, group, phases) {
-  let kind = "group", name = group?.label, phase = null;
+  let kind = "group", name = group?.label, phase = null, kernel = null;
   if (node) {
     kind = node.kind === "fusion" || (node.fusion && pg.isCompiled) ? "fusion" : node.kind === "output" ? "output"
       : node.kind === "param" || node.kind === "const" ? "input" : "op";
     name = node.label || node.op;
+    // a kernel is named in the user's words (`layer#3 · matmul`); data-kernel keeps XLA's name
+    if (pg.isCompiled && (kind === "fusion" || kind === "op")) [name, kernel] = [kernelTitle(pg, node), node.label || node.op];
     phase = node.phase;
   } else if (group) phase = group.label.endsWith(" (backward)") ? "backward" : groupPhase(group);
-  return { "data-kind": kind, "data-name": name, "data-phase": phases ? phase || null : null };
+  // data-in: the labels of the groups holding the box, outermost first (`mlp#1/layer#3`)
+  const key = node ? "n:" + node.id : "g:" + group?.id;
+  const holders = ancestors(pg, key).map((gid) => pg.groups.get(gid)).filter((g) => !["chunk", "across", "rest"].includes(g.kind));
+  return { "data-kind": kind, "data-name": name, "data-kernel": kernel, "data-in": holders.map((g) => g.label).join("/") || null,
+    "data-phase": phases ? phase || null : null };
 }
 
 function ancestorsOfGroup(pg, gid) {

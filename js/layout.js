@@ -111,8 +111,8 @@ export function rank(keys, edges) {
  * backward pass up column 1). columns: Map(key -> 0 | 1); partner: Map(column-1 key -> the
  * column-0 key it mirrors). Column 0 is ranked alone (rank()); a mirrored child takes its
  * partner's layer; another column-1 child the deepest layer of the column-0 children it touches
- * (in `given` with `across`: Map(key -> the forward group's children it touches)), else of the
- * column-1 children it touches, else a layer below all. Edges within one layer are `flat`
+ * (in `given` with `across`: Map(key -> the forward group's children it touches)), else one row
+ * above the column-1 children it reads (the backward pass runs up), else a layer below all. Edges within one layer are `flat`
  * (drawn sideways), edges upwards `reversed`. Returns rank()'s fields plus {columns, flat:
  * [[a, b], ...]}.
  */
@@ -127,7 +127,7 @@ export function mirrorRank(keys, edges, columns, partner, given = null, across =
   for (const k of right) if (from.has(partner.get(k))) layer.set(k, from.get(partner.get(k)));
   const near = new Map();
   for (const [a, b] of edges) { (near.get(a) || near.set(a, []).get(a)).push(b); (near.get(b) || near.set(b, []).get(b)).push(a); }
-  // facing the forward values it reads (a residual, an input), else beside its own column's
+  // facing the forward values it reads (a residual, an input)
   for (const k of right) {
     if (layer.has(k)) continue;
     let L = -1;
@@ -135,13 +135,24 @@ export function mirrorRank(keys, edges, columns, partner, given = null, across =
     for (const j of across?.get(k) || []) if (from.has(j)) L = Math.max(L, from.get(j));
     if (L >= 0) layer.set(k, L);
   }
-  for (let pass = 0; pass < 2; pass++) {
-    for (const k of right) {
-      if (layer.has(k)) continue;
-      let L = -1;
-      for (const j of near.get(k) || []) if (columns.get(j) === 1 && layer.has(j)) L = Math.max(L, layer.get(j));
-      if (L >= 0 || pass === 1) layer.set(k, L >= 0 ? L : below);
-    }
+  // the rest of the backward column runs up (program order is an order of the data flow): one
+  // row below the lowest of its consumers (latest first), else one row above the highest of
+  // its producers (never above the top row), else below all
+  const preds = new Map(), succs = new Map();
+  for (const [a, b] of edges) {
+    if (columns.get(a) !== 1 || columns.get(b) !== 1 || a === b) continue;
+    (preds.get(b) || preds.set(b, []).get(b)).push(a);
+    (succs.get(a) || succs.set(a, []).get(a)).push(b);
+  }
+  for (const k of [...right].reverse()) {
+    if (layer.has(k)) continue;
+    const down = (succs.get(k) || []).filter((j) => layer.has(j)).map((j) => layer.get(j) + 1);
+    if (down.length) layer.set(k, Math.max(...down));
+  }
+  for (const k of right) {
+    if (layer.has(k)) continue;
+    const up = (preds.get(k) || []).filter((j) => layer.has(j)).map((j) => layer.get(j));
+    layer.set(k, up.length ? Math.max(0, Math.min(...up) - 1) : below);
   }
   if (!given) {
     const used = [...new Set(layer.values())].sort((a, b) => a - b);

@@ -93,28 +93,59 @@ function isLabelNode(n) {
 /** Index one report graph for drawing. */
 export function prepareGraph(graph, report) {
   const nodes = graph.nodes || [];
-  const byId = new Map(), index = new Map(), labels = new Set();
-  nodes.forEach((n, i) => { byId.set(n.id, n); index.set(n.id, i); if (isLabelNode(n)) labels.add(n.id); });
+  // the train step's kernels (`--grad`: the value_and_grad program) are its own fusions'
+  const step = graph === report.graphs?.gradient_compiled;
+  const fusionById = new Map(((step ? report.gradient_fusions : report.fusions) || []).map((f) => [f.id, f]));
+  const isCompiled = step || graph === report.graphs?.compiled;
+  const byId = new Map(), index = new Map(), labels = new Set(), folded = new Set();
+  nodes.forEach((n, i) => {
+    byId.set(n.id, n);
+    index.set(n.id, i);
+    if (isLabelNode(n)) labels.add(n.id);
+    else if (isCompiled && zeroCost(n, fusionById)) folded.add(n.id);
+  });
+  // a zero-cost kernel (bitcast, copy, tuple) is folded into its neighbours: its consumers read
+  // what it read
+  const into = new Map();
+  if (folded.size) for (const e of graph.edges || []) if (folded.has(e.dst)) push(into, e.dst, e.src);
+  const sourcesOf = (id, seen = new Set()) => {
+    if (!folded.has(id)) return [id];
+    if (seen.has(id)) return [];
+    seen.add(id);
+    return (into.get(id) || []).flatMap((p) => sourcesOf(p, seen));
+  };
   const preds = new Map(), succs = new Map(), inLabels = new Map(), labelUsers = new Map();
   const edges = [];
   for (const e of graph.edges || []) {
-    if (!byId.has(e.src) || !byId.has(e.dst) || labels.has(e.dst)) continue;
-    if (labels.has(e.src)) {
-      push(inLabels, e.dst, e.src);
-      push(labelUsers, e.src, e.dst);
-      continue;
+    if (!byId.has(e.src) || !byId.has(e.dst) || labels.has(e.dst) || folded.has(e.dst)) continue;
+    for (const src of folded.has(e.src) ? [...new Set(sourcesOf(e.src))] : [e.src]) {
+      if (!byId.has(src)) continue;
+      if (labels.has(src)) {
+        push(inLabels, e.dst, src);
+        push(labelUsers, src, e.dst);
+        continue;
+      }
+      edges.push(src === e.src ? e : { ...e, src });
+      push(preds, e.dst, src);
+      push(succs, src, e.dst);
     }
-    edges.push(e);
-    push(preds, e.dst, e.src);
-    push(succs, e.src, e.dst);
   }
+  for (const id of folded) labels.add(id); // not drawn (and not a label on its consumers)
   const fusionNodes = new Map();
   for (const n of nodes) if (n.fusion && !labels.has(n.id)) push(fusionNodes, n.fusion, n.id);
-  const fusionById = new Map((report.fusions || []).map((f) => [f.id, f]));
-  const isCompiled = graph === report.graphs?.compiled;
-  const pg = { graph, report, fusionById, isCompiled, nodes, byId, index, labels, preds, succs, inLabels, labelUsers, edges, fusionNodes };
+  const pg = { graph, report, fusionById, isCompiled, nodes, byId, index, labels, folded, preds, succs, inLabels, labelUsers, edges, fusionNodes };
   buildTree(pg);
+  for (const g of pg.groups.values()) g.unit = isCompiled ? "kernels" : "ops";
   return pg;
+}
+
+// a kernel that moves no data of its own: XLA's bitcasts, copies, reshapes and tuples
+const ZERO_COST = new Set(["bitcast", "copy", "reshape", "tuple", "get-tuple-element"]);
+function zeroCost(n, fusionById) {
+  if (n.kind !== "op" && n.kind !== "fusion") return false;
+  const f = n.fusion ? fusionById.get(n.fusion) : null;
+  const ops = f ? f.ops || [] : [n.opcode || n.op];
+  return ops.length > 0 && ops.every((o) => ZERO_COST.has(o));
 }
 
 function push(map, k, v) {
@@ -140,20 +171,38 @@ function buildTree(pg) {
       const calls = callPaths(pg, n);
       if (calls.length) sites.set(n.id, callSite(calls));
     }
+    // a kernel XLA left without the user's names (a broadcast, an iota) sits with its neighbour
+    if (sites.size && pg.isCompiled) {
+      const bare = (n) => !sites.has(n.id) && (n.kind === "op" || n.kind === "fusion") && !n.path;
+      for (const n of [...drawn].reverse()) {
+        const nb = bare(n) && (pg.succs.get(n.id) || []).find((id) => sites.has(id));
+        if (nb) sites.set(n.id, sites.get(nb));
+      }
+      for (const n of drawn) {
+        const nb = bare(n) && (pg.preds.get(n.id) || []).find((id) => sites.has(id));
+        if (nb) sites.set(n.id, sites.get(nb));
+      }
+    }
     const shared = new Map(); // kernels on one boundary
     for (const st of sites.values()) if (st.next.length > 1) shared.set(st.key, (shared.get(st.key) || 0) + 1);
-    // with calls known, more than GATHER kernels outside them are one group, not a row of boxes
-    const outside = sites.size ? drawn.filter((n) => !sites.has(n.id) && n.kind !== "output" && !n.path) : [];
-    if (outside.length > GATHER) {
-      groups.set("x:", mkGroup("x:", "outside your calls", "chunk", ""));
-      for (const n of outside) nodeGroup.set(n.id, "x:");
+    // with calls known, more than GATHER kernels outside them are one group (two in a train
+    // step: forward, backward), not a row of boxes
+    const top = (n) => (!sites.has(n.id) && !n.path) || (sites.has(n.id) && !sites.get(n.id).prefix.length && sites.get(n.id).next.length < 2);
+    const outside = sites.size ? drawn.filter((n) => n.kind !== "output" && top(n)) : [];
+    if (outside.length > (pg.isCompiled ? LOOSE : GATHER)) {
+      for (const n of outside) {
+        const back = n.phase === "backward";
+        const gid = back ? "x:b" : "x:";
+        if (!groups.has(gid)) groups.set(gid, mkGroup(gid, back ? "outside your calls (backward)" : "outside your calls", "rest", ""));
+        nodeGroup.set(n.id, gid);
+      }
     }
     for (const n of drawn) {
+      if (nodeGroup.has(n.id)) continue;
       if (sites.has(n.id)) {
         nodeGroup.set(n.id, callGroup(pg, groups, n, sites.get(n.id), shared));
         continue;
       }
-      if (nodeGroup.has(n.id)) continue;
       const segs = String(n.path || "").split("/").filter(Boolean);
       let parent = "";
       for (let i = 0; i < segs.length; i++) {
@@ -219,8 +268,11 @@ function buildTree(pg) {
   pg.parentOf = parentOf; // unit key -> containing group id ("" = root)
 }
 
-/** The user's call paths of a node (``loss#1/block#3``): its own, else its fusion's. */
+/** Where a kernel sits among the user's groups: the paths of its ops through the user's calls
+ * and modules as they nest (`Transformer/blocks_0/attn`, `loss#1/block#3`; analysis/calls.py),
+ * else its own call paths, else its fusion's. */
 function callPaths(pg, n) {
+  if (Array.isArray(n.scopes)) return n.scopes;
   if (Array.isArray(n.calls)) return n.calls;
   const f = n.fusion ? pg.fusionById.get(n.fusion) : null;
   return f && Array.isArray(f.functions) ? f.functions : [];
@@ -229,13 +281,19 @@ function callPaths(pg, n) {
 /** Where a kernel's call paths meet: {prefix (their longest common path), next (the calls
  * below it they come from), key}. */
 function callSite(calls) {
-  const paths = calls.map((c) => String(c).split("/").filter(Boolean));
+  let paths = calls.map((c) => String(c).split("/").filter(Boolean));
+  // forward ops fused into a backward kernel are recomputed for it: the kernel is the backward
+  // group's (`layer#3` + `layer#3 (backward)` sits in `layer#3 (backward)`)
+  if (paths.some((p) => p.some((s) => s.endsWith(BACKWARD)))) paths = paths.map((p) => p.map((s) => (s.endsWith(BACKWARD) ? s : s + BACKWARD)));
   let k = 0;
   while (paths.every((p) => k < p.length && p[k] === paths[0][k])) k++;
   const next = [...new Set(paths.filter((p) => p.length > k).map((p) => p[k]))];
   const prefix = paths[0].slice(0, k);
   return { prefix, next, key: prefix.join("/") + "\u0001" + next.join(" + ") };
 }
+
+const CALL_LABEL = /#\d+( \(backward\))?$/;
+const BACKWARD = " (backward)";
 
 /** The group of a kernel: the call holding all its ops, one group per call (ids "c:" + path).
  * A kernel whose ops come from several calls sits there, on their boundary, and `pg.across`
@@ -245,7 +303,11 @@ function callGroup(pg, groups, n, site, shared) {
   let parent = "";
   for (let i = 0; i < prefix.length; i++) {
     const gid = "c:" + prefix.slice(0, i + 1).join("/");
-    if (!groups.has(gid)) groups.set(gid, mkGroup(gid, prefix[i], "function", parent));
+    if (!groups.has(gid)) {
+      // a call of the user's function is numbered (`layer#3`); a module or scope is not
+      const call = CALL_LABEL.test(prefix[i]);
+      groups.set(gid, Object.assign(mkGroup(gid, prefix[i], call ? "function" : "scope", parent), { call: call ? "call" : null }));
+    }
     parent = gid;
   }
   if (next.length > 1) {
@@ -263,6 +325,9 @@ function callGroup(pg, groups, n, site, shared) {
  * gradient, an updated parameter) made inside one group is drawn in that group: no row of N
  * output boxes, each gradient at the backward call that made it. */
 const GATHER = 8;
+/** More kernels than this outside the user's calls: gathered (a row of them would be wider than
+ * the canvas at a legible size). */
+const LOOSE = 4;
 function gatherOutputs(pg, drawn, nodeGroup) {
   const loose = drawn.filter((n) => n.kind === "output" && !nodeGroup.get(n.id)).length;
   if (loose <= GATHER && !drawn.some((n) => n.phase === "backward")) return;
@@ -298,6 +363,31 @@ function mergeStats(g, c) {
   for (const p in c.phases) g.phases[p] += c.phases[p];
   g.lineMin = Math.min(g.lineMin, c.lineMin);
   g.lineMax = Math.max(g.lineMax, c.lineMax);
+}
+
+// What a kernel does, in a word: its most telling op (a matmul before the adds fused into it).
+const OP_WORDS = { dot: "matmul", convolution: "conv", "reduce-window": "pool", reduce: "reduce", scatter: "scatter",
+  gather: "gather", exponential: "exp", logistic: "sigmoid", "select-and-scatter": "pool grad", sort: "sort" };
+const PLAIN = new Set(["parameter", "constant", "bitcast", "broadcast", "reshape", "copy", "convert", "tuple",
+  "get-tuple-element", "iota", "slice", "concatenate", "pad", "transpose", "dynamic-slice", "dynamic-update-slice"]);
+
+/** A kernel's box title, in the user's words: the call or module it sits in and what it does
+ * (`layer#3 · matmul`, `blocks_0 · gelu`, `loss · log_softmax`); XLA's name is its second line. */
+export function kernelTitle(pg, n) {
+  const f = n.fusion ? pg.fusionById.get(n.fusion) : null;
+  const ops = f?.ops?.length ? f.ops : [n.opcode || n.op];
+  let what;
+  if (Array.isArray(n.lib) && n.lib.length) what = n.lib.slice(0, 2).join("+");
+  else {
+    const telling = ops.find((o) => OP_WORDS[o] && o !== "reduce") || ops.find((o) => o === "reduce");
+    const rest = [...new Set(ops.filter((o) => !PLAIN.has(o)))];
+    what = telling ? OP_WORDS[telling] : rest.length ? rest.slice(0, 2).join("+") : ops[0] || n.op;
+  }
+  let g = pg.groups?.get(pg.parentOf?.get("n:" + n.id) || "");
+  while (g && g.id !== "" && ["chunk", "across", "rest"].includes(g.kind)) g = pg.groups.get(g.parent);
+  const across = pg.across?.get(n.id);
+  const where = across ? across.join(" + ") : g && g.id !== "" ? g.label : pg.report?.name || "";
+  return where ? `${where} · ${what}` : what;
 }
 
 /** The k most frequent ops of a group. */

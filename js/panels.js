@@ -35,21 +35,31 @@ export function gradientPanel(report) {
 }
 
 /** Fusion table under the compiled graph (largest first; the first 100 until asked). */
-export function fusionTable(report, select) {
-  const fusions = [...(report.fusions || [])].sort((a, b) => (b.flops || 0) - (a.flops || 0));
+/** The user's call or module a kernel came from: its first call path, else its first module
+ * path, with how many more (report/fallback.py: fusion_where). */
+export function fusionWhere(f) {
+  const paths = (f.functions || []).length ? f.functions : f.modules || [];
+  return paths.length ? String(paths[0]) + (paths.length > 1 ? ` +${paths.length - 1}` : "") : "–";
+}
+
+export function fusionTable(report, select, pg = null) {
+  // pg: the drawn compiled graph (the train step's with --grad): its fusions, rows select its nodes
+  const step = pg && pg.graph === report.graphs?.gradient_compiled;
+  const fusions = [...((step ? report.gradient_fusions : report.fusions) || [])].sort((a, b) => (b.flops || 0) - (a.flops || 0));
+  const target = (f) => (step ? `gradient_compiled:${(pg.fusionNodes.get(f.id) || [])[0] || ""}` : "fusion:" + f.id);
   const wrap = h("div", { class: "nbc-fusions", "data-testid": "nbc-fusion-table" });
   const draw = (limit) => {
     wrap.textContent = "";
-    wrap.appendChild(h("h4", null, `Fusions (${fusions.length}), largest first`));
+    wrap.appendChild(h("h4", null, `Fusions (${fusions.length})${step ? " of the train step" : ""}, largest first`));
     const rows = fusions.slice(0, limit).map((f) => {
       const name = h("span", { class: "nbc-link" }, f.name || f.id);
-      activatable(name, () => select("fusion:" + f.id));
+      activatable(name, () => select(target(f)));
       const where = (f.lines || []).join(", ") || (f.locations || []).map((l) => l.label).slice(0, 2).join(", ") || "–";
-      return [name, f.kind, trunc((f.ops || []).join(", "), 60), fmtNum(f.flops), fmtBytes(f.bytes), fmtBytes(f.bytes_saved),
+      return [name, fusionWhere(f), f.kind, trunc((f.ops || []).join(", "), 60), fmtNum(f.flops), fmtBytes(f.bytes), fmtBytes(f.bytes_saved),
         where, f.phase || "–"];
     });
     const from = fusions[0] ? ` (${fromOf(fusions[0], "flops") || "?"})` : "";
-    wrap.appendChild(table(["fusion", "kind", "ops", `flops${from}`, `bytes${from}`, "bytes saved (estimate)", "lines", "phase"], rows));
+    wrap.appendChild(table(["fusion", "call / module", "kind", "ops", `flops${from}`, `bytes${from}`, "bytes saved (estimate)", "lines", "phase"], rows));
     if (fusions.length > limit) {
       const more = h("button", { class: "nbc-btn", type: "button" }, `show all ${fusions.length}`);
       more.addEventListener("click", () => draw(fusions.length));

@@ -187,8 +187,11 @@ export function kernelCodePanel(report, name) {
   const legendEls = legend;
   const width = k.vector_width ? `${k.vector_width}-bit vectors` : "no vector registers";
   wrap.append(...[
-    h("h4", null, `Code of ${k.name}: ${fmtNum(k.instructions)} ${k.isa} instructions, ${width}`),
+    h("h4", null, `${k.library ? "Stand-in code" : "Code"} of ${k.name}: ${fmtNum(k.instructions)} ${k.isa} instructions, ${width}`),
     k.shared_with ? h("div", { class: "nbc-hint" }, `XLA compiled this fusion once with ${k.shared_with}: this is that code`) : null,
+    k.library ? h("div", { class: "nbc-hint nbc-stand-in", "data-testid": "nbc-code-stand-in" },
+      `${k.library} runs ${k.name}: this is XLA's own code for the same ops, compiled with ${k.library} off` +
+      ` (kernels ${(k.stand_in || []).join(", ")}) — not what runs`) : null,
     h("div", { class: "nbc-kcode-lines" }, "source lines (click one to highlight its instructions): ", legend.length ? legend : "none known"),
     h("div", { class: "nbc-hint", "data-testid": "nbc-code-mapping" }, "the line mapping is per kernel, not per instruction — " + k.mapping),
     h("pre", { class: "nbc-pre nbc-asm-code", "data-testid": "nbc-asm" }, rows),

@@ -7,7 +7,7 @@
 
 import { renderDiff } from "./diff.js";
 import { GraphView } from "./graphview.js";
-import { BUDGET, INITIAL_LIMIT } from "./scene.js";
+import { BUDGET, FIRST_LIMIT, INITIAL_LIMIT } from "./scene.js";
 import { decodeReport, prepareGraph } from "./model.js";
 import { detailsFor, fusionTable, gradientPanel } from "./panels.js";
 import { kernelCodeOf, kernelCodePanel, passesPanel } from "./passes.js";
@@ -86,13 +86,19 @@ function build(el, report, opts, view) {
   // the other graphs are prepared when first used (a tab, a selection): not before the first paint
   // `graphs.gradient` (the value_and_grad program) when the report has it
   const pgs = { traced };
-  for (const name of ["compiled", "gradient"]) {
+  for (const name of ["compiled", "gradient", "gradient_compiled"]) {
     let pg;
     Object.defineProperty(pgs, name, { enumerable: true,
       get: () => (pg === undefined ? (pg = report.graphs[name] ? prepareGraph(report.graphs[name], report) : null) : pg) });
   }
-  const graphOfTab = (tab) => (tab === "compiled" ? "compiled" : tab === "gradient" && report.graphs.gradient ? "gradient" : "traced");
+  // with --grad the Compiled tab draws the train step's kernels (forward and backward), or on
+  // request the forward program's alone
+  const hasStep = !!report.graphs.gradient_compiled && !!report.graphs.compiled;
+  const gkey = (tab) => (tab === "compiled" && state.step ? "compiled-step" : tab);
+  const graphOfTab = (tab) => (tab === "compiled" ? (state.step ? "gradient_compiled" : "compiled")
+    : tab === "gradient" && report.graphs.gradient ? "gradient" : "traced");
   const heat = timeHeat(report, report.graphs.compiled);
+  state.step = hasStep && !heat; // a profiled forward program first, coloured by measured time
   const diff = report.extras?.changes?.diff || null;
   view.timings.prepared = performance.now() - view.t0;
   const has = { graph: true, compiled: !!report.graphs.compiled, source: (report.source?.lines || []).length > 0 || (report.sources || []).length > 0,
@@ -106,17 +112,20 @@ function build(el, report, opts, view) {
   const search = h("input", { class: "nbc-search", "data-testid": "nbc-search", type: "search", placeholder: "search op or name…",
     "aria-label": "search ops and names (Enter: next match)" });
   const count = h("span", { class: "nbc-count", "data-testid": "nbc-match-count", "aria-live": "polite" }, "");
-  const budget = opts.budget || BUDGET, initialBudget = opts.initialBudget || INITIAL_LIMIT;
+  const budget = opts.budget || BUDGET;
+  // the first picture: the user's calls and modules (at most FIRST_LIMIT boxes); the Gradient
+  // tab's two facing columns have room for twice as many
+  const initialBudget = (tab) => opts.initialBudget || (tab === "gradient" ? INITIAL_LIMIT : FIRST_LIMIT);
 
   const graphFor = (tab) => {
-    if (graphs.has(tab)) return graphs.get(tab);
+    if (graphs.has(gkey(tab))) return graphs.get(gkey(tab));
     const gname = graphOfTab(tab);
     const colorBy = tab === "gradient" ? "phase" : "kind";
-    const gv = new GraphView(pgs[gname], { name: tab, colorBy, budget, initialBudget, heat: tab === "compiled" ? heat : null,
+    const gv = new GraphView(pgs[gname], { name: tab, colorBy, budget, initialBudget: initialBudget(tab), heat: gname === "compiled" ? heat : null,
       onStatus: (msg) => { if (state.tab === tab) status.textContent = msg; },
       onActivate: (kind, id) => select(kind === "group" ? `group:${gname}:${id}` : `${gname}:${id}`) });
     gv.graphName = gname;
-    graphs.set(tab, gv);
+    graphs.set(gkey(tab), gv);
     return gv;
   };
 
@@ -129,10 +138,10 @@ function build(el, report, opts, view) {
           h("span", { class: "nbc-swatch nbc-heat-lo" }), "little ", h("span", { class: "nbc-swatch nbc-heat-hi" }), "most",
           ` (source: ${report.extras.profile.source || "measured"})`));
       }
-      const gv = graphFor(tab);
-      p.appendChild(gv.el);
-      if (tab === "compiled" && codeHolder) p.appendChild(codeHolder);
-      if (tab === "compiled") p.appendChild(fusionTable(report, select));
+      if (tab === "compiled" && hasStep) p.appendChild(stepSwitch());
+      const holder = h("div", { class: "nbc-graph-holder" });
+      p.appendChild(holder);
+      fillGraph(tab, holder);
     } else if (tab === "source") p.appendChild(sourcePanel(report, select));
     else if (tab === "diff") {
       const holder = h("div", { class: "nbc-diff-holder", "data-testid": "nbc-diff-holder" });
@@ -142,6 +151,38 @@ function build(el, report, opts, view) {
       p.appendChild(passesPanel(report, (sel) => { select(sel); setTab("compiled"); }));
     } else p.appendChild(statsPanel(report));
     return p;
+  };
+
+  /** The graph of a tab (and the Compiled tab's code panel and fusion table) in its holder. */
+  const fillGraph = (tab, holder) => {
+    holder.textContent = "";
+    const gv = graphFor(tab);
+    holder.appendChild(gv.el);
+    if (tab === "compiled" && codeHolder) holder.appendChild(codeHolder);
+    if (tab === "compiled") holder.appendChild(fusionTable(report, select, pgs[graphOfTab(tab)]));
+  };
+  /** With --grad: which program's kernels the Compiled tab draws. */
+  const stepSwitch = () => {
+    const opts2 = [[true, "train step (forward and backward)"], [false, "forward (the loss alone)"]];
+    const bar = h("div", { class: "nbc-switch", role: "radiogroup", "aria-label": "kernels of", "data-testid": "nbc-step-switch" }, "kernels of: ");
+    const buttons = opts2.map(([step, label]) => {
+      const b = h("button", { class: "nbc-btn", type: "button", role: "radio", "aria-checked": String(state.step === step),
+        "data-testid": step ? "nbc-show-step" : "nbc-show-forward" }, label);
+      b.addEventListener("click", () => {
+        if (state.step === step) return;
+        state.step = step;
+        buttons.forEach((x, i) => x.setAttribute("aria-checked", String(opts2[i][0] === step)));
+        const holder = panels.get("compiled").querySelector(".nbc-graph-holder");
+        fillGraph("compiled", holder);
+        const gv = graphs.get(gkey("compiled"));
+        if (!gv.boxes) gv.render(); else gv.updateStatus();
+        applySelection();
+        runSearch();
+      });
+      return b;
+    });
+    bar.append(...buttons);
+    return bar;
   };
 
   const body = h("div", { class: "nbc-main" });
@@ -154,11 +195,11 @@ function build(el, report, opts, view) {
     let p = panels.get(tab);
     if (!p) { p = makePanel(tab); panels.set(tab, p); body.appendChild(p); }
     p.hidden = false;
-    const gv = graphs.get(tab);
+    const gv = graphs.get(gkey(tab));
     if (gv && !gv.boxes) gv.render();
     else if (gv) { if (!gv.fitted) gv.firstView(); gv.render(); }
     if (!gv) status.textContent = "";
-    for (const b of graphButtons) b.disabled = !gv;
+    for (const b of graphButtons) b.hidden = !gv; // zoom, fit and export only where a graph is drawn
     applySelection();
     runSearch();
     if (!silent) opts.onTab?.(tab);
@@ -166,7 +207,7 @@ function build(el, report, opts, view) {
 
   const runSearch = () => {
     const q = state.query;
-    const gv = graphs.get(state.tab);
+    const gv = graphs.get(gkey(state.tab));
     if (gv) {
       const n = gv.search(q);
       count.textContent = q ? `${n} match${n === 1 ? "" : "es"}` : "";
@@ -181,11 +222,12 @@ function build(el, report, opts, view) {
     } else count.textContent = "";
   };
   search.addEventListener("input", () => { state.query = search.value; runSearch(); });
-  search.addEventListener("keydown", (ev) => { if (ev.key === "Enter") { ev.preventDefault(); graphs.get(state.tab)?.nextMatch(); } });
+  search.addEventListener("keydown", (ev) => { if (ev.key === "Enter") { ev.preventDefault(); graphs.get(gkey(state.tab))?.nextMatch(); } });
 
   function resolve(sel) {
-    const out = { hl: { traced: new Set(), compiled: new Set(), gradient: new Set() },
-      sel: { traced: new Set(), compiled: new Set(), gradient: new Set() }, lines: new Set(), info: { type: "none" } };
+    const names = ["traced", "compiled", "gradient", "gradient_compiled"];
+    const out = { hl: Object.fromEntries(names.map((k) => [k, new Set()])),
+      sel: Object.fromEntries(names.map((k) => [k, new Set()])), lines: new Set(), info: { type: "none" } };
     const addFusion = (fid) => {
       const f = traced.fusionById.get(fid);
       if (!f) return;
@@ -202,7 +244,8 @@ function build(el, report, opts, view) {
         out.sel[kind].add(id);
         if (n.line != null) out.lines.add(String(n.line));
         else if (n.loc) out.lines.add(n.loc);
-        if (n.fusion) addFusion(n.fusion);
+        if (n.fusion && kind !== "gradient_compiled") addFusion(n.fusion);
+        else if (n.fusion) (pgs[kind].fusionById.get(n.fusion)?.lines || []).forEach((l) => out.lines.add(String(l)));
         out.info = { type: "node", graph: kind, id };
       }
     } else if (kind === "fusion") { addFusion(id); out.info = { type: "fusion", id }; }
@@ -210,7 +253,8 @@ function build(el, report, opts, view) {
       const e = report.lines?.[id];
       (e?.nodes || []).forEach((x) => out.hl.traced.add(x));
       (e?.fusions || []).forEach(addFusion);
-      for (const name of ["traced", "compiled", "gradient"]) {
+      for (const name of ["traced", "compiled", "gradient", "gradient_compiled"]) {
+        if (name === "gradient_compiled" && !graphs.has("compiled-step")) continue;
         for (const n of pgs[name]?.nodes || []) if (String(n.line) === id || n.loc === id) out.hl[name].add(n.id);
       }
       out.lines = new Set([id]);
@@ -235,6 +279,8 @@ function build(el, report, opts, view) {
     }
     details.textContent = "";
     details.appendChild(detailsFor(report, r.info, { pgs, select }));
+    // the details panel only once something is selected: until then the drawing has the width
+    details.hidden = r.info.type === "none";
     if (codeHolder) showCode(r.info);
   }
 
@@ -278,7 +324,7 @@ function build(el, report, opts, view) {
   const graphButtons = [];
   const btn = (label, testid, title, fn) => {
     const b = h("button", { class: "nbc-btn", type: "button", "data-testid": testid, title, "aria-label": title }, label);
-    b.addEventListener("click", () => { const gv = graphs.get(state.tab); if (gv) fn(gv); });
+    b.addEventListener("click", () => { const gv = graphs.get(gkey(state.tab)); if (gv) fn(gv); });
     graphButtons.push(b);
     return b;
   };
@@ -291,10 +337,11 @@ function build(el, report, opts, view) {
     chip(`${fmtNum(s.fusions)} fusions`), chip(`${fmtNum(s.flops)} flops${flopsFrom ? ` (${flopsFrom})` : ""}`, "floating-point operations of one call"),
     chip(`compile ${fmtSeconds(s.compile_seconds)} (measured)`));
   const toolbar = h("div", { class: "nbc-toolbar" }, tabBar, h("span", { class: "nbc-spacer" }), search, count,
+    btn("⊕", "nbc-expand-level", "open one level", (gv) => gv.expandLevel()),
     btn("⊞", "nbc-expand-all", "expand groups (within the node budget)", (gv) => gv.expandAll()),
     btn("⊟", "nbc-collapse-all", "collapse all groups", (gv) => gv.collapseAll()),
     btn("+", "nbc-zoom-in", "zoom in", (gv) => gv.zoom(1.25)), btn("−", "nbc-zoom-out", "zoom out", (gv) => gv.zoom(0.8)),
-    btn("⤢", "nbc-fit", "fit to view", (gv) => gv.fit()),
+    btn("⤢", "nbc-fit", "fit to view: the whole graph, or its width where labels would be under 8 px (then scroll)", (gv) => gv.fit()),
     btn("SVG", "nbc-export-svg", "download this graph as SVG", (gv) => download(doc, fileBase() + ".svg", new Blob([gv.exportSvg()], { type: "image/svg+xml" }))),
     btn("PNG", "nbc-export-png", "download this graph as PNG", (gv) => gv.exportPng().then((blob) => download(doc, fileBase() + ".png", blob))));
   const notes = (report.notes || []).length ? h("ul", { class: "nbc-notes", "data-testid": "nbc-notes" }, report.notes.map((n) => h("li", null, n))) : null;

@@ -11,7 +11,8 @@
 // its port for the static picture.
 
 import { bottomPort, edgeKey, followRank, GAP, layoutBox, mirrorRank, rank, topPort } from "./layout.js";
-import { ancestors, groupPhase, topOps } from "./model.js";
+import { loopLeafLines } from "./loops.js";
+import { ancestors, groupPhase, kernelTitle, topOps } from "./model.js";
 import { fmtNum, trunc } from "./util.js";
 
 export const CH = 6.7; // px per character of the 11px monospace label font
@@ -24,16 +25,39 @@ export const MAXW = 250;
  * this small: their contents are there on demand, the first view stays readable. */
 export const CHUNK_LIMIT = 40;
 
-/** The first picture: whole levels of groups open while at most this many boxes are drawn
- * (one group alone may open up to the budget). nbcompile/report/svg.py draws the same. */
+/** The first picture (the whiteboard picture): the user's calls and modules, opened level by
+ * level while at most FIRST_LIMIT boxes are drawn (one group alone may open up to the budget);
+ * the Gradient tab, two facing columns, up to INITIAL_LIMIT. nbcompile/report/svg.py draws the same. */
+export const FIRST_LIMIT = 25;
 export const INITIAL_LIMIT = 60;
 export const BUDGET = 400;
+
+/** A group the user wrote: a call of their own function, a module or named scope, a loop, a
+ * nested jit around such groups; not a library call (`gelu`), a nested jit of ops alone
+ * (jax.numpy's own: `_take`, `_where`), a custom-derivative wrapper or a program chunk. */
+export function isUserGroup(pg, g) {
+  if (g.kind === "function") return g.call === "call" || (g.call == null && holdsUserGroups(pg, g));
+  return g.call !== "library" && !["custom", "chunk", "across", "rest"].includes(g.kind);
+}
+
+/** Opening `g` shows more of the user's own structure: it holds a call or module of theirs
+ * (a wrapper holding one group opens only where that group does). */
+function holdsUserGroups(pg, g) {
+  const memo = (pg.holdsMemo ??= new Map());
+  if (memo.has(g.id)) return memo.get(g.id);
+  const subs = g.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id));
+  const out = subs.some((x) => isUserGroup(pg, x)) && (g.items.length > 1 || holdsUserGroups(pg, subs[0]));
+  memo.set(g.id, out);
+  return out;
+}
 
 /** Group ids to expand first: breadth-first, whole depth levels while they fit `limit` boxes;
  * where a level does not fit, its groups other than chunks when they do (the program's own
  * groups first: chunks open on demand). A library call the user made (`gelu`, `var`) stays one
- * collapsed box. */
-export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT) {
+ * collapsed box. With `userOnly` (the first picture) a group opens only where it holds the
+ * user's own calls or modules: `mlp#1` opens to `layer#1…#10`, each `layer#k` stays a box
+ * (where that leaves fewer than 5 boxes and nothing open, whole levels open as without it). */
+export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT, userOnly = true, pairs = false) {
   const expanded = new Set();
   let level = [pg.root];
   let count = pg.root.items.length;
@@ -41,11 +65,14 @@ export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT) {
   const fits = (groups) => {
     const extra = extraOf(groups);
     const cap = groups.every((g) => g.kind === "chunk") ? Math.min(limit, chunkLimit) : limit;
-    return groups.length > 0 && (count + extra <= cap || (groups.length === 1 && count + extra <= budget));
+    // one group alone, or (`pairs`: the Gradient tab) one call with its backward group, may
+    // open up to the budget
+    const one = groups.length === 1 || (pairs && groups.length === 2 && [`${groups[0].label} (backward)`, `transpose(jvp(${groups[0].label}))`].includes(groups[1].label));
+    return groups.length > 0 && (count + extra <= cap || (one && count + extra <= budget));
   };
   while (level.length) {
     let groups = level.flatMap((g) => g.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id)))
-      .filter((g) => g.call !== "library");
+      .filter((g) => g.call !== "library" && (!userOnly || g.kind === "chunk" || holdsUserGroups(pg, g)));
     if (!fits(groups)) {
       const own = groups.filter((g) => g.kind !== "chunk");
       if (own.length === groups.length || !fits(own)) break;
@@ -56,6 +83,8 @@ export function initialExpansion(pg, limit, budget, chunkLimit = CHUNK_LIMIT) {
     count += extra;
     level = groups;
   }
+  // a program with no structure of the user's below its top (one call, `predict`): its contents
+  if (userOnly && !expanded.size && count < 5) return initialExpansion(pg, limit, budget, chunkLimit, false, pairs);
   return expanded;
 }
 
@@ -73,8 +102,9 @@ export function leafText(pg, c) {
     const fusion = pg.isCompiled && n.fusion ? pg.fusionById.get(n.fusion) : null;
     const ins = (pg.inLabels.get(n.id) || []).map((id) => pg.byId.get(id).label || id);
     const where = n.line != null ? ` · L${n.line}` : n.loc ? ` · ${n.loc}` : "";
-    if (fusion || n.kind === "fusion") {
-      lines = [`${n.label || n.op}${fusion ? " · " + fusion.kind : ""}`, (fusion?.ops || []).join("+") || n.shape || "", (n.shape || "") + where];
+    if (fusion || n.kind === "fusion" || (pg.isCompiled && n.kind === "op")) {
+      // a kernel: where it came from in the user's words, then XLA's name
+      lines = [kernelTitle(pg, n), `${n.label || n.op}${fusion ? " · " + fusion.kind : ""}`, (n.shape || "") + where];
     } else {
       lines = [n.label && n.label !== n.op ? `${n.op} ${n.label}` : n.op, (n.shape || "") + where];
     }
@@ -84,12 +114,42 @@ export function leafText(pg, c) {
   } else {
     const g = c.group;
     const lr = g.lineMin <= g.lineMax ? ` · L${g.lineMin}${g.lineMax > g.lineMin ? "–" + g.lineMax : ""}` : "";
-    lines = [`▸ ${g.label}`, `${g.kind} · ${fmtNum(g.count)} ops${lr}`, topOps(g, 3).join(", ")];
+    lines = [`▸ ${g.label}`, `${g.kind === "chunk" || g.kind === "rest" ? "" : g.kind + " · "}${fmtNum(g.count)} ${pg.isCompiled ? "kernels" : "ops"}${lr}`,
+      groupSummary(pg, g), ...loopLeafLines(pg, g)];
   }
   const maxChars = Math.floor((MAXW - 14) / CH);
   lines = lines.map((t) => trunc(t, maxChars));
   const w = Math.min(MAXW, Math.max(70, Math.max(...lines.map((t) => t.length)) * CH + 14));
   return { lines, w, h: lines.length * LINE + 8 };
+}
+
+/** A collapsed group's last line, in what a person sizes a layer by: its output's shape and
+ * the program inputs it reads (`→ f32[16,32] · 1.06K inputs`: its weights, and data it takes
+ * straight from an argument); for kernels, their flops (XLA). */
+export function groupSummary(pg, g) {
+  if (pg.isCompiled) return g.flops ? `${fmtNum(g.flops)} flops (XLA)` : topOps(g, 3).join(", ");
+  let last = null;
+  const params = new Set();
+  const walk = (grp) => {
+    for (const it of grp.items) {
+      if (it.type === "group") { walk(pg.groups.get(it.id)); continue; }
+      const n = pg.byId.get(it.id);
+      if (n.kind === "op" && (!last || it.first > last.first)) last = { first: it.first, shape: n.shape };
+      for (const id of pg.inLabels.get(n.id) || []) if (pg.byId.get(id).kind === "param") params.add(id);
+    }
+  };
+  walk(g);
+  if (!last?.shape) return topOps(g, 3).join(", ");
+  let count = 0;
+  for (const id of params) count += elements(pg.byId.get(id).shape);
+  return `→ ${String(last.shape).replace(/\{[^}]*\}/g, "")}${count ? ` · ${fmtNum(count)} inputs` : ""}`;
+}
+
+/** Elements of an array shape `f32[16,32]{1,0}` (a scalar: 1). */
+function elements(shape) {
+  const m = /\[([^\]]*)\]/.exec(String(shape || ""));
+  if (!m) return 0;
+  return m[1].split(",").filter((d) => d.trim()).reduce((k, d) => k * (Number.parseInt(d, 10) || 0), 1);
 }
 
 /**
@@ -121,13 +181,15 @@ export function buildScene(pg, expanded) {
     a.cv = [...av.slice(i).map((g) => "g:" + g), a.v];
     (boxEdges.get(a.box) || boxEdges.set(a.box, []).get(a.box)).push([a.cu[0], a.cv[0]]);
   }
+  // outputs the backward pass made (the gradients)
+  const backOut = new Set(pg.nodes.filter((n) => n.kind === "output" && (pg.preds.get(n.id) || []).some((p) => pg.byId.get(p)?.phase === "backward")).map((n) => n.id));
   const byKey = new Map();
   const index = (box) => { byKey.set(box.key, box); (box.children || []).forEach(index); };
   index(tree);
   for (const box of byKey.values()) {
     if (!box.children) continue;
     const keys = box.children.map((c) => c.key);
-    box.mirror = mirrorOf(box);
+    box.mirror = mirrorOf(box, false, backOut);
     box.ranked = box.mirror ? mirrorRank(keys, boxEdges.get(box.key) || [], box.mirror.columns, box.mirror.partner)
       : rank(keys, boxEdges.get(box.key) || []);
     box.ports = { top: [], bottom: [] };
@@ -146,7 +208,7 @@ export function buildScene(pg, expanded) {
   }
   const pairUp = (F, B) => {
     if (!F.children || !B.children || F.mirror || B.mirror) return;
-    const inner = mirrorOf({ children: [...F.children, ...B.children] }, true)?.partner;
+    const inner = mirrorOf({ children: [...F.children, ...B.children] }, true, backOut)?.partner;
     if (!inner?.size) return;
     F.ranked.columns = new Map(F.children.map((c) => [c.key, 0]));
     B.ranked = followRank(B.children.map((c) => c.key), boxEdges.get(B.key) || [], inner, F.ranked.layer,
@@ -208,7 +270,7 @@ const BACKWARD = " (backward)";
  * `block#3 (backward)`): {columns: Map(key -> 0 forward | 1 backward), partner: Map(backward
  * key -> forward key)}, or null (also when the backward side is mostly loose ops, not groups,
  * unless `loose`: inside a facing pair). */
-function mirrorOf(box, loose = false) {
+function mirrorOf(box, loose = false, backOut = null) {
   const byLabel = new Map();
   for (const c of box.children) if (c.group) byLabel.set(c.group.label, c.key);
   const partner = new Map();
@@ -219,11 +281,13 @@ function mirrorOf(box, loose = false) {
   if (!partner.size) return null;
   const columns = new Map();
   for (const c of box.children) {
-    const back = partner.has(c.key) || (c.group ? c.group.label.endsWith(BACKWARD) || groupPhase(c.group) === "backward" : c.node.phase === "backward");
+    // (a gradient, an output the backward pass made, is the backward column's)
+    const back = partner.has(c.key) || (c.group ? c.group.label.endsWith(BACKWARD) || groupPhase(c.group) === "backward"
+      : c.node.phase === "backward" || !!backOut?.has(c.node.id));
     columns.set(c.key, back ? 1 : 0);
   }
   const unpaired = box.children.filter((c) => columns.get(c.key) && !partner.has(c.key)).length;
-  return unpaired > partner.size && !loose ? null : { columns, partner };
+  return unpaired > 3 * partner.size && !loose ? null : { columns, partner };
 }
 
 /** A group's labels from the root down: `loss#1/block#3`. */
@@ -283,7 +347,7 @@ function layoutFrame(box, byKey, boxAgg) {
   box.inner = layoutBox(box.children.map((c) => ({ key: c.key, w: c.w, h: c.h })), box.ranked, box.ports,
     attachments(box, byKey, boxAgg.get(box.key) || []));
   const root = box.key === "root";
-  box.title = root ? "" : `▾ ${trunc(box.group.label, 40)} · ${box.group.kind} · ${fmtNum(box.group.count)} ops`;
+  box.title = root ? "" : `▾ ${trunc(box.group.label, 40)} · ${box.group.kind} · ${fmtNum(box.group.count)} ${box.group.unit || "ops"}`;
   const minW = root ? 0 : box.title.length * CH + 2 * PAD;
   box.w = Math.max(box.inner.width + (root ? 0 : 2 * PAD), minW);
   box.h = box.inner.height + (root ? 0 : HEADER + PAD);

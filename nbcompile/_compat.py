@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import numpy as np
 
 
 @contextlib.contextmanager
@@ -79,11 +80,37 @@ def adopt_executable(lowered: Any, compiled: Any) -> None:
         lowering._executable = executable
 
 
+def reuse_executable(lowered: Any, compiled: Any, text: str) -> Any | None:
+    """``lowered.compile()`` served by ``compiled``'s executable, without XLA: for a lowering
+    whose program is ``compiled``'s (the same module but for source locations, the same
+    arguments, devices and options: nbcompile/stages/key.py). The executable is set on the
+    lowering (``MeshComputation._executable``, which ``compile()`` returns when set and asked
+    for no options), then compiled; the new ``Compiled``'s ``as_text()`` gives ``text`` (the
+    executable's HLO with this lowering's source rows, nbcompile/stages/relocate.py), so
+    whoever reads it — the analysis, you — reads this program's lines. None where this JAX
+    keeps the executable elsewhere. Checked with JAX 0.10.2 and 0.12.0.1 (``Compiled`` has a
+    ``__dict__`` beside its ``__slots__``)."""
+    lowering = getattr(lowered, "_lowering", None)
+    executable = getattr(compiled, "_executable", None)
+    if lowering is None or executable is None or getattr(lowering, "_executable", 1) is not None:
+        return None
+    lowering._executable = executable
+    out = lowered.compile()
+    if getattr(out, "_executable", None) is not executable:
+        return None
+    try:
+        out.as_text = lambda *_args, **_kwargs: text
+    except AttributeError:
+        return None
+    return out
+
+
 #: Debug options that make XLA write files (``xla_dump_to``): JAX leaves them out of its
 #: persistent-cache key, so a compile that asks for a dump could be served without XLA running.
 _DUMP_OPTIONS = ("xla_dump_to",)
 _FILE_REF = re.compile(r'"([^"]*)":(\d+)')  # a file:line in MLIR's location syntax
-_KEYED: list[Callable[[str], str]] = []  # the file normaliser, once the rules are installed
+# (file normaliser, caller test), once the rules are installed
+_KEYED: list[tuple[Callable[[str], str], Callable[[str], bool] | None]] = []
 
 
 def _asks_for_dump(options: Any) -> bool:
@@ -96,56 +123,145 @@ def _asks_for_dump(options: Any) -> bool:
     return "--xla_dump_to=" in os.environ.get("XLA_FLAGS", "")
 
 
-def location_digest(module: Any, normalize: Callable[[str], str]) -> str:
-    """A digest of every source location of an MLIR module (file names through ``normalize``).
+_ALIAS_REF = re.compile(r"#loc\d*\b")
+_NAME_LOC = re.compile(r'"((?:[^"\\]|\\.)*)"(?:\((#loc\d*)\))?$')
+_FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":(\d.*)$')
+_CALLSITE = re.compile(r"callsite\((#loc\d*) at (#loc\d*)\)$")
+
+
+class _Locations:
+    """The location aliases of a printed module (``#loc12 = loc(...)``), each as canonical
+    text: cell files through ``normalize``; call stacks cut at the first frame ``cut`` names
+    (the frames from there on called the program: nbcompile's tracing frames and whatever
+    called nbcompile — pytest, a script, IPython's machinery)."""
+
+    def __init__(
+        self, aliases: dict[str, str], normalize: Callable[[str], str], cut: Callable[[str], bool]
+    ) -> None:
+        self.aliases, self.normalize, self.cut = aliases, normalize, cut
+        self.text: dict[str, str] = {}
+        self.frames: dict[str, list[tuple[str, bool]]] = {}
+        self.files: dict[str, tuple[str, bool]] = {}
+
+    def file(self, name: str) -> tuple[str, bool]:
+        known = self.files.get(name)
+        if known is None:
+            known = self.files[name] = (self.normalize(name), self.cut(name))
+        return known
+
+    def stack(self, ref: str) -> list[tuple[str, bool]]:
+        """The frames of alias ``ref``, innermost first: (text, called the program)."""
+        known = self.frames.get(ref)
+        if known is not None:
+            return known
+        body = self.aliases.get(ref, ref)
+        site = _CALLSITE.match(body)
+        if site:
+            out = self.stack(site.group(1)) + self.stack(site.group(2))
+        else:
+            frame = _FILE_LOC.match(body)
+            named = _NAME_LOC.match(body) if frame is None else None
+            if frame is not None:
+                shown, ours = self.file(frame.group(1))
+                out = [(f'"{shown}":{frame.group(2)}', ours)]
+            elif named is not None and named.group(2) is not None:
+                child = named.group(2)
+                if _FILE_LOC.match(self.aliases.get(child, "")):
+                    # a frame: its function's name around its file:line
+                    ((text, ours),) = self.stack(child)
+                    out = [(f'"{named.group(1)}"({text})', ours)]
+                else:  # an operation's name around a call stack
+                    out = [(f'"{named.group(1)}"({self.of(child)})', False)]
+            else:
+                out = [(_ALIAS_REF.sub(lambda m: self.of(m.group(0)), body), False)]
+        self.frames[ref] = out
+        return out
+
+    def of(self, ref: str) -> str:
+        """Canonical text of alias ``ref``: its frames up to the first that called the
+        program."""
+        known = self.text.get(ref)
+        if known is None:
+            kept = []
+            for text, ours in self.stack(ref):
+                if ours:
+                    break
+                kept.append(text)
+            known = self.text[ref] = " at ".join(kept)
+        return known
+
+
+def location_digest(
+    module: Any, normalize: Callable[[str], str], cut: Callable[[str], bool] | None = None
+) -> str:
+    """A digest of every source location of an MLIR module, as the view reads them.
 
     The module is printed with its debug information (operations refer to location aliases,
-    ``loc(#loc12)``, defined on ``#loc12 = loc(...)`` lines) and each ``"file":line`` has its
-    file replaced by ``normalize(file)`` (a notebook cell's file by its content hash, which a
-    new kernel keeps). Equal digests mean equal (normalised) files, lines and columns for every
-    operation.
+    ``loc(#loc12)``, defined on ``#loc12 = loc(...)`` lines). Each alias is read as a call
+    stack (``callsite(frame at callers)``) of frames (``"function"("file":line:column)``):
+    a file through ``normalize`` (a notebook cell's file by its content hash, which a new
+    kernel keeps), and the stack cut at the first frame whose file ``cut`` names, since what
+    called the traced code (nbcompile, IPython, a test or a script, which JAX also records)
+    is no part of the program. Equal digests mean equal (normalised) files, lines, columns and
+    functions of every operation's user frames. Checked with JAX 0.10.2 and 0.12.0.1 (the
+    MLIR location syntax above).
     """
-    # constants elided: JAX's own key covers them (a closed-over 16 MB table prints 33 MB)
+    # constants elided: the program's digest covers them (a 16 MB table prints 33 MB)
     asm = module.operation.get_asm(enable_debug_info=True, large_elements_limit=16)
-    lines = asm.split("\n")
+    body, aliases = [], {}
+    for line in asm.split("\n"):
+        if line.startswith("#loc"):
+            name, _, value = line.partition(" = ")
+            aliases[name] = value[4:-1] if value.startswith("loc(") else value
+        else:
+            body.append(line)
     files: dict[str, str] = {}
 
-    def norm(match: re.Match[str]) -> str:
+    def norm(match: re.Match[str]) -> str:  # a location printed in place, not as an alias
         file = match.group(1)
         shown = files.get(file)
         if shown is None:
             shown = files[file] = normalize(file)
         return f'"{shown}":{match.group(2)}'
 
-    text = "\n".join([_FILE_REF.sub(norm, line) if '":' in line else line for line in lines])
+    text = _FILE_REF.sub(norm, "\n".join(body))
+    table = _Locations(aliases, normalize, cut or (lambda _file: False))
+    text = _ALIAS_REF.sub(lambda m: table.of(m.group(0)), text)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def key_persistent_cache_by_locations(normalize: Callable[[str], str]) -> None:
-    """Make JAX's persistent compilation cache give what a fresh compile gives (idempotent).
+def key_persistent_cache_by_locations(
+    normalize: Callable[[str], str], cut: Callable[[str], bool] | None = None
+) -> bool:
+    """Make JAX's persistent compilation cache give what a fresh compile gives (idempotent);
+    False where this JAX has no ``jax._src.compiler._get_cache_key`` to wrap (then nbcompile
+    does not switch the cache on: :func:`persistent_cache_keyed`).
 
-    JAX 0.10.2 keys an executable on the lowered module *without* its debug information
+    JAX keys an executable on the lowered module *without* its debug information
     (``cache_key._canonicalize_ir`` strips locations), so a cell edited above the model's code
     (a docstring: every line moves down) is served the old executable, whose HLO metadata names
     the old lines; and it leaves ``xla_dump_to`` out of the key, so a compile asking for a dump
     can be served without XLA running (no dump is written). Wrapped here, in
-    ``compiler._get_cache_key`` (looked up on each compile): a key also covers
-    :func:`location_digest` of the module, so a moved line misses the cache while a re-run or
-    a new kernel (other cell file names, same content) still hits; and a compile that asks for
-    a dump gets no key (JAX then neither reads nor writes the cache). Costs one print of the
-    module with locations, constants elided, only while the cache is in use (10,800 StableHLO
-    ops: 45 ms on a quiet 2-core machine, 140 ms under heavy load, where a hit of that program
-    took 1.5-2.4 s and a compile 6-7.6 s). Checked with JAX 0.10.2.
+    ``compiler._get_cache_key`` (looked up on each compile, called with keyword arguments
+    ``backend``, ``computation``, ``devices``): a key also covers :func:`location_digest` of
+    the module (``normalize`` and ``cut`` as there), so a moved line misses the cache while a
+    re-run or a new kernel (other cell file names, same content) still hits; and a compile that
+    asks for a dump gets no key (JAX then neither reads nor writes the cache). Costs one print of the module with locations,
+    constants elided, only when XLA is asked to compile (nbcompile's own cache, keyed on the
+    same module, serves re-runs before that): 10,800 StableHLO ops, 45 ms on a quiet 2-core
+    machine, 140 ms under heavy load, where a hit of that program took 1.5-2.4 s and a compile
+    6-7.6 s. Checked with JAX 0.10.2 and 0.12.0.1 (tests/test_persistent_cache.py names this
+    reach when it fails).
     """
     from jax._src import compiler
 
     if _KEYED:
-        _KEYED[0] = normalize
-        return
+        _KEYED[0] = (normalize, cut)
+        return True
     original = getattr(compiler, "_get_cache_key", None)
-    if original is None:  # another JAX: its own key, unchanged (tests/test_persistent_cache.py)
-        return
-    _KEYED.append(normalize)
+    if original is None:
+        return False
+    _KEYED.append((normalize, cut))
 
     @functools.wraps(original)
     def keyed(options: Any, *args: Any, **kwargs: Any) -> str | None:
@@ -155,11 +271,99 @@ def key_persistent_cache_by_locations(normalize: Callable[[str], str]) -> None:
         module = kwargs.get("computation", args[1] if len(args) > 1 else None)
         if key is None or module is None:
             return key
-        digest = location_digest(module, _KEYED[0])
+        digest = location_digest(module, *_KEYED[0])
         name, _, rest = key.rpartition("-")
         return f"{name}-{hashlib.sha256((rest + digest).encode()).hexdigest()}"
 
+    keyed.nbcompile_keyed = True  # type: ignore[attr-defined]
     compiler._get_cache_key = keyed
+    return True
+
+
+def persistent_cache_keyed() -> bool:
+    """Whether JAX's persistent cache is keyed by locations here (the wrapper of
+    :func:`key_persistent_cache_by_locations` is what JAX calls for a key)."""
+    from jax._src import compiler
+
+    return bool(getattr(getattr(compiler, "_get_cache_key", None), "nbcompile_keyed", False))
+
+
+def module_bytecode(lowered: Any) -> bytes:
+    """The lowered StableHLO module as MLIR bytecode: every operation, constant and source
+    location (file, line, column, function name of each frame), serialised in C++ (a GPT-2-small
+    train step: ~20 ms, where printing it takes ~200 ms). Checked with JAX 0.10.2 and 0.12.0.1
+    (``jax._src.interpreters.mlir.module_to_bytecode``)."""
+    from jax._src.interpreters import mlir
+
+    return bytes(mlir.module_to_bytecode(lowered.compiler_ir("stablehlo")))
+
+
+def stripped_bytecode(lowered: Any) -> bytes:
+    """The lowered module's bytecode without its source locations (a clone run through MLIR's
+    ``strip-debuginfo`` pass, as JAX's own persistent-cache key does in
+    ``cache_key._canonicalize_ir``): equal for two programs that differ only in where their code
+    is. Checked with JAX 0.10.2 and 0.12.0.1."""
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import passmanager
+
+    module = lowered.compiler_ir("stablehlo")
+    with module.context:
+        clone = module.operation.clone()
+        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(clone)
+        return bytes(mlir.module_to_bytecode(clone))
+
+
+#: JAX options that change what XLA makes of a module without appearing in it
+_COMPILE_CONFIG = (
+    "jax_compiler_enable_remat_pass",
+    "jax_default_device",
+    "jax_disable_most_optimizations",
+    "jax_enable_pgle",
+    "jax_exec_time_optimization_effort",
+    "jax_experimental_unsafe_xla_runtime_errors",
+    "jax_memory_fitting_effort",
+    "jax_optimization_level",
+    "jax_pgle_profiling_runs",
+    "jax_xla_profile_version",
+)
+
+
+def lowering_facts(lowered: Any) -> tuple[str, bool]:
+    """(what shapes the executable besides the module's text, whether it is cacheable).
+
+    The text: the arguments' and results' pytree structure, shardings, layouts and donation,
+    the devices and platform, the constants JAX passes beside the module (``const_args``, by
+    content), ``XLA_FLAGS`` and the JAX options in :data:`_COMPILE_CONFIG`. Not cacheable: a
+    program that calls back into Python (``jax.pure_callback``, ``jax.debug.print``,
+    ``io_callback``): its module names the callback by index only (``xla_ffi_python_cpu_callback``
+    with ``index = 0``), so the same module can call another Python function; such a program is
+    compiled on every run. Read from ``Lowered._lowering.compile_args`` (checked with JAX 0.10.2
+    and 0.12.0.1: ``in_shardings``, ``out_shardings``, ``in_layouts``, ``out_layouts``,
+    ``num_devices``, ``kept_var_idx``, ``host_callbacks``, ``backend``) and ``const_args``."""
+    lowering = getattr(lowered, "_lowering", None)
+    args = dict(getattr(lowering, "compile_args", None) or {})
+    backend = args.get("backend")
+    parts = [
+        repr(lowered.in_tree),
+        repr(lowered.out_tree),
+        repr([getattr(a, "donated", None) for a in jax.tree_util.tree_leaves(lowered.args_info)]),
+        getattr(backend, "platform", repr(backend)),
+        os.environ.get("XLA_FLAGS", ""),
+        repr([(n, jax.config.values.get(n)) for n in _COMPILE_CONFIG]),
+    ]
+    for name in ("in_shardings", "out_shardings", "in_layouts", "out_layouts", "num_devices"):
+        parts.append(f"{name}={args.get(name)!r}")
+    for sharding in (*(args.get("in_shardings") or ()), *(args.get("out_shardings") or ())):
+        devices = getattr(sharding, "_device_assignment", None)  # a mesh's repr omits them
+        if devices:
+            parts.append(repr([getattr(d, "id", d) for d in devices]))
+            break
+    parts.append(repr(args.get("context_mesh")))
+    parts.append(repr(sorted(args.get("kept_var_idx") or ())))
+    for const in getattr(lowering, "const_args", None) or ():
+        data = np.ascontiguousarray(np.asarray(const))
+        parts.append(f"{data.dtype}{data.shape}:{hashlib.sha256(data.tobytes()).hexdigest()}")
+    return "\n".join(parts), not args.get("host_callbacks")
 
 
 def stablehlo_ops(module: Any) -> tuple[int, list[str]]:
@@ -197,6 +401,31 @@ def extension_session() -> Any | None:
         return None
     magics = shell.magics_manager.registry.get("CompileMagics")
     return getattr(magics, "session", None)
+
+
+def autoreload_dedupes() -> bool:
+    """Whether IPython's ``%autoreload`` is on with its *deduperreload* (IPython >= 9, the
+    default of ``%autoreload 2``; ``--full`` or ``2-`` turns it off), which compiles a reloaded
+    function from its unparsed text: the code object's line numbers count from 1, not from the
+    file (ipython/ipython#15359, open; checked with IPython 9.18.1:
+    ``AutoreloadMagics._reloader.enabled`` / ``.deduper_reloader.enabled``)."""
+    ipython_module = sys.modules.get("IPython")
+    shell = ipython_module.get_ipython() if ipython_module is not None else None
+    if shell is None:
+        return False
+    magics = shell.magics_manager.registry.get("AutoreloadMagics")
+    reloader = getattr(magics, "_reloader", None)
+    deduper = getattr(reloader, "deduper_reloader", None)
+    return bool(getattr(reloader, "enabled", False) and getattr(deduper, "enabled", False))
+
+
+def traceback_codes(traceback: Any) -> list[Any]:
+    """The code objects of a ``jaxlib`` Traceback (``raw_frames()``: JAX 0.10.2 and 0.12.0.1),
+    innermost first; [] where it is missing or its API moved."""
+    try:
+        return list(traceback.raw_frames()[0]) if traceback is not None else []
+    except (AttributeError, TypeError, IndexError):
+        return []
 
 
 def _accelerator_files() -> bool:
@@ -474,7 +703,8 @@ _Scope: Any = None
 
 def distributed_client() -> Any | None:
     """The client of ``jax.distributed`` (its key-value store: ``key_value_set``,
-    ``blocking_key_value_get(key, timeout_in_ms)``, ``key_value_try_get``), None where
+    ``blocking_key_value_get(key, timeout_in_ms)``, ``key_value_try_get``, and the ``_bytes``
+    forms ``processes`` uses, on JAX 0.10.2 and 0.12.0.1), None where
     ``jax.distributed.initialize`` was not called. JAX 0.10.2: ``jax._src.distributed.
     global_state.client`` (a ``jaxlib._jax.DistributedRuntimeClient``)."""
     try:
@@ -499,4 +729,73 @@ def partition_devices(compiled: Any) -> list[Any] | None:
             devices = getattr(sharding, "_device_assignment", None)
             if devices:
                 return list(devices)
+    return None
+
+
+# --- XLA:CPU's dump and library fusions (nbcompile/measure/metal.py, measure/_library.py) ------
+# XLA debug options and file layouts are XLA internals: each is checked here, on jaxlib 0.10.2
+# and 0.12.0.1, by tests/measure/test_metal_reaches.py, which names the reach that broke.
+
+
+def xla_dump_options(platform: str) -> dict[str, Any]:
+    """XLA debug options (beside ``xla_dump_to``) of a compile that records its pass pipeline.
+
+    ``xla_dump_hlo_pass_re=.*`` writes the module after every pass that changed it. The other
+    options pin what a user's ``XLA_FLAGS`` may have turned off (compile options override
+    ``XLA_FLAGS``): ``--xla_dump_hlo_as_text=false`` with another format on
+    (``--xla_dump_hlo_as_proto=true``; alone, XLA falls back to text) left no text to read and
+    ``c.passes`` silently None; other formats only slow the dump down; a module or pipeline
+    filter would leave out the program's passes.
+    On CPU ``xla_dump_emitter_re=llvm`` has XLA:CPU write its kernels' optimised LLVM IR
+    (``*.ir-with-opt.ll``): jaxlib 0.12.0.1 writes it only for emitters that regex matches
+    (``llvm``: the LLVM IR, not the MLIR dumps ``.*`` adds, 350 KB per kernel), 0.10.2 always
+    wrote it and accepts the option. libtpu's XLA is another build: TPU gets the options every
+    XLA has had for years only."""
+    options: dict[str, Any] = {
+        "xla_dump_hlo_pass_re": ".*",
+        "xla_dump_hlo_as_text": True,
+        "xla_dump_hlo_as_proto": False,
+        "xla_dump_hlo_as_dot": False,
+        "xla_dump_hlo_as_html": False,
+        "xla_dump_hlo_module_re": ".*",
+        "xla_dump_max_hlo_modules": -1,
+    }
+    if platform == "cpu":
+        options.update(xla_dump_emitter_re="llvm", xla_dump_hlo_pipeline_re=".*")
+    return options
+
+
+#: XLA:CPU's library fusions by their ``fusion_config`` kind (``backend_config={"fusion_config":
+#: {"kind":"__ynn_fusion"}}`` on a ``kind=kCustom`` fusion): the library that runs them. jaxlib
+#: 0.10.2 and 0.12.0.1 name these two in their binaries; ``__xnn_fusion`` is older XLA's.
+LIBRARY_FUSION_KINDS = {
+    "__ynn_fusion": "YNNPACK",
+    "__xnn_fusion": "XNNPACK",
+    "__onednn_fusion": "oneDNN",
+}
+
+#: XLA:CPU debug options that keep every op in XLA's own code generator: an empty
+#: ``xla_cpu_experimental_ynn_fusion_type`` turns every YNNPACK fusion off (default: dots,
+#: plus reductions with the element-wise ops that feed them, on jaxlib 0.10.2 and 0.12.0.1);
+#: the XNNPACK and oneDNN equivalents are off by default and stay off. All four are accepted as
+#: compile options by both versions (a name XLA does not know is refused, not ignored).
+LIBRARY_FUSIONS_OFF: dict[str, Any] = {
+    "xla_cpu_experimental_ynn_fusion_type": "",
+    "xla_cpu_experimental_xnn_fusion_type": "",
+    "xla_cpu_use_onednn": False,
+    "xla_cpu_experimental_onednn_fusion_type": "",
+}
+
+
+def jaxlib_native_library() -> str | None:
+    """The shared library that holds XLA and its CPU libraries (YNNPACK, oneDNN) in the jaxlib
+    installed: ``jaxlib/libjax_common.so`` (jaxlib 0.10.2 and 0.12.0.1, Linux; it keeps its
+    ELF symbol table, so YNNPACK's kernel functions are found by name); None where absent."""
+    import jaxlib
+
+    folder = os.path.dirname(jaxlib.__file__)
+    for name in ("libjax_common.so", "libjax_common.dylib"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
     return None

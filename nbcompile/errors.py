@@ -40,6 +40,7 @@ CODES: dict[str, str] = {
     "NBC209": "tracing or compiling was interrupted",
     "NBC210": "the compilation cannot run here (another device, or abstract example arguments)",
     "NBC211": "no device memory for the copies of donated arguments a measurement runs on",
+    "NBC212": "an array the compilation was given is gone or no longer fits its program",
     "NBC215": "an array of the program is too large for XLA to represent",
     "NBC216": "the program has too long a chain of dependent operations for XLA",
     "NBC217": "an example argument is nested too deeply",
@@ -62,11 +63,14 @@ CODES: dict[str, str] = {
     "NBC524": "an output file of the nbcompile command cannot be written",
     "NBC600": "the requested backend or target is not available",
     "NBC601": "the mesh or sharding specification is invalid",
+    "NBC610": "XLA could not write its dump of a compile whole (a full disk under TMPDIR)",
+    "NBC620": "one call runs more kernel executions than --profile can hold (a long loop)",
     "NBC700": "a NaN or Inf appeared while debugging",
     "NBC800": "the JAX processes compiled different programs (it would hang at a collective)",
     "NBC801": "another JAX process did not reach the %%compile in time (died, busy, other code)",
     "NBC802": "--freeze of a program sharded across JAX processes",
     "NBC803": "the local cluster of JAX processes could not be started",
+    "NBC804": "another JAX process sent what this nbcompile cannot read (another nbcompile version?)",
 }
 
 

@@ -29,7 +29,8 @@ class Entry:
     signature: list[str]
     options: str
     versions: str
-    key: str
+    key: str  # the program and where its code is (ProgramKey.identity)
+    program: str  # the program alone (ProgramKey.program)
     compiled: bool
     cell: str | None  # the notebook cell id (or None outside a kernel that gives one)
     defines: bool  # the cell defines the function it compiles
@@ -82,16 +83,18 @@ class History:
         captured: Any,
         comp: Any,
         options: str,
-        key: str,
+        key: Any,
         *,
         compiled: bool,
         cell_id: str | None = None,
     ) -> tuple[list[str], str | None]:
         """Add this run; return (what changed since the last run, a repeat warning or None).
 
-        Source lines are compared only with an earlier run of the *same* cell (the kernel's
-        cell id, or — where none is given — a cell that also defines the function): compiling
-        a function from another cell is not an edit of the cell that defined it.
+        ``key`` is the run's :class:`~nbcompile.stages.key.ProgramKey` (complete): a run whose
+        program and locations are those of the last run changed nothing. Source lines are
+        compared only with an earlier run of the *same* cell (the kernel's cell id, or — where
+        none is given — a cell that also defines the function): compiling a function from
+        another cell is not an edit of the cell that defined it.
         """
         name = captured.fn_expr
         entry = Entry(
@@ -99,7 +102,8 @@ class History:
             signature=list(comp.signature),
             options=options,
             versions=_versions(),
-            key=key,
+            key=key.identity,
+            program=key.program,
             compiled=compiled,
             cell=cell_id,
             defines=name in captured.defined,
@@ -107,7 +111,7 @@ class History:
         past = self.entries.setdefault(name, [])
         previous = past[-1] if past else None
         past.append(entry)
-        if previous is None or previous.key == key:
+        if previous is None or previous.key == entry.key:
             return [], None
         changes = [f"changed since the last run of `{name}`:"]
         same_cell = (
@@ -124,10 +128,21 @@ class History:
             changes.append(f"options: `{previous.options}` → `{entry.options}`")
         if previous.versions != entry.versions:
             changes.append(f"versions: {previous.versions} → {entry.versions}")
-        if len(changes) == 1:
+        done = (
+            "compiled again"
+            if compiled
+            else "XLA skipped: this program was compiled earlier in the session"
+        )
+        if len(changes) == 1 and previous.program == entry.program:
             changes.append(
-                "something the traced code reads changed (a global or closed-over "
-                "value, or the model's structure or flags), so it was compiled again"
+                "the same program, its code in other places (lines moved, or a cell it comes "
+                f"from was edited): {done}, so the view names the lines as they are now"
+            )
+        elif len(changes) == 1:
+            changes.append(
+                "the traced program changed: something the code reads (a global, a class "
+                "attribute, a module's function, a closed-over value, the model's structure "
+                f"or flags) is not what it was; {done}"
             )
         return changes, self._repeat_warning(name)
 

@@ -2,7 +2,9 @@
 
 :func:`build_program` is the only place nbcompile compiles a user's program, for every target
 and option: the plain program and, with ``--grad``, its ``value_and_grad`` both go through
-:func:`nbcompile.stages.run_stages` on the same placed arguments. Options are checked here in
+nbcompile.stages (trace and lower, then compile) on the same placed arguments. A ``%%compile``
+run calls its two halves apart: :func:`lower_program` (every run: its program is the cache
+key), then :func:`compile_program` only where the cache has no such program. Options are checked here in
 the user's own words first (``--static`` names, ``--grad`` positions, async/generator
 functions), so JAX never gets to complain about nbcompile's internal names.
 """
@@ -17,14 +19,33 @@ from typing import Any
 
 import jax
 
+from ._compat import reuse_executable
 from .capture.models import Adapted
 from .capture.names import positional_names
 from .capture.source import SourceInfo
 from .errors import CaptureError, TraceError
-from .stages import Progress, Stages, limits, make_jitted, recompile_with_metadata, run_stages
+from .stages import (
+    Progress,
+    Stages,
+    compile_stages,
+    limits,
+    lower_stages,
+    make_jitted,
+    recompile_with_metadata,
+)
 from .targets import Target, infer_mesh, parse_shard_specs, place_args, resolve_target
 
-__all__ = ["CompileRequest", "Program", "build_program", "describe_args", "describe_value"]
+__all__ = [
+    "CompileRequest",
+    "LoweredProgram",
+    "Program",
+    "build_program",
+    "compile_program",
+    "describe_args",
+    "describe_value",
+    "lower_program",
+    "relocate_program",
+]
 
 
 @dataclass(frozen=True)
@@ -291,19 +312,55 @@ def _returns_loss_and_aux(out_info: Any) -> bool:
     return tuple(getattr(out_info[0], "shape", (None,))) == ()
 
 
-def build_program(
+@dataclass
+class LoweredProgram:
+    """What :func:`lower_program` traced and lowered (nothing compiled yet): ``stages`` and,
+    with ``--grad``, ``grad_stages``; the rest is what :func:`compile_program` needs."""
+
+    stages: Stages
+    grad_stages: Stages | None
+    request: CompileRequest
+    source: SourceInfo
+    name: str
+    fn: Any
+    arg_names: list[str]
+    grad_argnums: tuple[int, ...] | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def lowered(self) -> tuple[Any, ...]:
+        """The ``jax.stages.Lowered`` of each program (the cache key's input)."""
+        return tuple(s.lowered for s in self.lowered_stages)
+
+    @property
+    def lowered_stages(self) -> tuple[Stages, ...]:
+        return tuple(s for s in (self.stages, self.grad_stages) if s is not None)
+
+    def misnumbered(self) -> list[str]:
+        """Notes on functions whose line numbers Python does not know
+        (:func:`nbcompile.stages.key.misnumbered`)."""
+        from .stages.key import misnumbered
+
+        return misnumbered(self.stages.traced.jaxpr)
+
+    @property
+    def printed_at_trace(self) -> str:
+        return "".join(s.printed_at_trace for s in self.lowered_stages)
+
+
+def lower_program(
     adapted: Adapted,
     request: CompileRequest,
     *,
     source: SourceInfo,
     name: str | None = None,
     progress: Progress | None = None,
-    passes: bool = False,
-) -> Program:
-    """Compile ``adapted`` as ``request`` says (see the module docstring). ``passes``
-    (``--passes``): the program's compile writes XLA's dump (``Stages.dump``); not the
-    gradient program's, whose passes stay on demand. Not part of the cache key: a Program
-    compiled without it gets its dump by one more compile when asked."""
+    record_calls: bool = True,
+) -> LoweredProgram:
+    """Trace and lower ``adapted`` as ``request`` says: the part of a compile every
+    ``%%compile`` run pays (its program is the cache key); :func:`compile_program` finishes.
+    ``record_calls`` False: without recording the user's calls (what the view groups by), for a
+    look-up only — the same program, its operations' names without the call paths."""
     __tracebackhide__ = True
     _check_kind(adapted)
     jit_kwargs, static = _jit_options(adapted, request.jit_kwargs)
@@ -323,18 +380,16 @@ def build_program(
         specs=specs,
     )
     label = name or adapted.name
-    common = {"source": source, "arg_names": names}
+    common = {"source": source, "arg_names": names, "record_calls": record_calls}
     options = request.compiler_options or None
-    stages = run_stages(
+    stages = lower_stages(
         make_jitted(adapted.fn, jit_kwargs=jit_kwargs, compiler_options=options),
         placement,
         target,
         progress=progress,
-        dump=passes,
-        beside_compile=_traced_beside(source, label, grad=False),
         **common,
     )
-    grad = None
+    gstages = None
     notes = []
     if argnums is not None:
         say = (lambda m: progress(f"{m} (gradient)")) if progress else None
@@ -344,7 +399,7 @@ def build_program(
                 "--grad: the function returns (loss, aux); the gradient is of the "
                 "loss, aux is carried along (value_and_grad(..., has_aux=True))"
             )
-        gstages = run_stages(
+        gstages = lower_stages(
             make_jitted(
                 adapted.fn,
                 grad_argnums=argnums,
@@ -355,27 +410,144 @@ def build_program(
             replace(placement, per_device_shapes=dict(placement.per_device_shapes)),
             target,
             progress=say,
+            **common,
+        )
+    if target.lower_only and request.compiler_options:
+        notes.append(f"compiler options not used: nothing is compiled for {target.label} here")
+    return LoweredProgram(
+        stages=stages,
+        grad_stages=gstages,
+        request=request,
+        source=source,
+        name=label,
+        fn=adapted.fn,
+        arg_names=names,
+        grad_argnums=argnums,
+        notes=notes,
+    )
+
+
+def compile_program(
+    lowered: LoweredProgram, *, progress: Progress | None = None, passes: bool = False
+) -> Program:
+    """Compile what :func:`lower_program` lowered. ``passes`` (``--passes``): the program's
+    compile writes XLA's dump (``Stages.dump``); not the gradient program's, whose passes stay
+    on demand. Not part of the cache key: a Program compiled without it gets its dump by one
+    more compile when asked."""
+    __tracebackhide__ = True
+    source, label = lowered.source, lowered.name
+    common = {"source": source, "arg_names": lowered.arg_names}
+    stages = compile_stages(
+        lowered.stages,
+        progress=progress,
+        dump=passes,
+        beside_compile=_traced_beside(source, label, grad=False),
+        **common,
+    )
+    grad = None
+    if lowered.grad_stages is not None:
+        say = (lambda m: progress(f"{m} (gradient)")) if progress else None
+        gstages = compile_stages(
+            lowered.grad_stages,
+            progress=say,
             beside_compile=_traced_beside(source, f"value_and_grad({label})", grad=True),
             **common,
         )
         grad = Program(
             stages=gstages,
-            request=request,
+            request=lowered.request,
             name=f"value_and_grad({label})",
             source=source,
-            fn=adapted.fn,
-            grad_argnums=argnums,
+            fn=lowered.fn,
+            grad_argnums=lowered.grad_argnums,
             is_value_and_grad=True,
         )
-    if target.lower_only and request.compiler_options:
-        notes.append(f"compiler options not used: nothing is compiled for {target.label} here")
     return Program(
         stages=stages,
-        request=request,
+        request=lowered.request,
         name=label,
         source=source,
-        fn=adapted.fn,
+        fn=lowered.fn,
         grad=grad,
-        grad_argnums=argnums,
-        notes=notes,
+        grad_argnums=lowered.grad_argnums,
+        notes=list(lowered.notes),
     )
+
+
+def relocate_program(lowered: LoweredProgram, old: Program) -> Program | None:
+    """``lowered`` served by ``old``'s executables, without XLA: ``old`` is the same program
+    (its key's ``executable`` digest is ``lowered``'s) whose code was elsewhere. The stages are
+    this run's (trace, lowering, their lines); the executables ``old``'s, their HLO's source
+    tables rewritten to this run's places (:func:`nbcompile.stages.relocate.relocate_hlo`), so
+    the analysis made from them names the lines as they are now. ``old.stages.jitted`` stays
+    the callable (its executable is this program's: calling it compiles nothing). None where
+    any part cannot be paired: the caller compiles."""
+    from .capture.source import cell_identity
+    from .stages import called_the_program
+    from .stages.relocate import relocate_hlo
+
+    pairs = [(lowered.stages, old.stages)]
+    if lowered.grad_stages is not None:
+        if old.grad is None:
+            return None
+        pairs.append((lowered.grad_stages, old.grad.stages))
+    elif old.grad is not None:
+        return None
+    for new, was in pairs:
+        t0 = time.perf_counter()
+        text = was.hlo_text
+        if was.compiled is None or text is None or new.target.lower_only:
+            return None
+        moved = relocate_hlo(
+            text,
+            was.lowered.compiler_ir("stablehlo"),
+            new.lowered.compiler_ir("stablehlo"),
+            cell_identity,
+            called_the_program,
+        )
+        if moved is None:
+            return None
+        compiled = reuse_executable(new.lowered, was.compiled, moved)
+        if compiled is None:
+            return None
+        new.timings["relocate"] = time.perf_counter() - t0
+        new.compiled, new.jitted = compiled, was.jitted
+        new._text = (compiled, moved)
+        new.output_shardings = dict(was.output_shardings)
+        new.notes = list(was.notes)
+    program = Program(
+        stages=lowered.stages,
+        request=lowered.request,
+        name=lowered.name,
+        source=lowered.source,
+        fn=lowered.fn,
+        grad_argnums=lowered.grad_argnums,
+        notes=list(lowered.notes),
+    )
+    if lowered.grad_stages is not None:
+        program.grad = Program(
+            stages=lowered.grad_stages,
+            request=lowered.request,
+            name=f"value_and_grad({lowered.name})",
+            source=lowered.source,
+            fn=lowered.fn,
+            grad_argnums=lowered.grad_argnums,
+            is_value_and_grad=True,
+        )
+    return program
+
+
+def build_program(
+    adapted: Adapted,
+    request: CompileRequest,
+    *,
+    source: SourceInfo,
+    name: str | None = None,
+    progress: Progress | None = None,
+    passes: bool = False,
+) -> Program:
+    """Compile ``adapted`` as ``request`` says (see the module docstring):
+    :func:`lower_program` then :func:`compile_program`."""
+    __tracebackhide__ = True
+    lowered = lower_program(adapted, request, source=source, name=name, progress=progress)
+    return compile_program(lowered, progress=progress, passes=passes)

@@ -141,9 +141,15 @@ def is_signed(nb: Any) -> bool:
     try:
         from nbformat.sign import NotebookNotary
 
-        return bool(NotebookNotary().check_signature(nb))
+        notary = NotebookNotary()
     except Exception:  # no signature database, unreadable secret: not trusted
         return False
+    try:
+        return bool(notary.check_signature(nb))
+    except Exception:  # an unreadable signature database: not trusted
+        return False
+    finally:
+        notary.close()  # its SQLite connection (Python 3.13 warns about one left open)
 
 
 _ALLOWED_TAGS = frozenset(

@@ -19,7 +19,7 @@ from typing import Any
 
 import jax
 
-from .cache import CompilationCache, make_key
+from .cache import CompilationCache, program_key
 from .capture.cell import (
     Captured,
     capture,
@@ -34,7 +34,13 @@ from .capture.models import adapt
 from .compilation import Compilation, _as_argnums
 from .errors import NbcompileError, TraceError
 from .history import History
-from .pipeline import CompileRequest, build_program
+from .pipeline import (
+    CompileRequest,
+    LoweredProgram,
+    compile_program,
+    lower_program,
+    relocate_program,
+)
 from .processes import agree
 from .widgets import DisplayState
 
@@ -236,29 +242,79 @@ class Session:
         adapted = adapt(fn, args, kwargs)
         clock.lap("run")
         body = "\n".join(captured.source.lines[1:])  # the %%compile line is in compile_key()
-        backend = options.backend or jax.default_backend()
-        key = make_key(
-            source=body, options=options.compile_key(), target=fn, adapted=adapted, backend=backend
-        )
-        program = None if options.force else self.cache.get(key)
-        clock.lap("cache_lookup")
+        compile_key = options.compile_key()
+        request = options.request()
         warnings: list[str] = []
-        if program is None:
+
+        def lower(record: bool) -> LoweredProgram:
+            # every run traces and lowers: the program is the cache key (SPEC §9.2)
             tracers_before = _tracers_in(namespace)
-            program = build_program(
+            lowered = lower_program(
                 adapted,
-                options.request(),
+                request,
                 source=captured.source,
                 name=captured.fn_expr,
                 progress=progress,
-                passes=options.passes,
+                record_calls=record,
             )
+            self._check_trace_side_effects(
+                lowered, captured, namespace, tracers_before, warnings, show=not warnings
+            )
+            return lowered
+
+        # A cell run before is traced first without recording the user's calls (a fifth of a
+        # trace's time, needed only by a new program's view): the key is the same program's.
+        probe = not options.force and self.cache.knows(body, compile_key)
+        lowered = lower(record=not probe)
+        clock.lap("compile")
+        key = program_key(lowered.lowered, cell=body, options=compile_key)
+        program = None if options.force else self.cache.get(key)
+        probed: tuple[Any, LoweredProgram] | None = None
+        if program is None and probe:
+            probed = (key, lowered)  # a new program: traced again, recording the calls
+            lowered = lower(record=True)
+            key = program_key(lowered.lowered, cell=body, options=compile_key)
+            program = self.cache.get(key)  # recorded by an earlier run, not probed yet
+        same = None
+        if program is None and not options.force and not options.passes:
+            same = self.cache.same_executable(key)
+        clock.lap("cache_lookup")
+        # the same program with its code elsewhere: XLA's executable, this run's lines
+        relocated = relocate_program(lowered, same) if same is not None else None
+        if relocated is not None:
+            program = relocated
+            program.notes += lowered.misnumbered()
+            comp = Compilation(program, adapted, cache_hit=True, display=self.display)
+            comp.add_note(
+                "XLA skipped: the same program as an earlier run, its code in other places; "
+                "the executable is reused, its lines read from this run's program"
+            )
+            for run, stages in ((comp, lowered.stages), (comp.grad, lowered.grad_stages)):
+                if run is not None and stages is not None:
+                    for step in ("trace", "lower", "relocate"):
+                        run.record_timing(step, stages.timings.get(step, 0.0))
+            self.cache.put(key, program)
+        elif program is None:
+            program = compile_program(lowered, progress=progress, passes=options.passes)
+            program.notes += lowered.misnumbered()
             comp = Compilation(program, adapted, display=self.display)
-            self._check_trace_side_effects(comp, captured, namespace, tracers_before, warnings)
             self.cache.put(key, program)
         else:
             program.refresh_locations()
             comp = Compilation(program, adapted, cache_hit=True, display=self.display)
+            # what this run paid, though XLA was skipped: its own trace and lowering
+            for run, stages in ((comp, lowered.stages), (comp.grad, lowered.grad_stages)):
+                if run is not None and stages is not None:
+                    for step in ("trace", "lower"):
+                        run.record_timing(step, stages.timings.get(step, 0.0))
+        if probed is not None:
+            self.cache.alias(probed[0], key)  # the next probe finds it
+            for step in ("trace", "lower"):  # spent in the look-up, not by the program
+                seconds = sum(s.timings.get(step, 0.0) for s in probed[1].lowered_stages)
+                comp.record_timing(f"cache_lookup.probe_{step}", seconds)
+            probed[0].release()
+        key.complete()  # the history compares programs (a hit found by the exact digest has it)
+        key.release()
         clock.lap("compile")
         # several JAX processes: the same program on each, checked before anything runs
         if agree(comp, captured.source, seed=body + options.compile_key(), freeze=options.freeze):
@@ -274,7 +330,7 @@ class Session:
             captured,
             comp,
             options.describe(),
-            key.digest,
+            key,
             compiled=not comp.cache_hit,
             cell_id=cell_id,
         )
@@ -290,7 +346,7 @@ class Session:
         stage_seconds = sum(
             v
             for k, v in comp.timings.items()
-            if k.removeprefix("grad_") in ("trace", "lower", "compile")
+            if k.removeprefix("grad_") in ("trace", "lower", "compile", "relocate")
         )
         clock.steps["pipeline"] = max(clock.steps.pop("compile") - stage_seconds, 0.0)
         for step, seconds in clock.steps.items():
@@ -300,12 +356,16 @@ class Session:
 
     @staticmethod
     def _check_trace_side_effects(
-        comp: Compilation,
+        lowered: LoweredProgram,
         captured: Captured,
         namespace: dict[str, Any],
         tracers_before: dict[str, set[int]],
         warnings: list[str],
+        *,
+        show: bool = True,
     ) -> None:
+        """What this run's trace did besides tracing (every run traces, hit or not); a second
+        trace of the same run (``show`` False) prints nothing again."""
         leaked = _leaked_tracers(namespace, tracers_before)
         if leaked:
             raise TraceError(
@@ -314,8 +374,8 @@ class Session:
                 line=store_line(captured.source, leaked[0]) or captured.call_line,
                 hint="return it from the function instead of assigning a global",
             )
-        printed = comp.stages.printed_at_trace
-        if printed:
+        printed = lowered.printed_at_trace
+        if printed and show:
             print(printed, end="" if printed.endswith("\n") else "\n")
             warnings.append(
                 "print() ran once, at trace time, and printed tracers, not values: "

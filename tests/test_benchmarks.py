@@ -33,7 +33,8 @@ def _planned() -> list[tuple[str, str, int | None]]:
     out += [("displayed bytes", m, 1) for m in QUICK.size]
     out += [("first paint", m, QUICK.paint_repeats) for m in QUICK.paint]
     out += [("frozen load+1st call", m, p) for m, p in QUICK.frozen]
-    out += [("%%compile re-run", m, p) for m, p, _ in QUICK.magic]
+    out += [("%%compile re-run", m, p) for m, p, _, _ in QUICK.magic]
+    out += [("%%compile re-run / trace+lower", m, p) for m, p, _, _ in QUICK.magic]
     out += [("--profile overhead", m, p) for m, p, _ in QUICK.profile]
     out += [("calibration", "CPU peaks", QUICK.calibration)] if QUICK.calibration else []
     cells, pairs = QUICK.growth
@@ -124,6 +125,12 @@ def test_measurements_did_what_they_claim(quick_run):
     magic_row = rows[("%%compile re-run", QUICK.magic[0][0])]
     assert magic_row["subject"] is not None, magic_row["note"]
     assert magic_row["extra"]["xla_compiles_during_reruns"] == 0
+    hits, runs = map(int, magic_row["extra"]["cache_hits"].split("/"))
+    assert runs == QUICK.magic[0][1] and hits == runs, magic_row["extra"]["cache_hits"]
+    lowering_row = rows[("%%compile re-run / trace+lower", QUICK.magic[0][0])]
+    assert lowering_row["anchor"] is not None, lowering_row["note"]
+    # every re-run traced and lowered (SPEC §9.2), and says so in its timings
+    assert {"trace", "lower"} <= set(lowering_row["extra"]["rerun_steps_median_seconds"])
     size_row = rows[("displayed bytes", QUICK.size[0])]
     assert size_row["subject"]["median"] == sum(size_row["extra"]["parts"].values())
     assert "text/plain" in size_row["extra"]["parts"]

@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "measure": {"capture", "analysis", "targets", "stages", "debug"},
     "report": set(),
     "widgets": {"report"},
-    "cache": {"capture"},
+    "cache": {"stages"},
     "history": set(),
     "pipeline": {"capture", "targets", "stages", "analysis"},
     "processes": {"capture", "analysis", "targets"},

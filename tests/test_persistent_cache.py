@@ -1,8 +1,9 @@
 """JAX's persistent compilation cache (switched on by ``%load_ext nbcompile``) gives exactly
 what a fresh compile gives: the lines of the *current* cells, and XLA's dumps when asked.
 
-JAX 0.10.2 keys an executable without the module's source locations and without ``xla_dump_to``;
-nbcompile adds both rules (``_compat.key_persistent_cache_by_locations``). Each test points the
+JAX keys an executable without the module's source locations and without ``xla_dump_to``
+(0.10.2 and 0.12.0.1); nbcompile adds both rules (``_compat.key_persistent_cache_by_locations``),
+leaving out the frames that called nbcompile, as its own cache does (nbcompile/stages/key.py). Each test points the
 cache at a fresh folder and caches every compile (no minimum compile time), so it does not
 depend on how busy the machine is.
 """
@@ -91,18 +92,24 @@ def _model_lines(ip) -> tuple[list[int], set[int]]:
     return named, ops
 
 
-def test_an_edited_model_cell_gets_its_new_lines_from_a_warm_cache(shell, cache_dir):
+@pytest.mark.parametrize("force", ["", " -f"])
+def test_an_edited_model_cell_gets_its_new_lines_from_a_warm_cache(shell, cache_dir, force):
     """The user's story: model cell, ``%%compile`` cell; add a docstring to the model (its
-    ``__call__`` moves down three lines), re-run both. The fusions name the new lines (neither
-    nbcompile's own cache nor JAX's persistent cache serves the old lines)."""
+    ``__call__`` moves down three lines), re-run both. The fusions name the new lines: nbcompile
+    reuses the executable and re-reads the lines, and with ``-f`` (XLA asked again) JAX's
+    persistent cache does not serve the old lines."""
     shell.reset(new_session=False)
     assert shell.run_cell(SETUP, store_history=True).success
     for model in (MODEL, EDITED):
         assert shell.run_cell(model + "mlp = Mlp(w1, w2)", store_history=True).success
-        res = shell.run_cell(COMPILE, store_history=True)  # unchanged, as the user re-runs it
+        cell = COMPILE.replace("%%compile", "%%compile" + force)  # re-run, as the user does
+        before = HITS.count
+        res = shell.run_cell(cell, store_history=True)
         assert res.success, res.error_in_exec
         named, ops = _model_lines(shell)
         assert named and set(named) <= ops, (named, ops)
+        if model is EDITED and force:
+            assert HITS.count == before, "JAX's persistent cache served the old lines"
     assert any(cache_dir.iterdir()), "nothing was written to the persistent cache"
 
 
@@ -122,6 +129,49 @@ def test_a_rerun_of_unchanged_cells_still_hits_the_cache(shell, cache_dir):
         assert named and set(named) <= ops, (named, ops)
     assert hits[0] == 0 and hits[1] >= 1, f"persistent-cache hits per run: {hits}"
     assert nbcompile.last().stages.xla_compiles == 0  # served: XLA did not compile
+
+
+def test_jax_calls_nbcompiles_key_for_its_persistent_cache():
+    """The reach nbcompile's persistent-cache rule depends on: ``jax._src.compiler.
+    _get_cache_key(options, backend, computation, devices, ...)``, looked up by JAX on each
+    compile (checked with JAX 0.10.2 and 0.12.0.1). If a JAX release moves or renames it, this
+    fails naming it; nbcompile then leaves the persistent cache off (``enable_persistent_cache``)
+    rather than serve executables that name another kernel's lines."""
+    import inspect
+
+    from jax._src import compiler
+
+    from nbcompile import _compat
+
+    reach = f"jax._src.compiler._get_cache_key (JAX {jax.__version__})"
+    assert hasattr(compiler, "_get_cache_key"), f"{reach} is gone: re-find where JAX keys"
+    assert _compat.persistent_cache_keyed(), f"{reach} is not nbcompile's location-keyed wrapper"
+    wrapped = inspect.unwrap(compiler._get_cache_key)
+    params = list(inspect.signature(wrapped).parameters)
+    assert params[:4] == ["options", "backend", "computation", "devices"], (reach, params)
+    source = inspect.getsource(compiler)
+    assert "partial(_get_cache_key," in source or "_get_cache_key(" in source, (
+        f"{reach}: JAX no longer calls it by that name"
+    )
+
+
+def test_who_called_nbcompile_is_not_in_the_key(cache_dir):
+    """JAX records the whole Python stack in each operation's location, also the frames that
+    called nbcompile (a script's line, IPython's machinery). They are no part of the program
+    the view shows, so the key leaves them out: the same program compiled from another line of
+    a script is served from the cache, with its fusions on the same lines."""
+
+    def layer(x):
+        return jnp.sin(jnp.tanh(x) * 3.0)
+
+    x = jnp.ones((8, 8), jnp.float32)
+    first = nbcompile.compile(layer, x)  # this line ...
+    before = HITS.count
+    again = nbcompile.compile(layer, x)  # ... and this one are the callers
+    assert HITS.count - before == 1, "the same program from another line was compiled again"
+    assert again.stages.xla_compiles == 0
+    lines = [sorted({loc.line for f in c.fusions for loc in f.locations}) for c in (first, again)]
+    assert lines[0] and lines[0] == lines[1], lines
 
 
 def test_a_dump_asked_of_a_cached_program_is_written(cache_dir, tmp_path):
@@ -181,8 +231,9 @@ print("PROBE", json.dumps({
 @pytest.mark.kernel
 def test_the_users_story_in_real_kernels(tmp_path, monkeypatch):
     """In ipykernel: the model cell, the ``%%compile`` cell; the model edited (a docstring) and
-    both re-run; then a new kernel with the edited cells, served from the cache. Every time
-    the fusions name the model's current lines."""
+    both re-run (the same program, its lines moved: XLA skipped in this kernel, the lines
+    re-read); then a new kernel with the first cells, served from JAX's persistent cache.
+    Every time the fusions name the model's current lines."""
     import json
 
     from .test_kernel import execute, notebook, text_of
@@ -190,7 +241,7 @@ def test_the_users_story_in_real_kernels(tmp_path, monkeypatch):
     monkeypatch.setenv("NBCOMPILE_CACHE_DIR", str(tmp_path / "cache"))
     model, edited = MODEL + "mlp = Mlp(w1, w2)", EDITED + "mlp = Mlp(w1, w2)"
     first = execute(notebook(KERNEL_SETUP, model, COMPILE, PROBE, edited, COMPILE, PROBE))
-    second = execute(notebook(KERNEL_SETUP, edited, COMPILE, PROBE))
+    second = execute(notebook(KERNEL_SETUP, model, COMPILE, PROBE))
     assert any((tmp_path / "cache").iterdir()), "nothing was written to the persistent cache"
     probes = [
         json.loads(text_of(nb.cells[i]).split("PROBE", 1)[1])
@@ -200,4 +251,6 @@ def test_the_users_story_in_real_kernels(tmp_path, monkeypatch):
         assert probe["named"] and set(probe["named"]) <= set(probe["ops"]), probes
     moved = EDITED.count("\n") - MODEL.count("\n")  # the docstring moved the ops down
     assert probes[1]["ops"] == [n + moved for n in probes[0]["ops"]], probes
+    assert probes[1]["served"], "the moved program was compiled again in the same kernel"
     assert probes[2]["served"], "a new kernel with the same cells compiled again"
+    assert probes[2]["named"] == probes[0]["named"], probes

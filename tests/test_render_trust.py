@@ -157,7 +157,9 @@ def test_a_notebook_signed_by_this_user_is_trusted(tmp_path: Path, no_signatures
             )
         ]
     )
-    NotebookNotary().sign(nb)
+    notary = NotebookNotary()
+    notary.sign(nb)
+    notary.close()
     path, out = tmp_path / "mine.ipynb", tmp_path / "mine.html"
     nbformat.write(nb, path)
     render(path, out, run=False)

@@ -78,3 +78,50 @@ def xla_cost(hlo_text: str) -> dict[str, float] | None:
         return None
     except jax.errors.JaxRuntimeError:  # XLA rejected the module text: no figure for it
         return None
+
+
+def scan_layout(params: dict[str, Any]) -> tuple[int, int]:
+    """(constants, carries) among a ``scan`` equation's inputs, which are
+    ``[*constants, *carries, *xs]`` (its outputs ``[*carries, *ys]``). JAX 0.10.2 names the
+    counts (``num_consts``, ``num_carry``); JAX 0.12 describes the three parts as a flat tree
+    (``ft_in``: constants, carries, xs)."""
+    if "num_consts" in params:
+        return int(params["num_consts"]), int(params["num_carry"])
+    consts, carry, _xs = params["ft_in"].unpack()
+    return len(consts), len(carry)
+
+
+# --- loops (analysis/loops.py) ---------------------------------------------------------------
+# Checked on JAX 0.10.2 and 0.12.0.1: ``lax.fori_loop`` with static bounds and ``lax.map`` are
+# ``scan`` equations, ``fori_loop`` with traced bounds and ``while_loop`` are ``while``; the
+# function the user called is the outermost JAX frame of the equation's traceback
+# (``scan`` / ``fori_loop`` / ``while_loop`` / ``map`` in ``jax/_src/lax/control_flow/loops.py``).
+# A ``scan``'s ``length``, ``reverse`` and ``unroll`` are params on both versions (0.10.2 also
+# has ``num_consts`` / ``num_carry`` / ``linear``, 0.12 ``ft_in`` / ``ft_out``: not read).
+LOOP_APIS = ("scan", "fori_loop", "while_loop", "map")
+
+
+def loop_api(traceback: Any) -> str | None:
+    """The JAX loop function the user's code called to make an equation (``fori_loop`` for
+    the ``scan`` a static ``fori_loop`` becomes), or None where the traceback does not say."""
+    found = frames(traceback)
+    if found is None:
+        return None
+    api = None
+    for code in found[0]:
+        file = getattr(code, "co_filename", "")
+        if outside_jax(file):
+            break  # the first frame outside JAX called it
+        if code.co_name in LOOP_APIS:
+            api = code.co_name
+    return api
+
+
+def scan_params(params: Any) -> tuple[int | None, bool, int]:
+    """``(length, reverse, unroll)`` of a ``scan`` equation (``unroll=True``: the length)."""
+    length = params.get("length")
+    length = int(length) if isinstance(length, int) else None
+    unroll = params.get("unroll", 1)
+    if unroll is True:
+        unroll = length or 1
+    return length, bool(params.get("reverse", False)), max(int(unroll or 1), 1)

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from .namestack import shown, strip_transforms
 
 __all__ = [
     "BACKWARD",
@@ -23,6 +26,7 @@ __all__ = [
     "call_kinds",
     "functions_of",
     "fusion_functions",
+    "fusion_scopes",
     "op_name_calls",
     "op_name_modules",
     "split_scopes",
@@ -30,7 +34,6 @@ __all__ = [
 ]
 
 BACKWARD = " (backward)"
-_TRANSFORM = re.compile(r"^(?:[\w.\-]+\()+|\)+$")
 _JITTED = re.compile(r"(?:^|\()p?jit\([^()]*\)+$")
 
 
@@ -65,7 +68,8 @@ class CallKinds:
 
 def call_kinds(log: Any | None) -> CallKinds:
     """The labels of a ``capture.calls.CallLog`` (None or no calls: empty)."""
-    return CallKinds(dict(log.kinds) if log is not None else {})
+    # labels as name-stack parsing keeps them (``namestack.shown``: an absurdly long one cut)
+    return CallKinds({shown(k): v for k, v in log.kinds.items()} if log is not None else {})
 
 
 def split_scopes(scopes: tuple[str, ...], kinds: CallKinds) -> tuple[list[str], list[str]]:
@@ -102,20 +106,63 @@ def fusion_functions(op_names: list[str], kinds: CallKinds) -> list[str]:
     return sorted(found)
 
 
+def fusion_scopes(op_names: list[str], kinds: CallKinds) -> tuple[list[str], list[str]]:
+    """Where a kernel's ops sit among the user's own groups, in the order they nest: (the
+    paths of modules, scopes and the user's calls interleaved as in the name stack, cut at the
+    first library call, sorted and unique, ``""`` for a kernel of the top level; the library calls
+    the ops sit in, their ``#k`` dropped). ``Transformer/blocks_0/attn`` for a ``transpose``
+    inside ``jnp.transpose`` called by the ``attn`` module; ``loss#1/block#3`` and ``gelu`` for
+    the tanh of a ``jax.nn.gelu`` in ``block``. Backward labels are marked ``(backward)``."""
+    paths: set[str] = set()
+    libs: set[str] = set()
+    bare = False  # an op with no label at all: a reducer's region, a shared constant
+    for op_name in op_names:
+        for part in op_name.split(";"):
+            found = _op_name_scope(part, kinds)
+            if found is not None:
+                if found[0] or found[1]:
+                    paths.add(found[0])
+                else:
+                    bare = True
+                if found[1]:
+                    libs.add(found[1])
+    if bare and not paths:
+        paths.add("")  # a kernel of the top level
+    return sorted(paths), sorted(libs)
+
+
+def _scopes(op_name: str) -> Iterator[tuple[str, bool]]:
+    """The scopes of an op name as the view shows them, outer first, each with whether it lies
+    under a ``transpose(...)`` (backward); jit wrappers and transforms-only parts left out."""
+    backward = False
+    for part in op_name.split("/")[:-1]:
+        if "transpose(" in part:
+            backward = True
+        if _JITTED.search(part):
+            continue
+        name = strip_transforms(part, dotted=True)
+        if name:
+            yield shown(name), backward  # as the traced scopes and the kinds' labels are
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _op_name_scope(op_name: str, kinds: CallKinds) -> tuple[str, str | None] | None:
+    if not op_name or not kinds:
+        return None
+    path: list[str] = []
+    for name, backward in _scopes(op_name):
+        if kinds.get(name) == "library":
+            return "/".join(path), name.split("#", 1)[0]
+        path.append(name + BACKWARD if backward else name)
+    return "/".join(path), None
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def _op_name_parts(op_name: str | None, kinds: CallKinds) -> tuple[list[str], list[str]] | None:
     if not op_name or not kinds:
         return None
     modules, calls = [], []
-    backward = False
-    for part in op_name.split(";", 1)[0].split("/")[:-1]:
-        if "transpose(" in part:
-            backward = True
-        if _JITTED.search(part):
-            continue
-        name = _TRANSFORM.sub("", part)
-        if not name:
-            continue
+    for name, backward in _scopes(op_name.split(";", 1)[0]):
         if name in kinds:
             calls.append(name + BACKWARD if backward else name)
         else:
@@ -138,16 +185,21 @@ def annotate_compiled(info: Any, kinds: CallKinds) -> dict[str, list[str]]:
     by_kernel: dict[str, list[str]] = {}
     if not kinds:
         return by_kernel
+    # kernel -> (its ops' paths among the user's groups, the library calls they sit in)
+    scopes: dict[str, tuple[list[str], list[str]]] = {}
     for fusion in info.fusions:
         fusion.functions = fusion_functions(fusion.op_names, kinds)
         fusion.modules = strip_calls(fusion.modules, kinds)
         if fusion.functions:
             by_kernel[fusion.name] = fusion.functions
+        scopes[fusion.name] = fusion_scopes(fusion.op_names, kinds)
     for instr in info.kernels:
         if instr.name not in by_kernel and instr.op_name:
             found = fusion_functions([instr.op_name], kinds)
             if found:
                 by_kernel[instr.name] = found
+        if instr.name not in scopes and instr.op_name:
+            scopes[instr.name] = fusion_scopes([instr.op_name], kinds)
     for name, paths in list(info.modules.items()):
         stripped = strip_calls(paths, kinds)
         if stripped:
@@ -159,6 +211,11 @@ def annotate_compiled(info: Any, kinds: CallKinds) -> dict[str, list[str]]:
             node.path = "/".join(p for p in node.path.split("/") if p not in kinds)
         if node.label in by_kernel and node.kind in ("op", "fusion"):
             node.extra["calls"] = list(by_kernel[node.label])
+        if node.label in scopes and node.kind in ("op", "fusion") and scopes[node.label][0]:
+            # the view's groups for kernels: the user's calls and modules, as they nest
+            node.extra["scopes"], lib = scopes[node.label]
+            if lib:
+                node.extra["lib"] = lib
     return by_kernel
 
 

@@ -34,6 +34,7 @@ from .hlo import (
 )
 from .hlo import shape_elements as _elements
 from .lines import Locator
+from .namestack import shown, strip_transforms
 
 __all__ = [
     "CompiledInfo",
@@ -128,9 +129,9 @@ def _module_path(op_name: str | None) -> str | None:
     for part in op_name.split(";", 1)[0].split("/")[:-1]:
         if _JITTED.search(part):
             continue  # a jitted function (the program's own jit(NAME), jit(relu)): no module
-        part = re.sub(r"^(?:[\w.\-]+\()+|\)+$", "", part)
+        part = strip_transforms(part, dotted=True)  # linear (a regex was quadratic on ")))")
         if part:
-            parts.append(part)
+            parts.append(shown(part))
     return "/".join(user_scopes(parts)) or None
 
 
@@ -262,6 +263,10 @@ def _call_op_names(members: list[Instruction]) -> list[str]:
 def _module_text(module: HloModule, instr: Instruction, shapes: dict[str, str]) -> str | None:
     """A one-kernel module: the kernel with its operands as parameters, for XLA's cost model."""
     if any(o not in shapes for o in instr.operands):
+        return None
+    if instr.opcode.endswith(("-done", "-update")):
+        # the second half of an async pair is no module without its start: XLA 0.10 refuses
+        # the text, jaxlib 0.12's parser crashes the process on it (``slice-done`` on TPU)
         return None
     texts, seen, todo = [], set(), list(instr.called)
     while todo:

@@ -28,6 +28,7 @@ from .graph import Graph
 from .hlo import HloModule, HloParseError, count_instructions, parse_hlo
 from .lines import Locator
 from .located import line_maps, source_texts
+from .loops import Loop, find_loops
 from .shares import Shares, kernel_shares
 from .traced import Traced, trace_graph
 
@@ -78,6 +79,8 @@ class Analysis:
     _json: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     fingerprint: str | None = None
     walk_order: list[str] = field(default_factory=list, repr=False)  # eqn node ids, walk order
+    #: every loop of the program, in program order (``analysis/loops.py``)
+    loops: list[Loop] = field(default_factory=list)
 
     @property
     def kernel_shares(self) -> dict[str, Shares]:
@@ -188,6 +191,7 @@ class Analysis:
             "lines": self.lines_json(),
             "sources": list(self.sources),
             "collectives": [dict(c, **{"from": "XLA"}) for c in self.collectives],
+            "loops": [loop.to_json() for loop in self.loops],
             "notes": list(self.notes),
         }
 
@@ -481,6 +485,8 @@ def _analyse(artifacts: Artifacts) -> Analysis:
     lines, located = line_maps(traced, info, source)
     sources = source_texts(located, source.cells)
     clock.lap("lines")
+    loops = find_loops(part.closed_jaxpr, traced, post, info, source, kinds)
+    clock.lap("loops")  # timed apart, shown with the op counts (a few ms)
     counts = {
         "jaxpr_eqns": len(traced.eqns),
         "stablehlo_ops": stablehlo,
@@ -525,6 +531,7 @@ def _analyse(artifacts: Artifacts) -> Analysis:
         call_kinds=kinds,
         timings=clock.timings,
         walk_order=[e.node.id for e in traced.eqns],
+        loops=loops,
     )
     clock.lap("counts")
     return analysis

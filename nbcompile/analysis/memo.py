@@ -121,6 +121,9 @@ def _relabel(analysis: Analysis, locator: Locator) -> bool:
 
     for loc in analysis.located:
         check(loc)
+    for loop in analysis.loops:
+        if loop.location is not None:
+            check(loop.location)
     for _lines, locations in analysis.kernel_sites.values():
         for loc in locations:
             check(loc)
@@ -137,6 +140,9 @@ def _relabel(analysis: Analysis, locator: Locator) -> bool:
         for k, (lines, locs) in analysis.kernel_sites.items()
     }
     analysis.located = {changed.get(loc, loc): e for loc, e in analysis.located.items()}
+    for loop in analysis.loops:
+        if loop.location is not None:
+            loop.location = new(loop.location)
     for graph in (analysis.traced_graph, analysis.compiled_graph):
         for node in graph.nodes if graph is not None else ():
             if node.location is not None:

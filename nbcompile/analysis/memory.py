@@ -31,6 +31,7 @@ from .compiled import op_name_phase
 from .hlo import HloModule, Instruction, parse_hlo
 from .lines import Locator
 from .memory_live import Liveness, LiveValue, liveness
+from .memory_loops import flatten_map
 
 __all__ = ["MemoryBuffer", "MemoryMap", "locate", "memory_map_from_hlo"]
 
@@ -402,7 +403,9 @@ def memory_map_from_hlo(
     module = module or parse_hlo(hlo_text)
     live: Liveness = liveness(module, hlo_text, platform)
     where = _Where(module, source)
-    counted = [v for v in live.values if v.aliased_parameter is None]
+    # an output written into a donated argument is its own value (XLA's live ranges): the
+    # argument's buffer holds it from its definition, the argument before (see memory_live)
+    counted = list(live.values)
     kinds = {id(v): _kind(v, where) for v in counted}
     for inner in live.nested.values():
         kinds.update({id(v): _kind(v, where) for v in inner})
@@ -455,7 +458,7 @@ def memory_map_from_hlo(
             "live ranges"
         )
     cap_bytes, cap_source, cap_label = capacity
-    return MemoryMap(
+    m = MemoryMap(
         peak_bytes=peak,
         peak_step=peak_step,
         timeline=list(enumerate(totals)),
@@ -481,3 +484,5 @@ def memory_map_from_hlo(
         xla_live_range_peak=None if live.nested else _xla_moment_total(live.values),
         notes=notes,
     )
+    # loops with a known trip count: every iteration its own steps (analysis/memory_loops.py)
+    return flatten_map(m, module, live, platform, where) if live.nested else m

@@ -262,6 +262,12 @@ class _Builder:
             if isinstance(tree, tuple) and tree[1] and ops:
                 first = tree[1][0]  # the operands: a tuple of them (own pointer table) or one
                 tree[1][0] = (first[0], list(ops)) if isinstance(first, tuple) else ops[0]
+                wrapped = tree[1][1] if len(tree[1]) > 1 else None
+                if isinstance(first, tuple) and isinstance(wrapped, LiveValue):
+                    # an async op printed folded (``slice-start(...)``, no ``calls=``): in XLA's
+                    # own module its result is the wrapped computation's root, which sizes
+                    # XLA's peak moment by its own shape, not by the async tuple's table
+                    wrapped.xla_moment_bytes = wrapped.unpadded
             return tree
         tree = self.new(instr, instr.shape, (), step)
         aliasing = (
@@ -360,11 +366,38 @@ class _Builder:
         root = comp.root
         if root is not None:
             self.mark_outputs(trees.get(root.name), end, entry, io_alias)
-        self.share_buffers(order, trees)
+        donated = set(io_alias.values()) if entry else set()
+        params = {
+            i.name: int(i.literal)
+            for i in comp.instructions
+            if i.opcode == "parameter" and (i.literal or "").isdigit()
+        }
         for v in values:
-            if entry and v.kind == "parameter":
+            # a donated argument's buffer is free after its last read (XLA places temporaries
+            # and the output written into it there); the others are the caller's to the end
+            if entry and v.kind == "parameter" and params.get(v.instruction) not in donated:
                 v.end = max(v.end, end)
+        self.share_buffers(order, trees)
+        if donated:
+            self.hand_over_donated(values, params)
         return live
+
+    @staticmethod
+    def hand_over_donated(values: list[LiveValue], params: dict[str, int]) -> None:
+        """An output written into a donated argument shares that argument's buffer: where the
+        op that writes it is the argument's last reader (an in-place update), the two are one
+        buffer at that step, counted once (in the output)."""
+        by_number = {
+            params[v.instruction]: v
+            for v in values
+            if v.kind == "parameter" and not v.index and v.instruction in params
+        }
+        for out in values:
+            number = out.aliased_parameter
+            arg = by_number.get(number) if number is not None and out.kind == "output" else None
+            if arg is not None and arg.end >= out.start:
+                held = arg.end if arg.counted_end is None else arg.counted_end
+                arg.counted_end = min(held, out.start - 1)
 
     def can_share(self, user: Instruction, operand_index: int) -> bool:
         """XLA's ``CanShareOperandBufferWithUser`` for the common cases: an element-wise op, or
@@ -407,28 +440,37 @@ class _Builder:
         (same size, element-wise use), the two do not hold memory at that step together."""
         for step, (instr, _ctx) in enumerate(order):
             result = trees.get(instr.name)
-            if (
-                not isinstance(result, LiveValue)
-                or result.start != step
-                or result.kind not in ("temporary", "output")
-            ):
+            if isinstance(result, LiveValue):
+                results = [result]
+            elif isinstance(result, tuple) and instr.opcode == "fusion":
+                # a multi-output fusion: each element may take a dying operand's buffer (seen
+                # on XLA:GPU: an Adam update writing new moments over the gradients)
+                results = [r for r in result[1] if isinstance(r, LiveValue)]
+            else:
                 continue
-            dims = _LAYOUT.sub("", result.shape)
-            for k, name in enumerate(instr.operands):
-                operand = trees.get(name)
-                if (
-                    isinstance(operand, LiveValue)
-                    and operand.kind == "temporary"
-                    and operand.end == step
-                    and operand.counted_end is None
-                    and operand.bytes == result.bytes
-                    and operand.space == result.space
-                    and _LAYOUT.sub("", operand.shape) == dims
-                    and instr.operands.count(name) == 1
-                    and self.can_share(instr, k)
-                ):
-                    operand.counted_end = step - 1
-                    break
+            for out in results:
+                if out.start == step and out.kind in ("temporary", "output"):
+                    self.share_one(instr, out, step, trees)
+
+    def share_one(
+        self, instr: Instruction, result: LiveValue, step: int, trees: dict[str, object]
+    ) -> None:
+        dims = _LAYOUT.sub("", result.shape)
+        for k, name in enumerate(instr.operands):
+            operand = trees.get(name)
+            if (
+                isinstance(operand, LiveValue)
+                and operand.kind == "temporary"
+                and operand.end == step
+                and operand.counted_end is None
+                and operand.bytes == result.bytes
+                and operand.space == result.space
+                and _LAYOUT.sub("", operand.shape) == dims
+                and instr.operands.count(name) == 1
+                and self.can_share(instr, k)
+            ):
+                operand.counted_end = step - 1
+                return
 
     def mark_outputs(
         self,

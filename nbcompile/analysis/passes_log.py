@@ -8,14 +8,17 @@ a change, in the order XLA ran them (checked with JAX 0.10.2 on XLA:CPU)::
     module_0006.jit_f.0017.copy-insertion.after_adding_copies_to_resolve_interference.txt
 
 (number, pipeline, the pass just run — ``pipeline-start`` at a pipeline's start — and the next
-one; copy insertion names its own stages). Passes that changed nothing are not dumped, so they
+one; copy insertion names its own stages). The same layout on jaxlib 0.12.0.1 (a few passes
+renamed or added: ``async-collective-custom-call-rewriter``; tests/measure/test_metal_reaches.py
+fails naming the layout if it changes). Passes that changed nothing are not dumped, so they
 are not steps. Each step's counts are read from its text with the one HLO reader
 (:func:`~nbcompile.analysis.hlo.parse_hlo`): ``instructions`` counts the instructions of *every*
 computation (fused computations included), exactly as ``parse_hlo(c.hlo).instruction_count()``
 counts the optimised module, so the last step's figure equals the optimised module's.
 
 Timing: XLA's per-pass timings (``HloModuleMetadata``) are not written through JAX's compile
-path (``xla_dump_module_metadata`` writes no file there), so ``PassStep.seconds`` is ``None``.
+path (``xla_dump_module_metadata`` writes no file there; jaxlib 0.10.2 and 0.12.0.1), so
+``PassStep.seconds`` is ``None``.
 What the dump does give is *when* each file was written: :attr:`PassLog.by_pipeline` sums the
 wall time between consecutive dumps per pipeline (a coarse measure: it includes writing the
 dumps and the passes that changed nothing).

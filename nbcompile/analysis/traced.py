@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +21,7 @@ from . import _jax
 from .calls import BACKWARD, CallKinds
 from .graph import Graph, Node
 from .lines import Locator
+from .namestack import shown, strip_transforms, transform_names
 
 __all__ = ["EqnInfo", "Traced", "eager_dispatches", "trace_graph", "walk_order"]
 
@@ -79,7 +79,6 @@ _REDUCE = {
     "cummax",
     "reduce_precision",
 }
-_TRANSFORM = re.compile(r"^(?:\w+\()+|\)+$")
 
 
 @dataclass(slots=True)
@@ -138,13 +137,14 @@ def _nbytes(aval: Any) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _path_of(name_stack: str) -> tuple[tuple[str, ...], frozenset[str]]:
-    """Scopes (transforms stripped) and the transforms named in a name stack string."""
-    scopes, transforms = [], frozenset(re.findall(r"(\w+)\(", name_stack))
+    """Scopes (transforms stripped, absurdly long names cut: ``namestack.shown``) and the
+    transforms named in a name stack string; linear in its length (``analysis/namestack.py``)."""
+    scopes = []
     for part in name_stack.split("/"):
-        part = _TRANSFORM.sub("", part)
+        part = strip_transforms(part)
         if part:
-            scopes.append(part)
-    return tuple(scopes), transforms
+            scopes.append(shown(part))
+    return tuple(scopes), transform_names(name_stack)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -153,7 +153,7 @@ def _transposed(name_stack: str) -> tuple[bool, ...]:
     flags, backward = [], False
     for part in name_stack.split("/"):
         backward = backward or "transpose(" in part
-        if _TRANSFORM.sub("", part):
+        if strip_transforms(part):
             flags.append(backward)
     return tuple(flags)
 
@@ -327,6 +327,8 @@ class _Walker:
                     sg = g  # jax.numpy's own jit (``_var``) is the library call the user made
                 else:
                     sg = graph.group(g, str(label or prim), kind or "function", unique=True)
+                if kind == "loop" and sub_label in ("jaxpr", "body_jaxpr"):
+                    node.extra["loop_body"] = sg  # analysis/loops.py: the loop's body group
                 inner = sub.jaxpr if isinstance(sub, _jax.ClosedJaxpr) else sub
                 inner_env: dict[Any, str] = {}
                 if isinstance(sub, _jax.ClosedJaxpr):

@@ -24,6 +24,7 @@ import jax
 
 from ..capture.models import Adapted
 from ..capture.source import SourceInfo
+from ..errors import NbcompileError
 from ..pipeline import Program, describe_args
 from ..stages import Progress
 from ._display import Display
@@ -53,6 +54,7 @@ class Compilation(Runs, Display):
         "_compile_time",
         "_debug",
         "_display",
+        "_dump_error",
         "_failures",
         "_frozen",
         "_memory_map",
@@ -108,10 +110,15 @@ class Compilation(Runs, Display):
         self._compile_time: Any = None
         self._report: tuple[Any, dict[str, Any]] | None = None
         self._shown: Any = None
+        self._dump_error: NbcompileError | None = None  # --passes: its dump was cut short
         if program.stages.dump is not None:  # --passes: read its compile's dump, remove it
             from ..measure.metal import read_stages_dump
 
-            program.metal = read_stages_dump(program.stages)
+            try:
+                program.metal = read_stages_dump(program.stages)
+            except NbcompileError as err:  # a full disk: compiled, without the dump (NBC610)
+                self._dump_error = err
+                self._notes.append(str(err))
         if program.stages.target.note:
             self._notes.append(program.stages.target.note)
         grad_notes = self.grad.notes if self.grad is not None else ()
@@ -205,10 +212,12 @@ class Compilation(Runs, Display):
         """Seconds this run spent, by phase; the phases add up to the whole cell.
 
         Phases (keys without a dot): the cell's steps when run by the magic (``capture``,
-        ``run``, ``cache_lookup``, ``pipeline``, ``processes`` (the processes agreeing on the
-        program, with several JAX processes), ``measure``, ``freeze``, ``bind``), the stages
-        this run compiled (``trace``, ``lower``, ``compile``; ``grad_trace``... for ``--grad``'s
-        program; absent on a cache hit, which compiled nothing), the analyses this run computed
+        ``run``, ``cache_lookup`` (the key of the lowered program, and the look-up),
+        ``pipeline``, ``processes`` (the processes agreeing on the program, with several JAX
+        processes), ``measure``, ``freeze``, ``bind``), the stages this run went through
+        (``trace`` and ``lower`` on every run — the lowered program is the cache key —, and
+        ``compile``, absent on a cache hit, which skipped XLA; ``grad_trace``... for
+        ``--grad``'s program), the analyses this run computed
         (``analyse``, ``grad_analyse``), ``report`` and ``display``. Keys with a dot are parts of
         the phase before the dot (``analyse.parse``); ``eager_call`` / ``compiled_call`` are
         ``--bench``'s per-call medians, not phases.
@@ -259,6 +268,13 @@ class Compilation(Runs, Display):
         return self.grad.analysis.gradient if self.grad is not None else None
 
     @property
+    def loops(self) -> list[Any]:
+        """Every ``lax.scan`` / ``fori_loop`` / ``while_loop`` / ``lax.map`` of the program, in
+        program order (:class:`nbcompile.analysis.loops.Loop`: kind, the user's line, call
+        group, trip count, body kernels, nested loops, what XLA did to it)."""
+        return list(self.analysis.loops)
+
+    @property
     def cost(self) -> dict[str, Any] | None:
         """XLA's cost analysis, normalised (None where the backend reports none)."""
         return self.analysis.cost
@@ -284,25 +300,54 @@ class Compilation(Runs, Display):
         """XLA's pass pipeline for this program (:class:`~nbcompile.analysis.passes_log.PassLog`),
         from XLA's dump of the program's own compile with ``--passes`` (``passes=True``), else
         from one more compile with the dump on (on first use); None where XLA dumped no
-        passes."""
-        return self._metal_dump().passes
+        passes (a note says why). NBC610 where XLA could not write its dump whole (a full
+        disk)."""
+        dump = self._metal_dump()
+        if dump.passes is None and dump.no_passes:
+            self.add_note(dump.no_passes)
+        return dump.passes
 
     def run_passes(self, progress: Progress | None = None) -> Any | None:
         """Record XLA's pass pipeline now (``--passes``): read from the program's own compile
-        when it wrote XLA's dump, else one more compile with the dump on."""
+        when it wrote XLA's dump, else one more compile with the dump on. A dump cut short (a
+        full disk, NBC610) is a note: the program compiled and runs without it."""
+        if self._dump_error is not None and self._metal is None and self.program.metal is None:
+            return None  # the program's own dump was cut short: the note says so, no retry
         if progress and self._metal is None and self.program.metal is None:
             progress("recording XLA's passes (one more compile)")
-        return self.passes
+        try:
+            return self.passes
+        except NbcompileError as err:
+            if err.code != "NBC610":
+                raise
+            self._dump_error = err
+            self.add_note(str(err))
+            return None
 
     def kernel_code(self, name: str) -> Any:
         """:class:`~nbcompile.measure.metal.KernelCode` of kernel ``name`` (as in
-        :attr:`fusions`): LLVM IR, machine code, vector width, source locations."""
-        from ..measure.metal import kernel_code
+        :attr:`fusions`): LLVM IR, machine code, vector width, source locations. For a fusion
+        XLA:CPU hands to a library (``ynn_fusion``) of element-wise ops or reductions, XLA's own
+        code for the same ops from one more compile with the library off (``.library`` names
+        the library that runs it; not what runs); dots and convolutions raise NBC600 naming
+        the library and its kernels."""
+        return self._kernel_code(name, compile_library_off=True)
 
-        sites = self.analysis.kernel_sites.get(name)
+    def _kernel_code(self, name: str, compile_library_off: bool) -> Any:
+        """:meth:`kernel_code`; without ``compile_library_off`` a library fusion's stand-in
+        code is given only when its compile was made already (the view compiles nothing)."""
+        from ..measure.metal import kernel_code, libraries_off_dump
+
+        dump = self._metal_dump()
+        sites = self.analysis.kernel_sites.get(name) if isinstance(name, str) else None
         names = [f.name for f in self.fusions]
         locations = sites[1] if sites else []
-        return kernel_code(self._metal_dump(), name, locations, names, self.hlo)
+        off = (
+            (lambda: libraries_off_dump(self, dump))
+            if compile_library_off
+            else (lambda: dump.libraries_off)
+        )
+        return kernel_code(dump, name, locations, names, self.hlo, libraries_off=off)
 
     @property
     def compile_time(self) -> Any:

@@ -77,14 +77,16 @@ class Display:
         from ..errors import NbcompileError
         from ..report.metal import metal_json
 
-        key = id(self._profile)
+        # the view compiles nothing: a library fusion's stand-in code (XLA's own, library off)
+        # is shown once c.kernel_code made it
+        key = (id(self._profile), self._metal.libraries_off is not None)
         cached = self._metal.view
         if cached is None or cached[0] != key:
             document = self.analysis.to_json()
             view = metal_json(
                 self._metal.passes,
                 document.get("fusions") or [],
-                self.kernel_code,
+                lambda name: self._kernel_code(name, compile_library_off=False),
                 lines=document.get("lines") or {},
                 profile=profile,
                 errors=(NbcompileError, KeyError, ImportError),
@@ -113,6 +115,7 @@ class Display:
             self._memory_map,
             self._changes_diff,
             self._metal,
+            self._metal.libraries_off if self._metal is not None else None,
         )
         return (
             tuple(id(r) for r in results),

@@ -47,6 +47,14 @@ class Runs:
         _processes: tuple[Any, ...]
         _timings: dict[str, float]
 
+    def _read_live(self, what: str) -> None:
+        """Read every model's arrays again (training may have replaced them since the compile,
+        as a re-run would), and stop with NBC212 where an argument's arrays were deleted."""
+        from ._live import live_args, require_alive
+
+        self.args = live_args(self.adapted, self.args)
+        require_alive(self.adapted, self.args, self.kwargs, what)
+
     def _require_runnable(self, what: str) -> None:
         if self.runnable:
             return
@@ -86,6 +94,7 @@ class Runs:
         from ..measure import bench
 
         self._require_runnable("benchmark")
+        self._read_live("benchmark")
         result = bench(
             self.original,
             self.args,
@@ -126,6 +135,8 @@ class Runs:
 
         if progress:
             progress("ablating (recompiling without fusion / constant folding)")
+        if self.runnable:
+            self._read_live("ablate")
         form = self.call_form
         self._ablation = ablate(
             self.lowered,
@@ -163,6 +174,7 @@ class Runs:
         from ..debug import debug_run
 
         self._require_runnable("debug-run the program")
+        self._read_live("debug-run the program")
         if progress:
             progress(f"debugging {self.name} (running op by op)")
         form = self.call_form
@@ -175,6 +187,7 @@ class Runs:
             compiled_outputs=compiled,
             hlo=self.hlo,
             program=self.name,
+            compiler_options=self.program.request.compiler_options,
         )
 
     def freeze(
@@ -186,6 +199,7 @@ class Runs:
 
         if not self.runnable and not self.target.present:
             self._require_runnable("freeze")
+        self._read_live("freeze")
         if progress:
             progress(f"freezing to {path}")
         weights = self.adapted.weights_argnums or None
@@ -229,6 +243,7 @@ class Runs:
 
         if self.target.present:  # deviceless targets get an estimate from XLA's cost model
             self._require_runnable("profile")
+            self._read_live("profile")
         self._profile = profile(self, calls=calls)
         if self._processes:  # several JAX processes: every one's profile, side by side
             from ..processes import gather_profiles

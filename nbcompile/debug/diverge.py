@@ -167,12 +167,19 @@ def _prefix_fn(closed: Any, k: int) -> Callable[..., list[Any]]:
 class _Walk:
     """Compiles prefixes and compares them with op-by-op values, memoised per equation."""
 
-    def __init__(self, closed: Any, flat: list[Any], eager_value: Callable[[str, int], Any]):
+    def __init__(
+        self,
+        closed: Any,
+        flat: list[Any],
+        eager_value: Callable[[str, int], Any],
+        compiler_options: dict[str, Any] | None = None,
+    ):
         self.closed, self.flat, self.eager_value = closed, flat, eager_value
         self.eqns = closed.jaxpr.eqns
         self.producer = {id(v): i for i, e in enumerate(self.eqns) for v in e.outvars}
         self.memo: dict[int, tuple[bool, Any, Any] | None] = {}
         self.compiled_count = 0
+        self.compiler_options = compiler_options
 
     def check(self, k: int) -> tuple[bool, Any, Any] | None:
         """``(differs, compiled value, op-by-op value)`` of equation ``k``'s first array output
@@ -192,7 +199,9 @@ class _Walk:
         if index is not None and self.compiled_count < MAX_STEPS:
             self.compiled_count += 1
             kept = [i for i, v in enumerate(eqn.outvars) if not isinstance(v, jcore.DropVar)]
-            compiled = jax.jit(_prefix_fn(self.closed, k))(*self.flat)[kept.index(index)]
+            prefix = jax.jit(_prefix_fn(self.closed, k)).lower(*self.flat)
+            outs = prefix.compile(compiler_options=self.compiler_options)(*self.flat)
+            compiled = outs[kept.index(index)]
             eager = self.eager_value(f"e{k}", index)
             result = (differ(compiled, eager), compiled, eager)
         self.memo[k] = result
@@ -268,22 +277,29 @@ def find_divergence(
     compiled_outputs: Sequence[Any] | None,
     hlo: str | None,
     locate: Callable[[Any], dict[str, Any]],
+    compiler_options: dict[str, Any] | None = None,
 ) -> Divergence:
     """Compare compiled and op-by-op values (see the module docstring). ``eager_value(id, i)``
     gives an op-by-op value; ``stopped_at`` is the id where the op-by-op run stopped (or None,
     then ``eager_outputs`` are its outputs); ``compiled_outputs`` / ``hlo`` are the compiled
     program's flat outputs and optimised HLO (compiled here from ``closed`` when None);
     ``locate(eqn)`` gives an equation's location keys (``line``, ``file``, ``file_line``,
-    ``code``)."""
+    ``code``). ``compiler_options``: those the user's program was compiled with (XLA's
+    rewrites depend on them: JAX 0.12's XLA:CPU rewrites ``exp(a) / exp(a)`` to ``exp(a - a)``
+    only with ``xla_cpu_enable_fast_math``), used for every prefix compiled here."""
     flat = list(flat)
     notes: list[str] = []
     if compiled_outputs is None or hlo is None:
-        compiled = jax.jit(jcore.jaxpr_as_fun(closed)).trace(*flat).lower().compile()
+        lowered = jax.jit(jcore.jaxpr_as_fun(closed)).trace(*flat).lower()
+        compiled = lowered.compile(compiler_options=compiler_options or None)
         hlo = compiled.as_text() if hlo is None else hlo
         if compiled_outputs is None:
             compiled_outputs = jax.tree.leaves(compiled(*flat))
-            notes.append("compared with the traced program compiled by XLA with default options")
-    walk = _Walk(closed, flat, eager_value)
+            notes.append(
+                "compared with the traced program compiled by XLA with "
+                + ("the same compiler options" if compiler_options else "default options")
+            )
+    walk = _Walk(closed, flat, eager_value, compiler_options or None)
     outvars = closed.jaxpr.outvars
     targets: list[int] = []
     differing: list[int] | None = None

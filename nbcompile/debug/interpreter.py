@@ -26,6 +26,7 @@ import jax
 import jax.extend.core as jcore
 import jax.numpy as jnp
 
+from ..analysis._jax import scan_layout
 from .ids import CALL_PRIMITIVES, open_jaxpr, subjaxprs
 
 __all__ = ["Hook", "Interpreter"]
@@ -121,7 +122,7 @@ class Interpreter:
         self, eqn: Any, invals: list[Any], node_id: str, iteration: tuple[int, ...]
     ) -> list[Any]:
         p = eqn.params
-        n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
+        (n_consts, n_carry), length = scan_layout(p), p["length"]
         consts, carry = invals[:n_consts], invals[n_consts : n_consts + n_carry]
         xs = invals[n_consts + n_carry :]
         ys: list[list[Any] | None] = [None] * length

@@ -286,6 +286,7 @@ def debug_run(
     compiled_outputs: Sequence[Any] | None = None,
     hlo: str | None = None,
     program: str | None = None,
+    compiler_options: dict[str, Any] | None = None,
 ) -> DebugResult:
     """Run ``closed_jaxpr`` op by op on ``args`` (a pytree of example arguments, flattened to the
     jaxpr's inputs), summarising every equation and stopping per ``stop_on``.
@@ -294,7 +295,8 @@ def debug_run(
     first divergent value located (:mod:`nbcompile.debug.diverge`): ``compiled_outputs`` (its
     flat outputs for these arguments) and ``hlo`` (its optimised HLO text) describe the program
     as the user compiled it; without them the traced program is compiled here. ``program``
-    names the program for the result's text (``value_and_grad(loss)``)."""
+    names the program for the result's text (``value_and_grad(loss)``); ``compiler_options``
+    are the XLA options it was compiled with (the prefixes compared are compiled with them)."""
     if stop_on not in STOP_MODES:
         raise ValueError(f"stop_on must be one of {STOP_MODES}, not {stop_on!r}")
     flat = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in jax.tree.leaves(args)]
@@ -344,5 +346,6 @@ def debug_run(
             compiled_outputs=compiled_outputs,
             hlo=hlo,
             locate=locate,
+            compiler_options=compiler_options,
         )
     return result

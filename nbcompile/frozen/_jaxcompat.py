@@ -139,12 +139,20 @@ def fresh_mlir_thread_pool() -> None:
     The inherited pool's threads do not exist in the child, so lowering with it waits forever
     once the parent has used it. The old pool is kept referenced: destroying it would join
     threads that are not there. Only for a process that ends with ``os._exit``.
+
+    JAX 0.12 also reuses one context per thread (``mlir._thread_local_context``, up to ten
+    uses), made with the pool of its day: a child inheriting it waits the same way in the
+    verifier, so that context is dropped too and the next lowering makes a fresh one.
     """
     from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
 
     _ORPHANED_POOLS.append(mlir.global_thread_pool)
     mlir.global_thread_pool = ir.ThreadPool()
+    reused = getattr(mlir, "_thread_local_context", None)  # JAX >= 0.11
+    if reused is not None and reused.value is not None:
+        _ORPHANED_POOLS.append(reused.value)  # kept, as the pool: its teardown may wait too
+        reused.set_local(None)
 
 
 def parse_artifact(serialized: bytes) -> Any:

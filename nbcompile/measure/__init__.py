@@ -9,6 +9,7 @@
     spec_peaks("tpu", "v5e")  # a device's datasheet roofline (FLOP/s, bytes/s, cited)
 """
 
+from ._loops import LoopTime
 from ._peaks import spec_peaks
 from ._timing import Timing
 from .ablate import AblationResult, VariantResult, ablate
@@ -22,6 +23,7 @@ __all__ = [
     "AblationResult",
     "BenchResult",
     "KernelTime",
+    "LoopTime",
     "PassName",
     "Profile",
     "ProfileDelta",

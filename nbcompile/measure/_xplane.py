@@ -24,7 +24,7 @@ import bisect
 import collections
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,9 @@ class Trace:
     where: str  # "host threads" (XLA:CPU) or the device plane names
     outside: int = 0  # kernel spans that fell in no call window
     other_modules: int = 0  # kernel-named events of another program (filtered out)
+    #: device events inside an XLA:GPU command buffer (a CUDA graph) that name no kernel of the
+    #: program: library kernels (cuBLAS) launched by a custom call the graph holds
+    unnamed_in_graphs: int = 0
 
 
 def _stats(event: Any) -> dict[str, Any]:
@@ -83,11 +86,13 @@ def _device_lines(plane: Any) -> list[Any]:
     return ops or lines
 
 
-def extract(space: Any, names: set[str], module: str | None) -> Trace:
+def extract(space: Any, names: set[str], module: str | None, library: Sequence[str] = ()) -> Trace:
     """Group the kernel events of ``space`` (a ProfileData) by call.
 
     ``names``: the HLO instruction names of the program's kernels; ``module``: its HLO module
-    name (events of other modules are ignored).
+    name (events of other modules are ignored); ``library``: its library custom calls (cuBLAS
+    GEMMs) in the schedule's order, for naming the kernels a CUDA graph runs for them (see
+    :func:`_name_graph_kernels`).
 
     jaxlib 0.12's ``event.stats`` warns (a ``DeprecationWarning``: its iterator type has no
     ``__module__``) from C++; where warnings are errors (``-W error``, pytest's
@@ -96,10 +101,10 @@ def extract(space: Any, names: set[str], module: str | None) -> Trace:
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        return _extract(space, names, module)
+        return _extract(space, names, module, list(library))
 
 
-def _extract(space: Any, names: set[str], module: str | None) -> Trace:
+def _extract(space: Any, names: set[str], module: str | None, library: list[str]) -> Trace:
     windows: list[tuple[int, int]] = []
     host: list[tuple[Span, Any]] = []
     device: list[tuple[Span, Any]] = []
@@ -107,6 +112,9 @@ def _extract(space: Any, names: set[str], module: str | None) -> Trace:
     device_busy: list[tuple[int, int]] = []
     ends: dict[str, list[int]] = collections.defaultdict(list)
     other_modules = 0
+    in_graphs: list[Span] = []
+    # a GPU kernel's function is its fusion's name with "." as "_" (input_reduce_fusion_1)
+    ptx = {n.replace(".", "_"): n for n in names}
     device_planes = []
     for plane in space.planes:
         on_device = plane.name.startswith("/device:")
@@ -120,9 +128,15 @@ def _extract(space: Any, names: set[str], module: str | None) -> Trace:
                     continue
                 if on_device:
                     stats = _stats(ev)
-                    name = str(stats.get("hlo_op") or name)
-                    if name not in names:  # copies, library kernels of no known op: still busy
+                    op = str(stats.get("hlo_op") or name)
+                    name = op if op in names else _kernel_of(name, names, ptx)
+                    if name is None:  # copies, library kernels of no known op: still busy
                         device_busy.append((ev.start_ns, ev.end_ns))
+                        if op.startswith("command_buffer") and stats.get("hlo_module") in (
+                            None,
+                            module,
+                        ):
+                            in_graphs.append(Span(ev.name, ev.start_ns, ev.end_ns, plane.name))
                         continue
                 elif name in names:
                     stats = _stats(ev)
@@ -141,6 +155,8 @@ def _extract(space: Any, names: set[str], module: str | None) -> Trace:
                 (device if on_device else host).append((span, stats.get("run_id")))
                 if on_device and plane.name not in device_planes:
                     device_planes.append(plane.name)
+    named, unnamed = _name_graph_kernels(in_graphs, windows, library)
+    device += [(span, None) for span in named]
     # Device events are the kernels themselves; host events of the same names (launches) are not.
     chosen = device or host
     if not device:
@@ -151,7 +167,52 @@ def _extract(space: Any, names: set[str], module: str | None) -> Trace:
         where=", ".join(device_planes) if device else "host threads",
         outside=outside,
         other_modules=other_modules,
+        unnamed_in_graphs=unnamed,
     )
+
+
+def _name_graph_kernels(
+    spans: list[Span], windows: list[tuple[int, int]], library: list[str]
+) -> tuple[list[Span], int]:
+    """Name the kernels a CUDA graph ran that carry no instruction name (cuBLAS's GEMM kernels
+    launched by the program's library custom calls), and count those left unnamed.
+
+    A command buffer records its kernels in the schedule's order and replays them on one
+    stream, so in one call the i-th such kernel is the i-th library call -- where the counts
+    agree (one kernel per call: measured for cuBLAS GEMMs on an H200). Where a call ran more or
+    fewer (a GEMM split into two kernels), its kernels are left unnamed, not guessed."""
+    if not spans:
+        return [], 0
+    named: list[Span] = []
+    left = 0
+    per_window: dict[int, list[Span]] = collections.defaultdict(list)
+    bounds = sorted(windows)
+    starts = [s for s, _e in bounds]
+    for span in spans:
+        i = bisect.bisect_right(starts, span.start) - 1
+        if i >= 0 and span.start < bounds[i][1]:
+            per_window[i].append(span)
+        else:
+            left += 1
+    for group in per_window.values():
+        group.sort(key=lambda span: span.start)
+        if library and len(group) == len(library):
+            named += [
+                Span(n, s.start, s.end, s.thread) for n, s in zip(library, group, strict=True)
+            ]
+        else:
+            left += len(group)
+    return named, left
+
+
+def _kernel_of(event: str, names: set[str], ptx: dict[str, str]) -> str | None:
+    """The program's kernel a device event is, by the event's own name, where its ``hlo_op``
+    stat does not name one: inside an XLA:GPU command buffer (a CUDA graph, on by default) every
+    event's ``hlo_op`` is the buffer (``command_buffer_1``), and a fusion's kernel is named
+    after the fusion, "." written "_" (measured on an H200, JAX 0.11.2)."""
+    if event in names:
+        return event
+    return ptx.get(event)
 
 
 def _close_async(spans: list[tuple[Span, Any]], ends: dict[str, list[int]]) -> list:
@@ -261,7 +322,11 @@ def _tpu_runtime_without_tpu() -> bool:
 
 
 def capture(
-    call: Callable[[], None] | Prepared, calls: int, names: set[str], module: str | None
+    call: Callable[[], None] | Prepared,
+    calls: int,
+    names: set[str],
+    module: str | None,
+    library: Sequence[str] = (),
 ) -> Trace:
     """Run ``call`` (which blocks until the result is ready) ``calls`` times under the profiler;
     a :class:`Prepared` call's inputs are made before each call, outside its window."""
@@ -300,4 +365,4 @@ def capture(
         if not files:
             raise TargetError("the profiler wrote no trace", hint="check the JAX installation")
         space = jax.profiler.ProfileData.from_file(str(files[-1]))
-        return extract(space, names, module)
+        return extract(space, names, module, library)

@@ -50,6 +50,14 @@ __all__ = [
 ]
 
 
+#: How XLA writes the dumped module: every ``get-tuple-element`` as its own instruction, as in
+#: the live-range dump's schedule. XLA shipped with jaxlib 0.12 prints them folded into their
+#: users (``%fusion#1``) by default, so the schedule's steps could not be read from the text.
+#: Checked: jaxlib 0.12.0.1 (CPU) and libtpu 0.0.52 accept it; jaxlib 0.10.2's XLA:CPU does
+#: not know it (and does not fold), so it is left out there.
+DUMP_TEXT = {"xla_dump_compact_gte": False}
+
+
 @dataclass
 class XlaMemoryFiles:
     """XLA's own memory dumps of one compile (see :mod:`nbcompile.analysis.memory_xla`)."""
@@ -89,7 +97,13 @@ def _dump(lowered: Any, folder: str) -> tuple[Any | None, str | None]:
     import jax
 
     try:
-        return lowered.compile(compiler_options={"xla_dump_to": folder}), None
+        try:
+            return lowered.compile(compiler_options={"xla_dump_to": folder, **DUMP_TEXT}), None
+        except jax.errors.JaxRuntimeError as err:
+            if "No such compile option" not in str(err):
+                raise
+            # an XLA that predates the option (jaxlib 0.10.2's XLA:CPU) never folds them
+            return lowered.compile(compiler_options={"xla_dump_to": folder}), None
     except jax.errors.JaxRuntimeError as err:
         message = str(err)
         if "RESOURCE_EXHAUSTED" not in message:

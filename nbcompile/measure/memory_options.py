@@ -358,7 +358,7 @@ def _with_batch(
         shape = (*x.shape[:axis], batch, *x.shape[axis + 1 :])
         return jax.ShapeDtypeStruct(
             shape,
-            x.dtype,
+            jax.dtypes.canonicalize_dtype(x.dtype, allow_extended_dtype=True),
             sharding=sharding if isinstance(sharding, NamedSharding) else None,
             weak_type=bool(getattr(x, "weak_type", False)),
         )
@@ -404,6 +404,7 @@ def _batch_arguments(
         skip = {i for i, n in enumerate(v.names) if n not in chosen}
     sizes: dict[int, list[int]] = {}
     sharded: dict[int, int] = {}
+    placed = _as_placed(v)
     for i, a in enumerate(v.args):
         leaves = jax.tree_util.tree_leaves(a)
         if i in skip or not leaves or not all(getattr(x, "ndim", 0) > axis for x in leaves):
@@ -412,7 +413,7 @@ def _batch_arguments(
         if len(firsts) == 1:
             size = firsts.pop()
             sizes.setdefault(size, []).append(i)
-            if any(_sharded_over(x, axis) > 1 for x in leaves):
+            if any(_sharded_over(x, axis) > 1 for x in jax.tree_util.tree_leaves(placed[i])):
                 sharded[size] = sharded.get(size, 0) + 1
     if not sizes:
         return None
@@ -422,13 +423,25 @@ def _batch_arguments(
     return which, batch
 
 
+def _as_placed(v: _Variants) -> tuple[Any, ...]:
+    """The arguments as every variant compiles them: with the sharding they carry
+    (``jax.ShapeDtypeStruct(..., sharding=...)``, arrays the user placed) or that ``--shard``
+    / ``--mesh`` gives them (``place_args``), index for index with ``v.args``."""
+    try:
+        return tuple(v.placed(v.args)[0].args)
+    except TargetError:  # a spec that does not fit: every compile says so with its own message
+        return v.args
+
+
 def _batch_step(v: _Variants, which: list[int]) -> int:
-    """The batch must stay a multiple of the devices its arguments are split over."""
+    """The batch must stay a multiple of the devices its arguments are split over, however
+    the sharding was given (on the arguments, or by ``--shard`` over ``--mesh``)."""
     import jax
 
+    placed = _as_placed(v)
     step = 1
     for i in which:
-        for x in jax.tree_util.tree_leaves(v.args[i]):
+        for x in jax.tree_util.tree_leaves((v.args[i], placed[i])):
             step = math.lcm(step, _sharded_over(x, v.axis))
     return step
 

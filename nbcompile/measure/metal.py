@@ -1,30 +1,25 @@
 """Down to the metal: XLA's dump of a program's compile, and its kernels' code.
 
 With ``--passes`` the program's own compile writes the dump (``run_stages(dump=True)``:
-``xla_dump_to`` a temporary folder and ``xla_dump_hlo_pass_re=.*``, without JAX's persistent
-compilation cache, whose hit runs no XLA and dumps nothing) and :func:`read_stages_dump` reads
-it; otherwise :func:`dump_compile` compiles the lowered program once more the same way. Either
-keeps what the dump holds (:func:`read_dump`): the pass log
+``xla_dump_to`` a temporary folder with :func:`~nbcompile._compat.xla_dump_options`, without
+JAX's persistent compilation cache, whose hit runs no XLA and dumps nothing) and
+:func:`read_stages_dump` reads it; otherwise :func:`dump_compile` compiles the lowered program
+once more the same way. Either keeps what the dump holds (:func:`read_dump`): the pass log
 (:func:`~nbcompile.analysis.passes_log.read_pass_log`), each kernel's optimised LLVM IR
 (``*.ir-with-opt.ll``) and XLA:CPU's object files (``obj-file.*.o``), with when the compile
-started, when its last HLO pass was dumped and when it ended.
+started, when its last HLO pass was dumped and when it ended. A dump XLA could not write whole
+(a full disk: XLA logs the failure and compiles on) is refused with NBC610 (measure/_dump_check.py).
 
 :func:`kernel_code` reads one kernel out of that: its symbol is found in the objects' ELF symbol
 tables (pyelftools) and its machine code disassembled by Capstone — never by our own decoder.
 XLA emits no LLVM debug locations for its kernels (no ``!dbg`` in the IR, checked with JAX
-0.10.2), so each instruction is mapped to the source locations of the kernel's HLO ops (kernel
-granularity: every instruction of a kernel carries the same locations); ``KernelCode.mapping``
-says so. Checked with JAX 0.10.2 on XLA:CPU (x86-64).
-
-On a CUDA GPU (deviceless with the CUDA plugin, or present) XLA:GPU splits the program's kernels
-into several LLVM modules and writes each one's PTX (``module_0666.jit_step.1.ptx``, beside
-``module_0666.jit_step.1.ir-with-opt.ll``; empty for a module with no kernel) and no
-object code nbcompile reads: :func:`kernel_code` cuts the kernel's ``.entry`` function out of that
-PTX as XLA wrote it (Triton's GEMM fusions included). Its LLVM IR carries no ``!dbg`` and its PTX
-no ``.loc`` either, so the mapping is again kernel granularity. XLA:GPU also dumps modules of its
-own beside the program's (``module_0668.fused_add.0000.cublaslt_rewriter_pipeline...``: one
-fusion its cuBLASLt rewriter compiles alone); :func:`dump_compile` keeps the program's pass files
-only. Checked with JAX 0.10.2 and jax-cuda12-plugin 0.10.2, deviceless for H100 (sm_90a).
+0.10.2 and 0.12.0.1), so each instruction is mapped to the source locations of the kernel's HLO
+ops (kernel granularity: every instruction of a kernel carries the same locations);
+``KernelCode.mapping`` says so. A fusion XLA:CPU hands to a library (``ynn_fusion``: YNNPACK)
+has no code of XLA's own: for element-wise ops and reductions the code shown is XLA's own for the
+same ops from one more compile with the library fusions off, labelled as not what runs; dots and
+convolutions name the library and its kernels (measure/_library.py). On a CUDA GPU the kernel's
+PTX is read instead (measure/_ptx.py). Checked with JAX 0.10.2 and 0.12.0.1 on XLA:CPU (x86-64).
 """
 
 from __future__ import annotations
@@ -32,23 +27,36 @@ from __future__ import annotations
 import re
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._compat import persistent_cache_disabled
-from ..analysis.hlo import HloModule, parse_hlo
+from .._compat import LIBRARY_FUSIONS_OFF, persistent_cache_disabled, xla_dump_options
 from ..analysis.passes_log import PassLog, read_pass_log
 from ..errors import TargetError
+from ._dump_check import check_dump, dump_cut_short, dump_unwritable, no_passes_reason
+from ._kernel_code import (
+    KernelCode,
+    ir_of,
+    no_code,
+    parsed_module,
+    shared_kernel,
+    short,
+    symbols,
+)
+from ._ptx import PTX_MAPPING, PTX_SOURCE, ptx_kernel_code, ptx_vector_width
 
 __all__ = [
+    "PTX_MAPPING",
+    "PTX_SOURCE",
     "KernelCode",
     "MetalDump",
     "dump_compile",
     "kernel_code",
     "read_dump",
     "read_stages_dump",
+    "vector_width",
 ]
 
 #: what ``KernelCode.mapping`` says when the kernel's IR carries no debug locations
@@ -56,14 +64,7 @@ KERNEL_MAPPING = (
     "kernel: XLA emits no debug locations in its kernels' LLVM IR (no !dbg), so every "
     "instruction carries the source locations of all the kernel's HLO ops"
 )
-#: the same for a GPU kernel's PTX (its declarations, labels and braces carry no locations)
-PTX_MAPPING = (
-    "kernel: XLA:GPU emits no debug locations (no !dbg in the kernel's LLVM IR, no .loc in its "
-    "PTX), so every PTX instruction carries the source locations of all the kernel's HLO ops; "
-    "declarations, labels and braces carry none"
-)
 OBJECT_SOURCE = "XLA's object file of the dumped compile (obj-file.*.o), disassembled by Capstone"
-PTX_SOURCE = "XLA:GPU's PTX of the dumped compile (*.ptx), the kernel's .entry function as written"
 _VECTOR_REGISTER = re.compile(r"\b([xyz])mm\d+\b")
 _WIDTH = {"x": 128, "y": 256, "z": 512}
 
@@ -84,12 +85,21 @@ class MetalDump:
     #: True when the program's own compile wrote this dump (``--passes``); False for one more
     #: compile of it (:func:`dump_compile`)
     own: bool = False
+    #: why ``passes`` is None (XLA wrote no pass files), else None
+    no_passes: str | None = None
+    #: the optimised module of this dump's compile, where it was not the program's own
+    hlo: str | None = field(default=None, repr=False)
+    #: the dump of one more compile with XLA:CPU's library fusions off (code shown for a
+    #: ``ynn_fusion``, :func:`kernel_code`), made on request
+    libraries_off: MetalDump | None = field(default=None, repr=False, compare=False)
     #: (profile id, the report's ``extras["passes"]``) once built (compilation/_display.py)
     view: Any = field(default=None, repr=False, compare=False)
     #: {symbol: (ELF file, symbol)} of the objects' functions, read once (:func:`kernel_code`)
     functions: dict[str, tuple[Any, Any]] | None = field(default=None, repr=False, compare=False)
     #: (optimised module text, its fusions' signatures by name), read once (:func:`kernel_code`)
     signatures: tuple[str, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    #: (optimised module text, its parsed module), read once (library fusions)
+    module: tuple[str, Any] | None = field(default=None, repr=False, compare=False)
     #: {symbol: (PTX function, target, file name)} of the PTX's kernels, read once (GPU)
     entries: dict[str, tuple[str, str, str]] | None = field(default=None, repr=False, compare=False)
 
@@ -109,41 +119,66 @@ class MetalDump:
 
 
 def dump_compile(
-    lowered: Any, platform: str, compiler_options: dict[str, Any] | None = None
+    lowered: Any,
+    platform: str,
+    compiler_options: dict[str, Any] | None = None,
+    *,
+    passes: bool = True,
 ) -> MetalDump:
-    """Compile ``lowered`` once more with XLA's dump on (persistent cache off) and read the dump."""
-    from ..stages import DUMP_OPTIONS
-
+    """Compile ``lowered`` once more with XLA's dump on (persistent cache off) and read the dump;
+    ``passes=False`` dumps the kernels only (no module after every pass). NBC610 where the dump
+    cannot be written whole (a full disk)."""
     options = dict(compiler_options or {})
-    with tempfile.TemporaryDirectory(prefix="nbcompile-dump-") as folder:
-        options.update(xla_dump_to=folder, **DUMP_OPTIONS)
+    try:
+        folder = tempfile.TemporaryDirectory(prefix="nbcompile-dump-")
+    except OSError as err:
+        raise dump_unwritable(err) from None
+    with folder:
+        dump = xla_dump_options(platform)
+        if not passes:
+            dump.pop("xla_dump_hlo_pass_re", None)
+        options.update(xla_dump_to=folder.name, **dump)
         # a persistent-cache hit would run no XLA and dump nothing
         with persistent_cache_disabled():
             started = time.time()
-            lowered.compile(compiler_options=options)
+            compiled = lowered.compile(compiler_options=options)
             finished = time.time()
-        return read_dump(folder, platform, started, finished)
+        out = read_dump(folder.name, platform, started, finished, passes=passes)
+        out.hlo = compiled.as_text()
+        return out
 
 
 def read_dump(
-    folder: str | Path, platform: str, started: float, finished: float, *, own: bool = False
+    folder: str | Path,
+    platform: str,
+    started: float,
+    finished: float,
+    *,
+    own: bool = False,
+    passes: bool = True,
 ) -> MetalDump:
     """The :class:`MetalDump` of the compile that dumped to ``folder`` (its other modules'
     files are deleted first: :func:`_keep_program_module`); ``started`` / ``finished`` are that
-    compile's clock, ``own`` whether it was the program's own compile."""
+    compile's clock, ``own`` whether it was the program's own compile, ``passes`` whether a
+    pass log was asked for. NBC610 when XLA did not write the dump whole (a full disk)."""
     root = Path(folder)
     _keep_program_module(root)
-    passes = read_pass_log(str(root))
+    objects = {p.name: p.read_bytes() for p in sorted(root.glob("*obj-file.*.o"))}
+    damaged = check_dump(root, objects)
+    if damaged:
+        raise dump_cut_short(root, damaged)
+    log = read_pass_log(str(root)) if passes else None
     ptx = {p.name: p.read_text() for p in sorted(root.glob("*.ptx"))}
     return MetalDump(
         platform=platform,
-        passes=passes,
+        passes=log,
         llvm_ir={p.name: p.read_text() for p in sorted(root.glob("*.ir-with-opt.ll"))},
-        objects={p.name: p.read_bytes() for p in sorted(root.glob("*obj-file.*.o"))},
+        objects=objects,
         ptx={name: text for name, text in ptx.items() if text.strip()},
         started=started,
         finished=finished,
         own=own,
+        no_passes=no_passes_reason(root) if passes and log is None else None,
     )
 
 
@@ -182,37 +217,6 @@ def _keep_program_module(root: Path) -> None:
     for path in root.iterdir():  # files only: libtpu writes a folder of its own per module
         if path.is_file() and path.name.startswith("module_") and not path.name.startswith(prefix):
             path.unlink()
-
-
-@dataclass
-class KernelCode:
-    """One kernel's code: ``llvm_ir`` (XLA's optimised IR of its module), ``asm`` (its machine
-    code, disassembled; GPU: its PTX function), ``isa``, ``instructions`` (count),
-    ``vector_width`` (bits of the widest SIMD register it uses; GPU: of its widest vector load or
-    store; None where none or unknown), ``lines`` ([(asm line, [locations])]), ``mapping`` (how
-    exact ``lines`` is) and ``source`` (where the code was read)."""
-
-    name: str
-    symbol: str
-    isa: str
-    llvm_ir: str | None
-    asm: str
-    instructions: int
-    vector_width: int | None
-    lines: list[tuple[str, list[Any]]]
-    mapping: str
-    shared_with: str | None = None  # the kernel whose code this one runs (XLA compiled it once)
-    source: str | None = None  # where ``asm`` was read: XLA's object file, or its PTX
-
-    def __repr__(self) -> str:
-        width = f"{self.vector_width}-bit vectors" if self.vector_width else "no vectors"
-        return f"<KernelCode {self.name}: {self.instructions} {self.isa} instructions, {width}>"
-
-
-def _symbols(name: str) -> list[str]:
-    """The symbol names XLA may give kernel ``name`` (``fusion.3`` -> ``fusion_3``)."""
-    plain = re.sub(r"[^\w]", "_", name)
-    return list(dict.fromkeys([name, plain]))
 
 
 def _functions(objects: dict[str, bytes]) -> Iterator[tuple[Any, Any]]:
@@ -264,43 +268,13 @@ def _disassembler(elf: Any) -> tuple[Any, str]:
     raise TargetError(f"kernel code for {machine} machine code is not supported", code="NBC600")
 
 
-_PTX_TYPE = re.compile(r"(?:bf|tf|[bfsu])(\d+)(x2)?")
-
-
-def _ptx_statements(line: str) -> list[str]:
-    """The PTX instruction statements on one line (not directives, declarations, labels, braces
-    or comments): one, or several where Triton's inline assembly puts them on one line
-    (``mov.u32 %r1, 0x0; ... ld.global.v4.b32 { %r1, ... }, [ %rd1 + 0 ];``)."""
-    code = line.split("//", 1)[0]
-    statements = (part.strip().lstrip("{}").strip() for part in code.split(";")[:-1])
-    return [stmt for stmt in statements if stmt and not stmt.startswith(".")]
-
-
-def _ptx_access_bits(statement: str) -> int | None:
-    """Bits one PTX vector load or store (``ld``/``ldu``/``st`` with ``.v2``/``.v4``/``.v8``)
-    moves per thread (``ld.global.nc.v4.b32``: 128); None for any other statement."""
-    words = statement.split()
-    if words and words[0].startswith("@"):  # a predicate guard
-        words = words[1:]
-    parts = words[0].split(".") if words else []
-    if not parts or parts[0] not in ("ld", "ldu", "st"):
-        return None
-    lanes = next((int(p[1:]) for p in parts if re.fullmatch(r"v\d+", p)), None)
-    types = [m for p in parts if (m := _PTX_TYPE.fullmatch(p))]
-    if lanes is None or not types:
-        return None
-    return lanes * int(types[-1].group(1)) * (2 if types[-1].group(2) else 1)
-
-
 def vector_width(asm: Sequence[str], isa: str) -> int | None:
     """Bits of the widest SIMD register in ``asm`` (x86: xmm 128, ymm 256, zmm 512; AArch64
     NEON ``v`` registers 128); PTX (``isa`` ``ptx ...``), which has no SIMD registers: bits of
     its widest vector load or store per thread (``.v4.b32``: 128). None when none is used or the
     ISA is another."""
     if isa.startswith("ptx"):
-        statements = (stmt for line in asm for stmt in _ptx_statements(line))
-        widths = [b for stmt in statements if (b := _ptx_access_bits(stmt)) is not None]
-        return max(widths) if widths else None
+        return ptx_vector_width(asm)
     if isa == "x86-64":
         widths = {_WIDTH[m.group(1)] for line in asm for m in _VECTOR_REGISTER.finditer(line)}
         return max(widths) if widths else None
@@ -309,116 +283,28 @@ def vector_width(asm: Sequence[str], isa: str) -> int | None:
     return None
 
 
-_PTX_ENTRY = re.compile(r"^[ \t]*(?:\.\w+[ \t]+)*\.entry[ \t]+([\w$]+)[ \t]*\(", re.M)
-_PTX_TARGET = re.compile(r"^[ \t]*\.target[ \t]+([^\n/]+)", re.M)
-
-
-def _ptx_function(text: str, start: int) -> str:
-    """The PTX function starting at ``start`` of ``text``: its ``.entry`` line through the brace
-    that closes its body (braces in comments not counted; ``{%r1, %r2}`` operands balance)."""
-    lines, depth, opened = [], 0, False
-    for line in text[start:].splitlines():
-        lines.append(line.rstrip())
-        code = line.split("//", 1)[0]
-        depth += code.count("{") - code.count("}")
-        opened = opened or "{" in code
-        if opened and depth <= 0:
-            break
-    return "\n".join(lines)
-
-
-def _ptx_entries(dump: MetalDump) -> dict[str, tuple[str, str, str]]:
-    """{symbol: (PTX function, target, file name)} of every kernel (``.entry``) in ``dump``'s
-    PTX, read once per dump."""
-    if dump.entries is None:
-        index: dict[str, tuple[str, str, str]] = {}
-        for file, text in dump.ptx.items():
-            target = _PTX_TARGET.search(text)
-            sm = target.group(1).strip() if target else "unknown target"
-            for match in _PTX_ENTRY.finditer(text):
-                index.setdefault(match.group(1), (_ptx_function(text, match.start()), sm, file))
-        dump.entries = index
-    return dump.entries
-
-
-def _ir_of(llvm_ir: dict[str, str], symbol: str) -> str | None:
-    for text in llvm_ir.values():
-        if f"@{symbol}(" in text and "define " in text:
-            return text
-    return None
-
-
-_NOT_COMPUTED = ("metadata", "calls", "backend_config", "frontend_attributes")
-
-
-def _fused_signature(module: HloModule, kernel: str, instr: Any = None) -> tuple[Any, ...] | None:
-    """What a fusion computes, without names or metadata (None for no such fusion)."""
-    instr = instr or next(
-        (i for c in module.computations.values() for i in c.instructions if i.name == kernel),
-        None,
-    )
-    body = module.computations.get(instr.called[0]) if instr and instr.called else None
-    if body is None:
-        return None
-    position: dict[str, int] = {}
-    out = []
-    for index, i in enumerate(body.instructions):
-        position[i.name] = index
-        attrs = tuple(sorted((k, v) for k, v in i.attrs.items() if k not in _NOT_COMPUTED))
-        operands = tuple(position.get(o, o) for o in i.operands)
-        out.append((i.opcode, i.shape, operands, attrs, i.literal, i.is_root))
-    return tuple(out)
-
-
-def _fusion_signatures(dump: MetalDump, hlo: str) -> dict[str, Any]:
-    """{instruction name: :func:`_fused_signature`} of module ``hlo``'s fusions, computed once
-    per dump and module (every kernel's look-up then costs a dict access)."""
-    if dump.signatures is None or dump.signatures[0] != hlo:
-        module = parse_hlo(hlo)
-        found = {
-            i.name: _fused_signature(module, i.name, i)
-            for c in module.computations.values()
-            for i in c.instructions
-            if i.called
-        }
-        dump.signatures = (hlo, {k: v for k, v in found.items() if v is not None})
-    return dump.signatures[1]
-
-
-def _shared_kernel(
-    dump: MetalDump, hlo: str | None, name: str, with_code: Sequence[str]
-) -> str | None:
-    """The kernel with code that computes exactly what kernel ``name`` computes: XLA:CPU
-    compiles identical fusions once (checked with JAX 0.10.2) and runs that code for each."""
-    if not hlo:
-        return None
-    signatures = _fusion_signatures(dump, hlo)
-    wanted = signatures.get(name)
-    if wanted is None:
-        return None
-    return next((k for k in with_code if signatures.get(k) == wanted), None)
-
-
-def _no_code(what: str, name: str, with_code: Sequence[str], library: str) -> TargetError:
-    """NBC600 for a kernel ``name`` with no ``what`` (machine code, PTX) of XLA's own."""
-    known = ", ".join(with_code[:8]) or "none"
-    return TargetError(
-        f"no {what} for a kernel named {name!r} (kernels with code: {known})",
-        code="NBC600",
-        hint=f"use a name from c.fusions; {library} have no code of XLA's own",
-    )
-
-
 def kernel_code(
     dump: MetalDump,
     name: str,
     locations: Sequence[Any],
     kernels: Sequence[str] = (),
     hlo: str | None = None,
+    *,
+    libraries_off: Callable[[], MetalDump | None] | None = None,
 ) -> KernelCode:
     """:class:`KernelCode` of kernel ``name`` (as in ``c.fusions``) from ``dump``; ``locations``
     are the kernel's source locations, ``kernels`` the program's kernel names and ``hlo`` its
-    optimised module (to find the code of a fusion XLA compiled once for several)."""
+    optimised module (to find the code of a fusion XLA compiled once for several, and library
+    fusions). ``libraries_off`` gives the dump of the program compiled with XLA:CPU's library
+    fusions off (compiling it, or None where it was not made): a library fusion of element-wise
+    ops or reductions then gets XLA's own code for the same ops, labelled as not what runs."""
+    if not isinstance(name, str):
+        raise TargetError(
+            f"kernel_code takes a kernel's name (a str from c.fusions), not a "
+            f"{type(name).__name__}",
+            code="NBC600",
+            hint="e.g. c.kernel_code(c.fusions[0].name)",
+        )
     if dump.platform == "tpu":
         raise TargetError(
             "kernel code is not available on TPU: the TPU compiler is closed (libtpu) and "
@@ -427,7 +313,7 @@ def kernel_code(
             hint="c.passes and c.hlo show what XLA did before the TPU back end",
         )
     if dump.platform in ("cuda", "gpu"):
-        return _ptx_kernel_code(dump, name, locations, kernels, hlo)
+        return ptx_kernel_code(dump, name, locations, kernels, hlo)
     if dump.platform != "cpu":
         raise TargetError(
             f"kernel code is read on CPU and CUDA GPUs (PTX) only, not on {dump.platform}",
@@ -435,14 +321,63 @@ def kernel_code(
             hint="compile with --backend cpu to see XLA:CPU's code for the same program",
         )
     index = _function_index(dump)
-    with_code = [k for k in kernels if index.keys() & set(_symbols(k))]
-    shared = None if name in with_code else _shared_kernel(dump, hlo, name, with_code)
+    with_code = [k for k in kernels if index.keys() & set(symbols(k))]
+    shared = None if name in with_code else shared_kernel(dump, hlo, name, with_code)
     try:
-        elf, symbol, code, address = _find_function(index, _symbols(shared or name))
+        return _object_code(dump, name, shared, locations)
     except KeyError:
-        raise _no_code(
-            "machine code", name, with_code, "library calls (dots, convolutions)"
-        ) from None
+        pass
+    from ._library import (
+        library_call_error,
+        library_fusion,
+        on_request_error,
+        stand_in_code,
+        stand_in_kernels,
+    )
+
+    fusion = library_fusion(parsed_module(dump, hlo), name) if hlo else None
+    if fusion is None:
+        raise no_code("machine code", name, with_code, "library calls (dots, convolutions)")
+    if fusion.heavy:
+        raise library_call_error(fusion, with_code)
+    off = libraries_off() if libraries_off is not None else None
+    if off is None or not off.hlo:
+        raise on_request_error(fusion)
+    module_off = parsed_module(off, off.hlo)
+    stand_in = stand_in_kernels(fusion, parsed_module(dump, hlo), module_off)
+    off_kernels = list(_kernel_names(module_off))
+    if not stand_in:
+        raise TargetError(
+            f"{short(name)} is a {fusion.library} library fusion ({fusion.summary()}), and the "
+            f"compile with {fusion.library} off has no kernel holding its ops",
+            code="NBC600",
+            hint="c.passes shows where XLA formed it (dot-library-rewriter)",
+        )
+    return stand_in_code(
+        fusion,
+        stand_in,
+        lambda k: kernel_code(off, k, locations, off_kernels, off.hlo),
+        locations,
+    )
+
+
+def _kernel_names(module: Any) -> Iterator[str]:
+    """The names of ``module``'s fusions that are kernels (not fused into another)."""
+    from ..analysis.compiled import _non_fused
+
+    for comp in _non_fused(module):
+        for instr in comp.instructions:
+            if instr.opcode == "fusion":
+                yield instr.name
+
+
+def _object_code(
+    dump: MetalDump, name: str, shared: str | None, locations: Sequence[Any]
+) -> KernelCode:
+    """:class:`KernelCode` of kernel ``name`` read from XLA:CPU's object files (the code of
+    ``shared`` where XLA compiled the fusion once for both); KeyError where no object defines
+    it."""
+    elf, symbol, code, address = _find_function(_function_index(dump), symbols(shared or name))
     disassembler, isa = _disassembler(elf)
     asm = [
         f"{i.address:6x}:  {i.mnemonic} {i.op_str}".rstrip()
@@ -453,7 +388,7 @@ def kernel_code(
         name=name,
         symbol=symbol,
         isa=isa,
-        llvm_ir=_ir_of(dump.llvm_ir, symbol),
+        llvm_ir=ir_of(dump.llvm_ir, symbol),
         asm="\n".join(asm),
         instructions=len(asm),
         vector_width=vector_width(asm, isa),
@@ -465,48 +400,13 @@ def kernel_code(
     )
 
 
-def _ptx_kernel_code(
-    dump: MetalDump, name: str, locations: Sequence[Any], kernels: Sequence[str], hlo: str | None
-) -> KernelCode:
-    """:func:`kernel_code` on a CUDA GPU: the kernel's ``.entry`` function in XLA:GPU's PTX."""
-    index = _ptx_entries(dump)
-    if not index:
-        raise TargetError(
-            "XLA:GPU wrote no PTX in this compile's dump, so there is no kernel code to read",
-            code="NBC600",
-            hint="c.passes and c.hlo show what XLA did",
-        )
-    with_code = [k for k in kernels if index.keys() & set(_symbols(k))]
-    shared = None if name in with_code else _shared_kernel(dump, hlo, name, with_code)
-    symbol = next((s for s in _symbols(shared or name) if s in index), None)
-    if symbol is None:
-        raise _no_code("PTX", name, with_code, "library calls (cuBLAS, cuDNN custom calls)")
-    function, target, _ = index[symbol]
-    asm = function.splitlines()
-    llvm_ir = _ir_of(dump.llvm_ir, symbol)
-    where = list(locations)
-    mapping = PTX_MAPPING
-    if (llvm_ir and "!dbg" in llvm_ir) or re.search(r"^\s*\.loc\s", function, re.M):
-        mapping = (
-            "kernel: the kernel carries debug locations (to XLA's generated code, not to the "
-            "cell), not read here, so every PTX instruction carries the source locations of all "
-            "the kernel's HLO ops; declarations, labels and braces carry none"
-        )
-    if shared:
-        mapping += f"; XLA compiled this fusion once with {shared}, whose code this is"
-    return KernelCode(
-        name=name,
-        symbol=symbol,
-        isa=f"ptx {target}",
-        llvm_ir=llvm_ir,
-        asm=function,
-        instructions=sum(len(_ptx_statements(line)) for line in asm),
-        vector_width=vector_width(asm, "ptx"),
-        lines=[(line, where if _ptx_statements(line) else []) for line in asm],
-        mapping=mapping,
-        shared_with=shared,
-        source=PTX_SOURCE,
-    )
+def libraries_off_dump(comp: Any, dump: MetalDump) -> MetalDump:
+    """The dump of ``comp``'s program compiled once more with XLA:CPU's library fusions off
+    (kernels only, no pass log), kept on ``dump`` (made once)."""
+    if dump.libraries_off is None:
+        options = {**(comp.program.request.compiler_options or {}), **LIBRARY_FUSIONS_OFF}
+        dump.libraries_off = dump_compile(comp.lowered, comp.backend, options, passes=False)
+    return dump.libraries_off
 
 
 def dump_program(comp: Any) -> MetalDump:

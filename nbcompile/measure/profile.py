@@ -27,7 +27,10 @@ from ..errors import TargetError
 from ._calls import CallForm
 from ._delta import ProfileDelta, profile_delta
 from ._estimate import estimate
+from ._hlo import entry_kernels
 from ._kernels import CONTAINERS, kernels_of, module_name
+from ._loop_bounds import executions_per_call, plan_calls
+from ._loops import LoopTime, layer_rows, loop_times
 from ._peaks import Peaks, cpu_peaks, spec_peaks, upper_bound
 from ._result import (
     KernelTime,
@@ -48,14 +51,18 @@ __all__ = ["KernelTime", "Profile", "ProfileDelta", "calibrate", "profile", "pro
 
 
 # --- measuring -----------------------------------------------------------------------------
-def _per_call(record: CallRecord, containers: frozenset[str]) -> dict[str, Any]:
+def _clipped(record: CallRecord) -> list[Span]:
     # Everything is clipped to the call's window: a late completion marker must not make the
     # call's kernels outlast the call itself.
-    spans = [
+    return [
         Span(s.name, max(s.start, record.start), min(s.end, record.end), s.thread)
         for s in record.spans
         if s.start < record.end
     ]
+
+
+def _per_call(record: CallRecord, containers: frozenset[str]) -> dict[str, Any]:
+    spans = _clipped(record)
     shares = attribute(spans, containers)
     own: dict[str, list[tuple[int, int]]] = {}
     counts: dict[str, int] = {}
@@ -108,32 +115,53 @@ def _warm(call: Callable[[], None] | Prepared) -> None:
 def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
     infos = kernels_of(c)
     call = _call_once(c)
-    for _ in range(warmup):
-        _warm(call)
-    containers = frozenset(n for n, i in infos.items() if i.opcode in CONTAINERS)
-    trace = capture(call, calls, set(infos), module_name(c.hlo))
-    per_call = [
-        _per_call(r, containers) for r in trace.calls if any(s.start < r.end for s in r.spans)
-    ]
     notes: list[str] = []
-    if not per_call:
+    library = [n for n, op in entry_kernels(c.hlo) if op == "custom-call" and n in infos]
+    module = module_name(c.hlo)
+    program_loops = list(getattr(c.analysis, "loops", None) or [])
+    per_call, heaviest = executions_per_call(program_loops, infos)
+    counted, probe = per_call is None, None
+    if counted:  # a loop with no static trip count: one warm-up call profiled alone, counted
+        probe = capture(call, 1, set(infos), module, library)
+        per_call = sum(len(r.spans) for r in probe.calls) + probe.outside
+        warmup = max(warmup - 1, 0)
+    asked = calls
+    calls, fewer = plan_calls(asked, per_call, heaviest, counted)
+    if fewer:
+        notes.append(fewer)
+    containers = frozenset(n for n, i in infos.items() if i.opcode in CONTAINERS)
+    if probe is not None and calls == 1:  # the counted call is the one call: not run again
+        trace = probe
+    else:
+        for _ in range(warmup):
+            _warm(call)
+        trace = capture(call, calls, set(infos), module, library)
+    records = [r for r in trace.calls if any(s.start < r.end for s in r.spans)]
+    measured = [_per_call(r, containers) for r in records]
+    if not measured:
         raise TargetError(
             "the profiler recorded no kernel of this program",
             hint="the JAX profiler may not support this backend; use --bench for call times",
         )
-    if len(per_call) < len(trace.calls):
-        notes.append(f"{len(trace.calls) - len(per_call)} call(s) had no kernel events")
+    if len(measured) < len(trace.calls):
+        notes.append(f"{len(trace.calls) - len(measured)} call(s) had no kernel events")
     if trace.outside:
         notes.append(f"{trace.outside} kernel event(s) fell outside every call window")
+    if trace.unnamed_in_graphs:
+        notes.append(
+            f"{trace.unnamed_in_graphs} kernel launch(es) ran inside XLA's CUDA-graph command "
+            "buffer naming no instruction of the program, in calls where their number was not "
+            "one per library call (cuBLAS): their time is in the step, not in a kernel row"
+        )
     ns = 1e-9
-    walls = [p["wall"] * ns for p in per_call]
+    walls = [p["wall"] * ns for p in measured]
     step = median(walls)
-    names = sorted({n for p in per_call for n in p["shares"]})
+    names = sorted({n for p in measured for n in p["shares"]})
     rows = []
     for name in names:
-        seconds = [p["shares"].get(name, 0.0) * ns for p in per_call]
-        busy = [p["own"].get(name, 0) * ns for p in per_call]
-        counts = [p["counts"].get(name, 0) for p in per_call]
+        seconds = [p["shares"].get(name, 0.0) * ns for p in measured]
+        busy = [p["own"].get(name, 0) * ns for p in measured]
+        counts = [p["counts"].get(name, 0) for p in measured]
         rows.append(make_row(infos[name], seconds, busy, counts, step))
     peaks = None
     if roofline:
@@ -151,12 +179,13 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         place_on_roof(row, peaks, measured=True)
     rows.sort(key=lambda r: -r.seconds)
     by_line, by_cell, by_module, no_line = spread(rows, infos)
+    loops, functions = _loops(c, records, containers, rows, infos)
     q25, q75 = quartiles(walls)
     # differences of medians over the same calls: exact, and >= 0 because per call
     # wall >= busy >= kernel union
-    busy = median(p["busy"] * ns for p in per_call)
-    kernel_union = median(p["kernel_union"] * ns for p in per_call)
-    coverage = median(p["kernel_union"] / p["busy"] for p in per_call if p["busy"])
+    busy = median(p["busy"] * ns for p in measured)
+    kernel_union = median(p["kernel_union"] * ns for p in measured)
+    coverage = median(p["kernel_union"] / p["busy"] for p in measured if p["busy"])
     return Profile(
         source="measured",
         step_seconds=step,
@@ -164,10 +193,11 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         by_line=by_line,
         by_cell_line=by_cell,
         by_module=by_module,
-        by_function=by_function(rows, infos),
+        by_function=functions,
+        loops=loops,
         coverage=coverage,
         peaks=peaks,
-        calls=len(per_call),
+        calls=len(measured),
         warmup=warmup,
         step_q25=q25,
         step_q75=q75,
@@ -175,12 +205,35 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
         unattributed_seconds=busy - kernel_union,
         dispatch_seconds=step - busy,
         kernel_union_seconds=kernel_union,
-        overlap_seconds=median(p["overlap"] * ns for p in per_call),
+        overlap_seconds=median(p["overlap"] * ns for p in measured),
         no_line_seconds=no_line,
         where=trace.where,
         method="jax.profiler trace, kernel events by HLO name",
         notes=notes,
     )
+
+
+def _loops(
+    c: Any,
+    records: list[CallRecord],
+    containers: frozenset[str],
+    rows: list[KernelTime],
+    infos: dict[str, Any],
+) -> tuple[list[LoopTime], dict[str, float]]:
+    """Per-iteration time of every loop, and ``by_function`` with the kernels of a scan over
+    the user's function given to its ``layer[k]`` rows (``_loops.layer_rows``)."""
+    analysis = c.analysis
+    loops = list(getattr(analysis, "loops", None) or [])
+    if not loops:
+        return [], by_function(rows, infos)
+    times = loop_times(loops, [_clipped(r) for r in records], containers)
+    seconds = {r.name: r.seconds for r in rows}
+    kinds = getattr(analysis, "call_kinds", None)
+    functions = getattr(analysis, "kernel_functions", {}) or {}
+    layers, covered = layer_rows(times, seconds, functions, kinds) if kinds else ({}, set())
+    out = by_function([r for r in rows if r.name not in covered], infos)
+    out.update(layers)
+    return times, out
 
 
 def _local_peaks(c: Any, notes: list[str]) -> Peaks | None:

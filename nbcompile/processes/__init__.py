@@ -8,7 +8,8 @@
 :func:`cluster` starts local engines with ``jax.distributed`` initialised (CPU, gloo);
 :func:`agree` is what the session asks before binding: the processes compare program
 fingerprints through ``jax.distributed``'s key-value store and refuse a program that differs
-(``NBC800``) or a process that does not come (``NBC801``); :func:`gather_profiles` puts every
+(``NBC800``), a process that does not come (``NBC801``) or sends what this nbcompile cannot
+read (``NBC804``, checked in ``_schema``); :func:`gather_profiles` puts every
 process's ``--profile`` side by side (``c.profile.processes``). See ``docs/processes.md``.
 """
 

@@ -7,6 +7,8 @@ line (the equations traced at that line: primitive, parameters, types), so where
 differ every process names the same processes and the first cell line whose program differs
 (``NBC800``) before anything runs — a rank-dependent program would otherwise hang at its first
 collective. A process that died or runs other code is named after the timeout (``NBC801``).
+What another process sent is checked against a versioned schema (``_schema``): anything else
+(another nbcompile version, any bytes) is refused on every process (``NBC804``).
 Keys live under a per-compile namespace (the cell and its options, and how many times this
 process compiled them), so a re-run never reads an earlier run's keys.
 """
@@ -14,7 +16,6 @@ process compiled them), so a re-run never reads an earlier run's keys.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import socket
 import time
@@ -27,8 +28,10 @@ import jax
 
 from .. import _compat
 from ..analysis.lines import Locator
+from ..analysis.namestack import shown
 from ..capture.source import SourceInfo
 from ..errors import TargetError
+from . import _schema
 from ._cluster import process_timeout
 
 __all__ = ["ProcessInfo", "agree", "fingerprint", "profile_space", "program_devices"]
@@ -146,14 +149,17 @@ def _tag(seed: str) -> str:
 def _exchange(
     client: Any,
     space: str,
-    mine: dict[str, Any],
+    mine: bytes,
     n: int,
     timeout: float,
     what: str = "this %%compile",
-) -> list[Any]:
+) -> list[bytes]:
+    """Write ``mine`` for this process and read every process's bytes back from the store,
+    this one's too (unchecked: see ``_schema``): every process then checks the same ``n``
+    values, whatever came between a process and the store."""
     me = jax.process_index()
     try:
-        client.key_value_set(f"{space}/{me}", json.dumps(mine), allow_overwrite=True)
+        client.key_value_set_bytes(f"{space}/{me}", mine, allow_overwrite=True)
     except jax.errors.JaxRuntimeError as exc:
         raise TargetError(
             "the JAX processes' key-value store (jax.distributed's coordinator, on process 0) "
@@ -162,14 +168,11 @@ def _exchange(
             hint="restart the engines (nbcompile.cluster) and run the cells again",
         ) from exc
     deadline = time.monotonic() + timeout
-    got: list[Any] = [None] * n
-    got[me] = mine
-    for other in range(n):
-        if other == me:
-            continue
+    got: list[bytes | None] = [None] * n
+    for other in [me, *(i for i in range(n) if i != me)]:
         left = max(int((deadline - time.monotonic()) * 1000), 1)
         try:
-            got[other] = json.loads(client.blocking_key_value_get(f"{space}/{other}", left))
+            got[other] = client.blocking_key_value_get_bytes(f"{space}/{other}", left)
         except jax.errors.JaxRuntimeError:
             break  # past the deadline (or the store is gone): the missing ones are named below
     missing = [i for i in range(n) if got[i] is None]
@@ -182,7 +185,7 @@ def _exchange(
             hint="run the cell on every process (%%px), check the engines (rc.ids), or "
             "raise the wait with $NBCOMPILE_PROCESS_TIMEOUT (seconds)",
         )
-    return got
+    return [g for g in got if g is not None]
 
 
 def _first_difference(ref: dict[str, Any], other: dict[str, Any]) -> Any:
@@ -209,7 +212,7 @@ def _check_same(source: SourceInfo, payloads: list[dict[str, Any]]) -> None:
     who = ", ".join(f"process {i}" for i in differ)
     verb = "compiles" if len(differ) == 1 else "compile"
     where = (
-        f" from {label}" + (f" (`{source.line_text(line).strip()}`)" if line else "")
+        f" from {shown(label)}" + (f" (`{source.line_text(line).strip()}`)" if line else "")
         if label
         else " (not at one cell line: constants, shardings or options)"
     )
@@ -240,16 +243,22 @@ def agree(comp: Any, source: SourceInfo, *, seed: str, freeze: Any = None) -> bo
         "host": socket.gethostname(),
         "devices": [f"{d.platform}:{d.id}" for d in mine_devices],
     }
+    sent = _schema.encode("fingerprint", mine)
     tag = _tag(seed)
     _ROUNDS[tag] = _ROUNDS.get(tag, 0) + 1
     space = f"nbcompile/compile/{tag}/{_ROUNDS[tag]}"
     try:
-        payloads = _exchange(client, space, mine, n, timeout)
+        raw = _exchange(client, space, sent, n, timeout)
     except TargetError:
         # the others did not come (most often: the cell failed there before this point, so
         # their count of it did not move): the next run of the cell uses this round again
         _ROUNDS[tag] -= 1
         raise
+    # every process checks the same n values (its own as it wrote it): the same verdict
+    # everywhere, and none binds while another refuses (NBC804)
+    payloads, unreadable = _schema.read_all(raw, "fingerprint")
+    if unreadable:
+        raise _schema.refusal(unreadable, "fingerprints")
     _check_same(source, payloads)
     if freeze and len({d.process_index for d in devices}) > 1:
         raise TargetError(

@@ -4,12 +4,14 @@ Each process measures its own calls (:func:`nbcompile.measure.profile`); the cal
 program's collectives, so the processes run them together. Afterwards every process writes a
 summary — its median step and each kernel's median seconds per call — to ``jax.distributed``'s
 key-value store under the compile's own namespace (:mod:`._agree`) and reads every other
-process's, bounded by :func:`~nbcompile.processes.process_timeout`. What it gets is a
+process's, bounded by :func:`~nbcompile.processes.process_timeout`, each checked against the
+exchange's schema (``_schema``). What it gets is a
 :class:`ProcessProfiles` on ``c.profile.processes``: per process its step, the time in its own
 kernels and the time in the collectives that cross processes (waiting for the others, mostly),
 the slowest process (the one the others wait for: the least time in those collectives) and each
-kernel's spread across processes. A process whose summary does not come in time leaves
-``processes`` None and a note on the profile: the profile itself stands.
+kernel's spread across processes. A process whose summary does not come in time, or sent one
+that does not fit the schema (another nbcompile version: ``NBC804`` in the note, the same on
+every process), leaves ``processes`` None and a note on the profile: the profile itself stands.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import jax
 from .. import _compat
 from ..errors import TargetError
 from ..units import format_seconds
+from . import _schema
 from ._agree import _exchange, profile_space
 from ._cluster import process_timeout
 
@@ -126,7 +129,7 @@ class ProcessProfiles:
         lines = [
             f"profile on every process (medians per call, {self.processes[0].calls} calls each):"
         ]
-        width = max(len("process"), *(len(k.name) + 2 for k in self.kernels[:top]))
+        width = max([len("process"), *(len(k.name) + 2 for k in self.kernels[:top])])
         lines.append(
             f"  {'process':<{width}}  {'step':>10}  {'own kernels':>12}  "
             f"{'in collectives across processes':>31}"
@@ -223,8 +226,18 @@ def gather_profiles(comp: Any, profile: Any) -> ProcessProfiles | None:
     mine = _summary(comp, profile, crossing)
     timeout = process_timeout()
     try:
-        payloads = _exchange(client, space, mine, n, timeout, what="this --profile")
+        raw = _exchange(
+            client, space, _schema.encode("profile", mine), n, timeout, "this --profile"
+        )
     except TargetError as err:
+        profile.notes.append(f"no side-by-side view of the processes' profiles: {err}")
+        return None
+    # the same summaries checked on every process: the same note everywhere
+    payloads, unreadable = _schema.read_all(raw, "profile")
+    if unreadable:
+        err = TargetError(
+            _schema.describe(unreadable, "profile summaries"), code="NBC804", hint=_schema.HINT
+        )
         profile.notes.append(f"no side-by-side view of the processes' profiles: {err}")
         return None
     return side_by_side(payloads, [p.host for p in comp.processes], crossing)

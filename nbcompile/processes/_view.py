@@ -13,9 +13,15 @@ from typing import Any
 
 import jax
 
+from ..analysis.namestack import shown
 from ._agree import program_devices
 
 __all__ = ["one_line", "processes_view"]
+
+
+def _op_name(op_name: str | None) -> str | None:
+    """An op_name with each absurdly long scope cut (``analysis.namestack.shown``)."""
+    return "/".join(shown(part) for part in op_name.split("/")) if op_name else op_name
 
 
 def processes_view(comp: Any) -> dict[str, Any] | None:
@@ -36,7 +42,8 @@ def processes_view(comp: Any) -> dict[str, Any] | None:
             procs = sorted({owner[i] for g in groups for i in g if i < len(owner)})
             crossing.append(c)
             lines.append(
-                f"  collective {c['op']} ({c.get('op_name') or c['name']}): {c['bytes']} bytes "
+                f"  collective {c['op']} ({_op_name(c.get('op_name')) or c['name']}): "
+                f"{c['bytes']} bytes "
                 f"per device, crosses processes {', '.join(map(str, procs))}"
             )
     if not crossing:

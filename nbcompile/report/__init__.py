@@ -63,6 +63,7 @@ def build_report(
         report["graphs"]["gradient"] = grad.get("graphs", {}).get("traced")
         report["graphs"]["gradient_compiled"] = grad.get("graphs", {}).get("compiled")
         report["gradient_fusions"] = grad.get("fusions", [])
+        report["gradient_loops"] = grad.get("loops", [])
     _lean_graphs(report)
     traced = report["graphs"].get("traced")
     if node_values and traced:  # overlay on copies: the analysis JSON may be shared
@@ -96,10 +97,20 @@ _LEAN = (
 def _lean_graphs(report: dict[str, Any]) -> None:
     """Leave out of the report's graphs the call paths the view reads elsewhere (the analysis
     keeps them): a traced node's path is its group's (``group``), a fusion node's are its
-    fusion's ``functions``. At GPT-2 scale these were a fifth of the displayed bytes."""
+    fusion's ``functions``. At GPT-2 scale these were a fifth of the displayed bytes.
+
+    The lean graph is kept by the identity of the graph and fusions it came from (the analysis
+    JSON, shared by every run of one program): a re-run's report then holds the same graph
+    objects, which the display's memos (scenes, SVG, packing) know by identity."""
     for name, fusions_key in _LEAN:
         graph = report["graphs"].get(name)
         if not graph or not graph.get("nodes"):
+            continue
+        fusions = report.get(fusions_key) if fusions_key is not None else None
+        key = (id(graph), id(fusions))
+        kept = _LEANED.get(key)
+        if kept is not None and kept[0] is graph and kept[1] is fusions:
+            report["graphs"][name] = kept[2]
             continue
         known = {}
         if fusions_key is not None:
@@ -114,7 +125,13 @@ def _lean_graphs(report: dict[str, Any]) -> None:
                 n = n.copy()  # the analysis's JSON is shared: copy, then drop (C speed)
                 del n["calls"]
             nodes.append(n)
-        report["graphs"][name] = {**graph, "nodes": nodes}
+        report["graphs"][name] = lean = {**graph, "nodes": nodes}
+        _LEANED[key] = (graph, fusions, lean)  # keeps both alive: their ids are not reused
+        while len(_LEANED) > 16:
+            del _LEANED[next(iter(_LEANED))]
+
+
+_LEANED: dict[tuple[int, int], tuple[Any, Any, dict[str, Any]]] = {}
 
 
 def _jsonable(value: Any) -> Any:
@@ -134,7 +151,7 @@ def text_lines(report: dict[str, Any]) -> list[str]:
     stages = ", ".join(f"{k} {v:.3f}" for k, v in phases.items())
     total = sum(v for k, v in t.items() if k in ("trace", "lower", "compile"))
     if report.get("cache_hit"):
-        head = f"{report['name']}: cache hit for {report['backend']}, nothing compiled"
+        head = f"{report['name']}: cache hit for {report['backend']}, XLA skipped"
         lines = [head + (f" ({stages})" if stages else "")]
     else:
         lines = [f"{report['name']}: compiled for {report['backend']} in {total:.3f} s ({stages})"]
@@ -196,4 +213,6 @@ def forget_memos() -> None:
 
     html._PACKED.clear()
     html._ENCODED.clear()
+    html._TEXT.clear()
     svg._SCENES.clear()
+    _LEANED.clear()

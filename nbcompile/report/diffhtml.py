@@ -10,7 +10,7 @@ from typing import Any
 
 from .charts import fmt_bytes, fmt_seconds
 from .graphmodel import fmt_num
-from .svg import STATUS_COLOURS, graph_svg
+from .svg import STATUS_COLOURS, graph_svg, svg_img
 
 __all__ = ["diff_html"]
 
@@ -37,7 +37,6 @@ def _tag(status: str) -> str:
 
 
 def _graph(d: dict[str, Any], which: str) -> str:
-    from .html import svg_img
 
     side = d[which]
     graph = ((side.get("report") or {}).get("graphs") or {}).get("compiled")

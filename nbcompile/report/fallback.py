@@ -12,9 +12,11 @@ from html import escape
 from typing import Any
 
 from .charts import fmt_bytes, fmt_seconds
+from .diffhtml import diff_html
 from .graphmodel import fmt_num
+from .passesfig import passes_html
 from .statsfig import from_of, src, stats_html, val
-from .svg import graph_svg
+from .svg import graph_svg, svg_img
 
 __all__ = ["TAB_LABELS", "fallback_html", "source_table", "time_heat"]
 
@@ -31,7 +33,6 @@ TAB_LABELS = {
 
 
 def _img(svg: str, alt: str, testid: str) -> str:
-    from .html import svg_img
 
     return svg_img(svg, alt, testid=testid)
 
@@ -170,17 +171,34 @@ def _gradient(report: dict[str, Any]) -> str:
     if not graph:
         return head
     svg = graph_svg(
-        graph, report, title=f"{report.get('name')}: gradient (value_and_grad)", color="phase"
+        graph,
+        report,
+        title=f"{report.get('name')}: gradient (value_and_grad)",
+        color="phase",
     )
     return head + _img(svg, f"gradient program of {report.get('name')}", "nbc-graph-gradient")
 
 
+def fusion_where(f: dict[str, Any]) -> str:
+    """The user's call or module a kernel came from (``fusionWhere``): its first call path,
+    else its first module path, with how many more."""
+    paths = list(f.get("functions") or []) or list(f.get("modules") or [])
+    if not paths:
+        return "–"
+    return str(paths[0]) + (f" +{len(paths) - 1}" if len(paths) > 1 else "")
+
+
 def _compiled(report: dict[str, Any], graph: dict[str, Any]) -> str:
+    # with --grad the widget's Compiled tab draws the train step's kernels: so does this
+    # (unless the forward program was profiled: then its kernels, coloured by measured time)
     heat = time_heat(report, graph)
+    step = None if heat else (report.get("graphs") or {}).get("gradient_compiled")
+    graph = step or graph
+    what = "train step (value_and_grad), compiled" if step else "compiled"
     svg = graph_svg(
         graph,
         report,
-        title=f"{report.get('name')}: compiled (XLA kernels)",
+        title=f"{report.get('name')}: {what} (XLA kernels)",
         color="heat" if heat else "kind",
         heat=heat,
     )
@@ -190,18 +208,20 @@ def _compiled(report: dict[str, Any], graph: dict[str, Any]) -> str:
         legend = (
             f"<div>kernels coloured by measured time, pale to red (source: {escape(source)})</div>"
         )
-    fusions = sorted(report.get("fusions") or [], key=lambda f: -(f.get("flops") or 0))[:20]
+    every = report.get("gradient_fusions" if step else "fusions") or []
+    fusions = sorted(every, key=lambda f: -(f.get("flops") or 0))[:20]
     fsrc = from_of(fusions[0], "flops") if fusions else None
     rows = "".join(
-        f"<tr><td>{escape(str(f.get('name') or f['id']))}</td><td>{escape(str(f.get('kind')))}</td>"
+        f"<tr><td>{escape(str(f.get('name') or f['id']))}</td><td>{escape(fusion_where(f))}</td>"
+        f"<td>{escape(str(f.get('kind')))}</td>"
         f"<td>{escape(', '.join(f.get('ops') or [])[:60])}</td><td>{fmt_num(f.get('flops'))}</td>"
         f"<td>{fmt_bytes(f.get('bytes'))}</td></tr>"
         for f in fusions
     )
     table = (
         (
-            f"<table><tr><th>fusion</th><th>kind</th><th>ops</th><th>flops ({fsrc})</th>"
-            f"<th>bytes ({fsrc})</th></tr>{rows}</table>"
+            f"<table><tr><th>fusion</th><th>call / module</th><th>kind</th><th>ops</th>"
+            f"<th>flops ({fsrc})</th><th>bytes ({fsrc})</th></tr>{rows}</table>"
         )
         if fusions
         else ""
@@ -247,8 +267,6 @@ def fallback_html(report: dict[str, Any]) -> str:
     if graphs.get("compiled"):
         parts.append(_section("compiled", _compiled(report, graphs["compiled"])))
     if (report.get("extras") or {}).get("passes"):  # --passes, or c.passes was read
-        from .passesfig import passes_html
-
         parts.append(_section("passes", passes_html(report)))
     table = source_table(report)
     if table:
@@ -257,7 +275,5 @@ def fallback_html(report: dict[str, Any]) -> str:
         parts.append(_section("gradient", _gradient(report)))
     parts.append(_section("stats", stats_html(report)))
     if changes and changes.get("diff"):
-        from .diffhtml import diff_html
-
         parts.append(_section("diff", diff_html(changes["diff"])))
     return "".join(parts)

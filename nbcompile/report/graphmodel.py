@@ -25,6 +25,7 @@ __all__ = [
     "PreparedGraph",
     "ancestors",
     "fmt_num",
+    "kernel_title",
     "prepare_graph",
     "top_ops",
     "trunc",
@@ -35,7 +36,41 @@ CHUNK = 50
 CHUNK_FANOUT = 20
 MAX_DEPTH = 64
 GATHER = 8  # more outputs than this at the top: each drawn in the group that made it
+LOOSE = 4  # more kernels than this outside the user's calls: gathered (``LOOSE``)
 _SCALAR = re.compile(r"^[a-z0-9]+\[\]$", re.IGNORECASE)
+_BACKWARD = " (backward)"
+_CALL_LABEL = re.compile(r"#\d+( \(backward\))?$")
+#: what a kernel does, in a word (``kernelTitle``): its most telling op
+_OP_WORDS = {
+    "dot": "matmul",
+    "convolution": "conv",
+    "reduce-window": "pool",
+    "reduce": "reduce",
+    "scatter": "scatter",
+    "gather": "gather",
+    "exponential": "exp",
+    "logistic": "sigmoid",
+    "select-and-scatter": "pool grad",
+    "sort": "sort",
+}
+_PLAIN = {
+    "parameter",
+    "constant",
+    "bitcast",
+    "broadcast",
+    "reshape",
+    "copy",
+    "convert",
+    "tuple",
+    "get-tuple-element",
+    "iota",
+    "slice",
+    "concatenate",
+    "pad",
+    "transpose",
+    "dynamic-slice",
+    "dynamic-update-slice",
+}
 _UNITS = ["", "K", "M", "G", "T", "P"]
 
 
@@ -57,6 +92,7 @@ class Group:
     line_min: float = float("inf")
     line_max: float = float("-inf")
     call: str | None = None  # "call" (the user's function) | "library" (a library call) | None
+    unit: str = "ops"  # what it counts: "ops", or "kernels" in a compiled graph
 
 
 @dataclass
@@ -77,6 +113,10 @@ class PreparedGraph:
     #: node id -> the calls a kernel was fused across (it is drawn on their boundary)
     across: dict[str, list[str]] = field(default_factory=dict)
     report: dict[str, Any] | None = None
+    #: zero-cost kernels folded into their neighbours (also in ``labels``: not drawn)
+    folded: set[str] = field(default_factory=set)
+    #: what the first expansion found per group (scene.py: holds the user's groups)
+    memo: dict[str, bool] = field(default_factory=dict)
 
 
 def fmt_num(x: Any) -> str:
@@ -112,27 +152,67 @@ def _is_label(n: dict[str, Any]) -> bool:
     )
 
 
+#: a kernel that moves no data of its own (``zeroCost``): folded into its neighbours
+_ZERO_COST = {"bitcast", "copy", "reshape", "tuple", "get-tuple-element"}
+
+
+def _zero_cost(n: dict[str, Any], fusion_by_id: dict[str, dict[str, Any]]) -> bool:
+    if n.get("kind") not in ("op", "fusion"):
+        return False
+    f = fusion_by_id.get(n["fusion"]) if n.get("fusion") else None
+    ops = (f.get("ops") or []) if f is not None else [n.get("opcode") or n.get("op")]
+    return bool(ops) and all(o in _ZERO_COST for o in ops)
+
+
 def prepare_graph(graph: dict[str, Any], report: dict[str, Any]) -> PreparedGraph:
     """Index one report graph for drawing (``prepareGraph``)."""
     nodes = graph.get("nodes") or []
-    by_id, index, labels = {}, {}, set()
+    graphs = report.get("graphs") or {}
+    # the train step's kernels (--grad: the value_and_grad program) are its own fusions'
+    step = graph is graphs.get("gradient_compiled")
+    fusion_by_id = {
+        f["id"]: f for f in (report.get("gradient_fusions" if step else "fusions") or [])
+    }
+    is_compiled = step or graph is graphs.get("compiled")
+    by_id, index, labels, folded = {}, {}, set(), set()
     for i, n in enumerate(nodes):
         by_id[n["id"]] = n
         index[n["id"]] = i
         if _is_label(n):
             labels.add(n["id"])
+        elif is_compiled and _zero_cost(n, fusion_by_id):
+            folded.add(n["id"])
+    into: dict[str, list[str]] = {}
+    if folded:
+        for e in graph.get("edges") or []:
+            if e.get("dst") in folded:
+                into.setdefault(e["dst"], []).append(e.get("src"))
+
+    def sources_of(nid: str, seen: set[str]) -> list[str]:
+        if nid not in folded:
+            return [nid]
+        if nid in seen:
+            return []
+        seen.add(nid)
+        return [q for p in into.get(nid, []) for q in sources_of(p, seen)]
+
     in_labels: dict[str, list[str]] = {}
     label_users: dict[str, list[str]] = {}
     edges = []
     for e in graph.get("edges") or []:
         src, dst = e.get("src"), e.get("dst")
-        if src not in by_id or dst not in by_id or dst in labels:
+        if src not in by_id or dst not in by_id or dst in labels or dst in folded:
             continue
-        if src in labels:
-            in_labels.setdefault(dst, []).append(src)
-            label_users.setdefault(src, []).append(dst)
-            continue
-        edges.append(e)
+        srcs = list(dict.fromkeys(sources_of(src, set()))) if src in folded else [src]
+        for s in srcs:
+            if s not in by_id:
+                continue
+            if s in labels:
+                in_labels.setdefault(dst, []).append(s)
+                label_users.setdefault(s, []).append(dst)
+                continue
+            edges.append(e if s == src else {**e, "src": s})
+    labels |= folded  # not drawn (and not a label on its consumers)
     pg = PreparedGraph(
         graph=graph,
         nodes=nodes,
@@ -142,11 +222,14 @@ def prepare_graph(graph: dict[str, Any], report: dict[str, Any]) -> PreparedGrap
         in_labels=in_labels,
         label_users=label_users,
         edges=edges,
-        fusion_by_id={f["id"]: f for f in report.get("fusions") or []},
-        is_compiled=graph is (report.get("graphs") or {}).get("compiled"),
+        fusion_by_id=fusion_by_id,
+        is_compiled=is_compiled,
         report=report,
+        folded=folded,
     )
     _build_tree(pg)
+    for g in pg.groups.values():
+        g.unit = "kernels" if is_compiled else "ops"
     return pg
 
 
@@ -172,25 +255,35 @@ def _build_tree(pg: PreparedGraph) -> None:
             calls = _call_paths(pg, n)
             if calls:
                 sites[n["id"]] = _call_site(calls)
+        if sites and pg.is_compiled:
+            _place_bare(pg, drawn, sites)
         shared: dict[str, int] = {}  # kernels on one boundary
         for _prefix, nxt, key in sites.values():
             if len(nxt) > 1:
                 shared[key] = shared.get(key, 0) + 1
-        # with calls known, more than GATHER kernels outside them are one group, not a row
-        outside = [
-            n
-            for n in drawn
-            if sites and n["id"] not in sites and n.get("kind") != "output" and not n.get("path")
-        ]
-        if len(outside) > GATHER:
-            groups["x:"] = Group("x:", "outside your calls", "chunk", "")
+
+        def top(n: dict[str, Any]) -> bool:
+            site = sites.get(n["id"])
+            if site is None:
+                return not n.get("path")
+            return not site[0] and len(site[1]) < 2
+
+        # with calls known, more than GATHER kernels outside them are one group (two in a
+        # train step: forward, backward), not a row of boxes
+        outside = [n for n in drawn if sites and n.get("kind") != "output" and top(n)]
+        if len(outside) > (LOOSE if pg.is_compiled else GATHER):
             for n in outside:
-                node_group[n["id"]] = "x:"
+                back = n.get("phase") == "backward"
+                gid = "x:b" if back else "x:"
+                if gid not in groups:
+                    label = "outside your calls (backward)" if back else "outside your calls"
+                    groups[gid] = Group(gid, label, "rest", "")
+                node_group[n["id"]] = gid
         for n in drawn:
+            if n["id"] in node_group:
+                continue
             if n["id"] in sites:
                 node_group[n["id"]] = _call_group(pg, groups, n, sites[n["id"]], shared)
-                continue
-            if n["id"] in node_group:
                 continue
             segs = [s for s in str(n.get("path") or "").split("/") if s]
             if len(segs) > MAX_DEPTH:
@@ -265,17 +358,47 @@ def _build_tree(pg: PreparedGraph) -> None:
 
 
 def _call_paths(pg: PreparedGraph, n: dict[str, Any]) -> list[str]:
-    """The user's call paths of a node (``callPaths``): its own, else its fusion's."""
+    """Where a kernel sits among the user's groups (``callPaths``): its ops' paths through the
+    user's calls and modules as they nest, else its own call paths, else its fusion's."""
+    if isinstance(n.get("scopes"), list):
+        return n["scopes"]
     if isinstance(n.get("calls"), list):
         return n["calls"]
     f = pg.fusion_by_id.get(n["fusion"]) if n.get("fusion") else None
     return f["functions"] if f and isinstance(f.get("functions"), list) else []
 
 
+def _place_bare(
+    pg: PreparedGraph, drawn: list[dict[str, Any]], sites: dict[str, tuple[Any, ...]]
+) -> None:
+    """A kernel XLA left without the user's names (a broadcast, an iota) sits with its
+    neighbour: its first consumer's place, else its first producer's."""
+    preds: dict[str, list[str]] = {}
+    succs: dict[str, list[str]] = {}
+    for e in pg.edges:
+        preds.setdefault(e["dst"], []).append(e["src"])
+        succs.setdefault(e["src"], []).append(e["dst"])
+
+    def bare(n: dict[str, Any]) -> bool:
+        return n["id"] not in sites and n.get("kind") in ("op", "fusion") and not n.get("path")
+
+    for n in reversed(drawn):
+        nb = next((i for i in succs.get(n["id"], []) if i in sites), None) if bare(n) else None
+        if nb is not None:
+            sites[n["id"]] = sites[nb]
+    for n in drawn:
+        nb = next((i for i in preds.get(n["id"], []) if i in sites), None) if bare(n) else None
+        if nb is not None:
+            sites[n["id"]] = sites[nb]
+
+
 def _call_site(calls: list[str]) -> tuple[list[str], list[str], str]:
     """Where a kernel's call paths meet (``callSite``): (their longest common path, the calls
-    below it they come from, a key)."""
+    below it they come from, a key). Forward ops fused into a backward kernel are recomputed
+    for it: the kernel is the backward group's."""
     paths = [[s for s in str(c).split("/") if s] for c in calls]
+    if any(s.endswith(_BACKWARD) for p in paths for s in p):
+        paths = [[s if s.endswith(_BACKWARD) else s + _BACKWARD for s in p] for p in paths]
     k = 0
     while all(k < len(p) and p[k] == paths[0][k] for p in paths):
         k += 1
@@ -299,7 +422,10 @@ def _call_group(
     for i in range(len(prefix)):
         gid = "c:" + "/".join(prefix[: i + 1])
         if gid not in groups:
-            groups[gid] = Group(gid, prefix[i], "function", parent)
+            # a call of the user's function is numbered (``layer#3``); a module is not
+            call = _CALL_LABEL.search(prefix[i]) is not None
+            kind = "function" if call else "scope"
+            groups[gid] = Group(gid, prefix[i], kind, parent, call="call" if call else None)
         parent = gid
     if len(nxt) > 1:
         pg.across[n["id"]] = nxt
@@ -309,6 +435,33 @@ def _call_group(
                 groups[gid] = Group(gid, "⇄ " + " + ".join(nxt), "across", parent)
             parent = gid
     return parent
+
+
+def kernel_title(pg: PreparedGraph, n: dict[str, Any]) -> str:
+    """A kernel's box title in the user's words (``kernelTitle``): the call or module it sits
+    in and what it does (``layer#3 · matmul``, ``blocks_0 · gelu``, ``loss · log_softmax``)."""
+    f = pg.fusion_by_id.get(n["fusion"]) if n.get("fusion") else None
+    ops = (f or {}).get("ops") or [n.get("opcode") or n.get("op")]
+    lib = n.get("lib")
+    if isinstance(lib, list) and lib:
+        what = "+".join(lib[:2])
+    else:
+        telling = next((o for o in ops if o in _OP_WORDS and o != "reduce"), None) or next(
+            (o for o in ops if o == "reduce"), None
+        )
+        rest = list(dict.fromkeys(o for o in ops if o not in _PLAIN))
+        what = _OP_WORDS[telling] if telling else "+".join(rest[:2]) if rest else ops[0] or n["op"]
+    g = pg.groups.get(pg.parent_of.get("n:" + n["id"], ""))
+    while g is not None and g.id != "" and g.kind in ("chunk", "across", "rest"):
+        g = pg.groups.get(g.parent or "")
+    across = pg.across.get(n["id"])
+    if across:
+        where = " + ".join(across)
+    elif g is not None and g.id != "":
+        where = g.label
+    else:
+        where = str((pg.report or {}).get("name") or "")
+    return f"{where} · {what}" if where else str(what)
 
 
 def _gather_outputs(pg: PreparedGraph, drawn: list[dict[str, Any]], node_group: dict[str, str]):

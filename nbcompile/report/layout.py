@@ -169,7 +169,8 @@ def mirror_rank(
     """Layers of a box drawn as two facing columns (``mirrorRank`` in js/layout.js): column 0
     ranked alone, a mirrored column-1 child in its partner's layer, another in the deepest layer
     of the column-0 children it touches (in ``given``, with ``across``: key -> the forward
-    group's children it touches), else of the column-1 children it touches, else below all;
+    group's children it touches), else one row above the column-1 children it reads, else
+    below all;
     edges within a layer are ``flat``."""
     left = [k for k in keys if columns.get(k) == 0]
     in_left = set(left)
@@ -186,7 +187,7 @@ def mirror_rank(
     for a, b in edges:
         near.setdefault(a, []).append(b)
         near.setdefault(b, []).append(a)
-    # facing the forward values it reads (a residual, an input), else beside its own column's
+    # facing the forward values it reads (a residual, an input)
     for k in right:
         if k in layer:
             continue
@@ -199,16 +200,25 @@ def mirror_rank(
                 found = max(found, src[j])
         if found >= 0:
             layer[k] = found
-    for p in range(2):
-        for k in right:
-            if k in layer:
-                continue
-            found = -1
-            for j in near.get(k, []):
-                if columns.get(j) == 1 and j in layer:
-                    found = max(found, layer[j])
-            if found >= 0 or p == 1:
-                layer[k] = found if found >= 0 else below
+    # the rest of the backward column runs up from what it reads (``mirrorRank``)
+    preds: dict[str, list[str]] = {}
+    succs: dict[str, list[str]] = {}
+    for a, b in edges:
+        if columns.get(a) != 1 or columns.get(b) != 1 or a == b:
+            continue
+        preds.setdefault(b, []).append(a)
+        succs.setdefault(a, []).append(b)
+    for k in reversed(right):
+        if k in layer:
+            continue
+        down = [layer[j] + 1 for j in succs.get(k, []) if j in layer]
+        if down:
+            layer[k] = max(down)
+    for k in right:
+        if k in layer:
+            continue
+        up = [layer[j] for j in preds.get(k, []) if j in layer]
+        layer[k] = max(0, min(up) - 1) if up else below
     if given is None:
         dense = {v: i for i, v in enumerate(sorted(set(layer.values())))}
         layer = {k: dense[v] for k, v in layer.items()}

@@ -145,6 +145,10 @@ def kernel_json(code: Any, lines: Any = ()) -> dict[str, Any]:
         "shared_with": code.shared_with,
         "source": getattr(code, "source", None)
         or "XLA's object file of the dumped compile, disassembled by Capstone",
+        # a library fusion (ynn_fusion): the library runs it, and ``asm`` is XLA's own code for
+        # the same ops compiled with the library off (``stand_in``: that compile's kernels)
+        "library": getattr(code, "library", None),
+        "stand_in": list(getattr(code, "stand_in", None) or []) or None,
     }
 
 

@@ -8,6 +8,7 @@ from html import escape
 from typing import Any
 
 from .graphmodel import fmt_num, trunc
+from .svg import svg_img
 
 __all__ = ["LOCATION_COLOURS", "STATIC_KERNELS", "passes_chart", "passes_html"]
 
@@ -165,6 +166,12 @@ def _code(k: dict[str, Any]) -> str:
         f"<b>{escape(k['name'])}</b>: {k.get('instructions')} {escape(str(k.get('isa')))} "
         f"instructions, {width}"
         + (f"; the code of {escape(k['shared_with'])}" if k.get("shared_with") else "")
+        + (
+            f"; {escape(k['library'])} runs it: XLA's own code for its ops, compiled with "
+            f"{escape(k['library'])} off — not what runs"
+            if k.get("library")
+            else ""
+        )
     )
     return (
         f'<details data-testid="nbc-static-kernel-code" data-kernel="{escape(k["name"])}">'
@@ -185,7 +192,6 @@ def _code(k: dict[str, Any]) -> str:
 
 def passes_html(report: dict[str, Any]) -> str:
     """The Passes section's body: chart, table, the five costliest kernels' code."""
-    from .html import svg_img
 
     p = (report.get("extras") or {}).get("passes") or {}
     parts = []

@@ -10,10 +10,20 @@ the widget (tests/widgets/test_layout_parity.py).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .graphmodel import Group, PreparedGraph, ancestors, fmt_num, group_phase, top_ops, trunc
+from .graphmodel import (
+    Group,
+    PreparedGraph,
+    ancestors,
+    fmt_num,
+    group_phase,
+    kernel_title,
+    top_ops,
+    trunc,
+)
 from .layout import (
     GAP,
     BoxLayout,
@@ -26,10 +36,13 @@ from .layout import (
     rank,
     top_port,
 )
+from .loops import loop_leaf_lines
 
 __all__ = [
     "CH",
+    "FIRST_LIMIT",
     "HEADER",
+    "INITIAL_LIMIT",
     "LINE",
     "MAXW",
     "PAD",
@@ -38,6 +51,7 @@ __all__ = [
     "SceneEdge",
     "build_scene",
     "initial_expansion",
+    "is_user_group",
     "path_data",
 ]
 
@@ -101,10 +115,46 @@ class Scene:
     unit_of: dict[str, str]
 
 
-def initial_expansion(pg: PreparedGraph, limit: int, budget: int) -> set[str]:
+#: the first picture (the whiteboard picture): the user's calls and modules, at most this many
+#: boxes (one group alone: up to the budget); the Gradient tab's facing columns: INITIAL_LIMIT
+FIRST_LIMIT = 25
+INITIAL_LIMIT = 60
+_NOT_USER = ("custom", "chunk", "across", "rest")
+
+
+def is_user_group(pg: PreparedGraph, g: Group) -> bool:
+    """A group the user wrote (``isUserGroup``): a call of their function, a module or named
+    scope, a loop, a nested jit around such groups; not a library call, a nested jit of ops
+    alone (jax.numpy's own), a custom-derivative wrapper or a chunk."""
+    if g.kind == "function":
+        return g.call == "call" or (g.call is None and _holds_user_groups(pg, g))
+    return g.call != "library" and g.kind not in _NOT_USER
+
+
+def _holds_user_groups(pg: PreparedGraph, g: Group) -> bool:
+    """Opening ``g`` shows more of the user's own structure (``holdsUserGroups``)."""
+    if g.id in pg.memo:
+        return pg.memo[g.id]
+    subs = [pg.groups[iid] for typ, iid, _ in g.items if typ == "group"]
+    out = any(is_user_group(pg, c) for c in subs) and (
+        len(g.items) > 1 or _holds_user_groups(pg, subs[0])
+    )
+    pg.memo[g.id] = out
+    return out
+
+
+def initial_expansion(
+    pg: PreparedGraph,
+    limit: int,
+    budget: int,
+    chunk_limit: int = CHUNK_LIMIT,
+    user_only: bool = True,
+    pairs: bool = False,
+) -> set[str]:
     """Group ids expanded first: whole depth levels while they fit ``limit`` boxes; where a
     level does not fit, its groups other than chunks when they do (``initialExpansion``). A
-    library call the user made (``gelu``, ``var``) stays one collapsed box."""
+    library call the user made (``gelu``, ``var``) stays one collapsed box; with ``user_only``
+    a group opens only where it holds the user's own calls or modules."""
     expanded: set[str] = set()
     assert pg.root is not None
     level = [pg.root]
@@ -112,14 +162,21 @@ def initial_expansion(pg: PreparedGraph, limit: int, budget: int) -> set[str]:
 
     def fits(groups: list[Group]) -> bool:
         extra = sum(len(g.items) - 1 for g in groups)
-        cap = min(limit, CHUNK_LIMIT) if all(g.kind == "chunk" for g in groups) else limit
-        return bool(groups) and (
-            count + extra <= cap or (len(groups) == 1 and count + extra <= budget)
-        )
+        cap = min(limit, chunk_limit) if all(g.kind == "chunk" for g in groups) else limit
+        # one group alone, or one call with its backward group (facing), up to the budget
+        first = groups[0].label if groups else ""
+        twins = (f"{first} (backward)", f"transpose(jvp({first}))")
+        one = len(groups) == 1 or (pairs and len(groups) == 2 and groups[1].label in twins)
+        return bool(groups) and (count + extra <= cap or (one and count + extra <= budget))
 
     while level:
         groups = [pg.groups[iid] for g in level for typ, iid, _ in g.items if typ == "group"]
-        groups = [g for g in groups if g.call != "library"]
+        groups = [
+            g
+            for g in groups
+            if g.call != "library"
+            and (not user_only or g.kind == "chunk" or _holds_user_groups(pg, g))
+        ]
         if not fits(groups):
             own = [g for g in groups if g.kind != "chunk"]
             if len(own) == len(groups) or not fits(own):
@@ -129,6 +186,9 @@ def initial_expansion(pg: PreparedGraph, limit: int, budget: int) -> set[str]:
         expanded.update(g.id for g in groups)
         count += extra
         level = groups
+    if user_only and not expanded and count < 5:
+        # a program with no structure of the user's below its top (one call): its contents
+        return initial_expansion(pg, limit, budget, chunk_limit, False, pairs)
     return expanded
 
 
@@ -146,6 +206,49 @@ def _js_str(v: Any) -> str:
     return str(v)
 
 
+_LAYOUT = re.compile(r"\{[^}]*\}")
+_DIMS = re.compile(r"\[([^\]]*)\]")
+
+
+def group_summary(pg: PreparedGraph, g: Group) -> str:
+    """A collapsed group's last line (``groupSummary``): its output's shape and parameters
+    (``→ f32[16,32] · 1.06K inputs``: the elements of the program's inputs it reads, its
+    weights and any data it takes straight from an argument); for kernels, their flops (XLA)."""
+    if pg.is_compiled:
+        return f"{fmt_num(g.flops)} flops (XLA)" if g.flops else ", ".join(top_ops(g, 3))
+    last: tuple[float, Any] | None = None
+    params: dict[str, None] = {}
+    stack = [g]
+    while stack:
+        grp = stack.pop()
+        for typ, iid, first in grp.items:
+            if typ == "group":
+                stack.append(pg.groups[iid])
+                continue
+            n = pg.by_id[iid]
+            if n.get("kind") == "op" and (last is None or first > last[0]):
+                last = (first, n.get("shape"))
+            for lid in pg.in_labels.get(iid, []):
+                if pg.by_id[lid].get("kind") == "param":
+                    params[lid] = None
+    if last is None or not last[1]:
+        return ", ".join(top_ops(g, 3))
+    count = sum(_elements(pg.by_id[lid].get("shape")) for lid in params)
+    return f"→ {_LAYOUT.sub('', str(last[1]))}" + (f" · {fmt_num(count)} inputs" if count else "")
+
+
+def _elements(shape: Any) -> int:
+    m = _DIMS.search(str(shape or ""))
+    if not m:
+        return 0
+    out = 1
+    for d in m.group(1).split(","):
+        if d.strip():
+            digits = re.match(r"\s*(-?\d+)", d)
+            out *= int(digits.group(1)) if digits else 0
+    return out
+
+
 def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
     """Lines of text and size of a leaf box (``leafText``)."""
     if c.node is not None:
@@ -161,9 +264,10 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
         )
         shape = n.get("shape") or ""
         op = n.get("op")
-        if fusion or n.get("kind") == "fusion":
-            head = f"{n.get('label') or op}{' · ' + str(fusion.get('kind')) if fusion else ''}"
-            lines = [head, "+".join((fusion or {}).get("ops") or []) or shape or "", shape + where]
+        if fusion or n.get("kind") == "fusion" or (pg.is_compiled and n.get("kind") == "op"):
+            # a kernel: where it came from in the user's words, then XLA's name
+            name = f"{n.get('label') or op}{' · ' + str(fusion.get('kind')) if fusion else ''}"
+            lines = [kernel_title(pg, n), name, shape + where]
         else:
             label = n.get("label")
             lines = [f"{op} {label}" if label and label != op else str(op), shape + where]
@@ -180,7 +284,10 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
             lr = f" · L{_js_str(g.line_min)}"
             if g.line_max > g.line_min:
                 lr += "–" + _js_str(g.line_max)
-        lines = [f"▸ {g.label}", f"{g.kind} · {fmt_num(g.count)} ops{lr}", ", ".join(top_ops(g, 3))]
+        kind = "" if g.kind in ("chunk", "rest") else f"{g.kind} · "
+        unit = "kernels" if pg.is_compiled else "ops"
+        lines = [f"▸ {g.label}", f"{kind}{fmt_num(g.count)} {unit}{lr}", group_summary(pg, g)]
+        lines += loop_leaf_lines(pg, g)
     max_chars = math.floor((MAXW - 14) / CH)
     lines = [trunc(t, max_chars) for t in lines]
     w = min(MAXW, max(70, max(len(t) for t in lines) * CH + 14))
@@ -216,6 +323,17 @@ def build_scene(pg: PreparedGraph, expanded: set[str]) -> Scene:
         a.cu = ["g:" + g for g in au[i:]] + [a.u]
         a.cv = ["g:" + g for g in av[i:]] + [a.v]
         box_edges.setdefault(a.box, []).append((a.cu[0], a.cv[0]))
+    # outputs the backward pass made (the gradients)
+    phase_of = {n["id"]: n.get("phase") for n in pg.nodes}
+    made_by: dict[str, list[str]] = {}
+    for e in pg.edges:
+        made_by.setdefault(e["dst"], []).append(e["src"])
+    back_out = {
+        n["id"]
+        for n in pg.nodes
+        if n.get("kind") == "output"
+        and any(phase_of.get(p) == "backward" for p in made_by.get(n["id"], []))
+    }
     by_key: dict[str, Box] = {}
 
     def index(box: Box) -> None:
@@ -227,7 +345,7 @@ def build_scene(pg: PreparedGraph, expanded: set[str]) -> Scene:
     for box in by_key.values():
         if box.children is not None:
             keys = [c.key for c in box.children]
-            box.mirror = _mirror_of(box)
+            box.mirror = _mirror_of(box, False, back_out)
             box.ranked = (
                 mirror_rank(keys, box_edges.get(box.key, []), *box.mirror)
                 if box.mirror
@@ -245,7 +363,7 @@ def build_scene(pg: PreparedGraph, expanded: set[str]) -> Scene:
     def pair_up(f: Box, b: Box) -> None:
         if f.children is None or b.children is None or f.mirror or b.mirror:
             return
-        found = _mirror_of(Box("", children=[*f.children, *b.children]), loose=True)
+        found = _mirror_of(Box("", children=[*f.children, *b.children]), True, back_out)
         if not found or not found[1]:
             return
         assert f.ranked is not None
@@ -338,7 +456,9 @@ def report_gradient(pg: PreparedGraph) -> dict[str, Any]:
     return pg.report.get("gradient") or {} if pg.report else {}
 
 
-def _mirror_of(box: Box, loose: bool = False) -> tuple[dict[str, int], dict[str, str]] | None:
+def _mirror_of(
+    box: Box, loose: bool = False, back_out: set[str] | None = None
+) -> tuple[dict[str, int], dict[str, str]] | None:
     """Two facing columns for a box holding calls and their backward groups (``mirrorOf``);
     None also when the backward side is mostly loose ops, not groups (unless ``loose``: the
     children of a facing pair)."""
@@ -359,11 +479,12 @@ def _mirror_of(box: Box, loose: bool = False) -> tuple[dict[str, int], dict[str,
             back = True
         elif c.group is not None:
             back = c.group.label.endswith(BACKWARD) or group_phase(c.group) == "backward"
-        else:
-            back = (c.node or {}).get("phase") == "backward"
+        else:  # (a gradient, an output the backward pass made, is the backward column's)
+            node = c.node or {}
+            back = node.get("phase") == "backward" or node.get("id") in (back_out or ())
         columns[c.key] = 1 if back else 0
     unpaired = sum(1 for c in box.children or [] if columns[c.key] and c.key not in partner)
-    return None if unpaired > len(partner) and not loose else (columns, partner)
+    return None if unpaired > 3 * len(partner) and not loose else (columns, partner)
 
 
 def _group_path(pg: PreparedGraph, g: Group | None) -> str:
@@ -458,7 +579,8 @@ def _layout_frame(box: Box, by_key: dict[str, Box], box_agg: dict[str, list[Scen
     )
     root = box.key == "root"
     g = box.group
-    box.title = "" if root else f"▾ {trunc(g.label, 40)} · {g.kind} · {fmt_num(g.count)} ops"
+    unit = g.unit or "ops"
+    box.title = "" if root else f"▾ {trunc(g.label, 40)} · {g.kind} · {fmt_num(g.count)} {unit}"
     min_w = 0 if root else len(box.title) * CH + 2 * PAD
     box.w = max(box.inner.width + (0 if root else 2 * PAD), min_w)
     box.h = box.inner.height + (0 if root else HEADER + PAD)

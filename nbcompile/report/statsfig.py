@@ -11,6 +11,7 @@ from typing import Any
 
 from .charts import KIND_COLOURS, bar_chart, fmt_bytes, fmt_seconds, funnel, roofline, stacked_area
 from .graphmodel import fmt_num, trunc
+from .svg import svg_img
 
 __all__ = ["from_of", "src", "stats_html", "val"]
 
@@ -61,7 +62,6 @@ def src(x: Any, default: str | None = None) -> str:
 
 
 def _img(svg: str, alt: str, testid: str) -> str:
-    from .html import svg_img
 
     return svg_img(svg, alt, testid=testid)
 

@@ -11,17 +11,38 @@ nodes fewer passes).
 
 from __future__ import annotations
 
+import base64
 from html import escape
 from typing import Any
 
 from .charts import fmt_bytes
-from .graphmodel import group_phase, prepare_graph
-from .scene import HEADER, LINE, PAD, Scene, build_scene, initial_expansion, path_data
+from .graphmodel import ancestors, group_phase, kernel_title, prepare_graph
+from .scene import (
+    FIRST_LIMIT,
+    HEADER,
+    INITIAL_LIMIT,
+    LINE,
+    PAD,
+    Scene,
+    build_scene,
+    initial_expansion,
+    path_data,
+)
 
-__all__ = ["BUDGET", "LIMIT", "STATUS_COLOURS", "graph_scene", "graph_svg", "heat_colour"]
+__all__ = [
+    "BUDGET",
+    "GRADIENT_LIMIT",
+    "LIMIT",
+    "STATUS_COLOURS",
+    "graph_scene",
+    "graph_svg",
+    "heat_colour",
+]
 
-#: the widget's first expansion: whole levels while at most LIMIT boxes (one group: BUDGET)
-LIMIT = 60
+#: the widget's first expansion: the user's calls and modules, whole levels while at most LIMIT
+#: boxes (one group: BUDGET); the Gradient tab's facing columns: GRADIENT_LIMIT
+LIMIT = FIRST_LIMIT
+GRADIENT_LIMIT = INITIAL_LIMIT
 BUDGET = 400
 _FILL = {
     "op": ("#e3effa", "#1e6fbf"),
@@ -70,8 +91,10 @@ def _group_phase(group: Any) -> str | None:
 
 def box_hooks(pg: Any, node: dict[str, Any] | None, group: Any, phases: bool) -> str:
     """The test hooks of a drawn box (``boxHooks``, SPEC §8.1) as SVG attributes: data-kind
-    (group | op | fusion | output | input), data-name (its label) and, with ``phases``,
-    data-phase (forward | backward | mixed)."""
+    (group | op | fusion | output | input), data-name (its label; a kernel's in the user's words,
+    ``layer#3 · matmul``, with XLA's name in data-kernel), data-in (the groups holding it,
+    ``mlp#1/layer#3``) and, with ``phases``, data-phase (forward | backward | mixed)."""
+    kernel = None
     if node is not None:
         k = node.get("kind")
         kind = (
@@ -84,9 +107,19 @@ def box_hooks(pg: Any, node: dict[str, Any] | None, group: Any, phases: bool) ->
             else "op"
         )
         name, phase = node.get("label") or node.get("op"), node.get("phase")
+        if pg.is_compiled and kind in ("fusion", "op"):
+            name, kernel = kernel_title(pg, node), name
+        key = "n:" + node["id"]
     else:
         kind, name, phase = "group", group.label if group else "", _group_phase(group)
+        key = "g:" + (group.id if group else "")
+    holders = [pg.groups[g] for g in ancestors(pg, key)]
+    inside = "/".join(g.label for g in holders if g.kind not in ("chunk", "across", "rest"))
     out = f' data-kind="{kind}" data-name="{escape(str(name or ""))}"'
+    if kernel is not None:
+        out += f' data-kernel="{escape(str(kernel))}"'
+    if inside:
+        out += f' data-in="{escape(inside)}"'
     return out + (f' data-phase="{phase}"' if phases and phase else "")
 
 
@@ -101,12 +134,17 @@ def graph_scene(
     graph: dict[str, Any],
     report: dict[str, Any] | None = None,
     *,
-    limit: int = LIMIT,
+    limit: int | None = None,
     budget: int = BUDGET,
 ) -> tuple[Any, Scene]:
     """The prepared graph and the widget's first scene of it (memoised by the identity of what
-    it reads: a re-run of an unchanged cell shares the program's graphs and fusions)."""
+    it reads: a re-run of an unchanged cell shares the program's graphs and fusions). ``limit``:
+    the first picture's boxes, by default the widget's for that tab (``GRADIENT_LIMIT`` for the
+    gradient program's facing columns, else ``LIMIT``)."""
     report = report or {"graphs": {}}
+    if limit is None:
+        gradient = graph is (report.get("graphs") or {}).get("gradient")
+        limit = GRADIENT_LIMIT if gradient else LIMIT
     fusions = report.get("fusions")
     compiled = graph is (report.get("graphs") or {}).get("compiled")
     key = (id(graph), id(fusions), compiled, limit, budget)
@@ -114,7 +152,9 @@ def graph_scene(
     if hit is not None and hit[0] is graph and hit[1] is fusions:
         return hit[2]
     pg = prepare_graph(graph, report)
-    result = (pg, build_scene(pg, initial_expansion(pg, limit, budget)))
+    # the Gradient tab: a call opens with its backward group (as the widget's)
+    gradient = graph is (report.get("graphs") or {}).get("gradient")
+    result = (pg, build_scene(pg, initial_expansion(pg, limit, budget, pairs=gradient)))
     _SCENES[key] = (graph, fusions, result)  # keeps both alive: their ids are not reused
     while len(_SCENES) > 16:
         del _SCENES[next(iter(_SCENES))]
@@ -130,7 +170,7 @@ def graph_svg(
     *,
     title: str | None = None,
     color: str = "kind",
-    limit: int = LIMIT,
+    limit: int | None = None,
     heat: dict[str, float] | None = None,
     status: dict[str, str] | None = None,
 ) -> str:
@@ -145,8 +185,12 @@ def graph_svg(
     root = scene.root
     n_drawn = len(pg.nodes) - len(pg.labels)
     units = sum(1 for b in scene.boxes.values() if b.children is None)
-    note = f"{units} boxes for {n_drawn} ops" + (
-        f"; {len(pg.labels)} parameters/scalars shown as labels" if pg.labels else ""
+    shown = len(pg.labels) - len(pg.folded)
+    what = "kernels" if pg.is_compiled else "ops"
+    note = (
+        f"{units} boxes for {n_drawn} {what}"
+        + (f"; {shown} parameters/scalars shown as labels" if shown else "")
+        + (f"; {len(pg.folded)} zero-cost bitcasts/copies folded" if pg.folded else "")
     )
     width = max(root.w + 2 * m, len(title or "") * 8.0 + 2 * m, len(note) * 6.2 + 2 * m)
     height = root.h + 2 * m + top + foot
@@ -245,3 +289,13 @@ def graph_svg(
     out.append("</g>")
     out.append(f'<text class="n" x="{m}" y="{height - 6:.0f}">{escape(note)}</text></svg>')
     return "".join(out)
+
+
+def svg_img(svg: str, alt: str, *, testid: str | None = None) -> str:
+    """An SVG picture as an ``<img>`` data URI (what untrusted notebooks keep)."""
+    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    tid = f' data-testid="{escape(testid)}"' if testid else ""
+    return (
+        f'<img src="data:image/svg+xml;base64,{data}" alt="{escape(alt)}"{tid} '
+        f'style="max-width:100%;height:auto;border:1px solid #ccc;border-radius:4px;background:#fff">'
+    )

@@ -2,8 +2,10 @@
 
 ``run_stages`` takes a ``jax.jit`` object, arguments already placed on a resolved
 :class:`~nbcompile.targets.Target` (see :func:`nbcompile.targets.place_args`) and runs JAX's AOT
-stages: trace (Python ``print`` captured), lower (for the target's platform), compile (skipped
-for lowered-only targets; without JAX's persistent cache for deviceless ones). Errors are
+stages: trace (Python ``print`` captured), lower (for the target's platform) —
+:func:`lower_stages`, which every ``%%compile`` run pays, its program being the cache key
+(``key.py``) — then compile (:func:`compile_stages`; skipped for lowered-only targets, and on
+a cache hit; without JAX's persistent cache for deviceless ones). Errors are
 translated to :class:`~nbcompile.errors.NbcompileError`\\ s naming the visible cell line and the
 user's own argument names. The plain function, ``--grad``'s ``value_and_grad``, a mesh, a TPU
 topology and the StableHLO-only fallback all go through here, so they cannot behave apart.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 import sys
 import tempfile
 import threading
@@ -34,11 +37,13 @@ from .._compat import (
     compile_fresh,
     key_persistent_cache_by_locations,
     persistent_cache_disabled,
+    xla_dump_options,
 )
-from ..capture.calls import CallLog, record_calls
+from ..capture.calls import CallLog
+from ..capture.calls import record_calls as _record_calls
 from ..capture.source import SourceInfo, cell_identity
 from ..targets import Placement, Target, output_shardings
-from . import limits
+from . import _dump, limits
 from .errors import translate
 
 __all__ = [
@@ -46,6 +51,8 @@ __all__ = [
     "Progress",
     "Stages",
     "XlaDump",
+    "compile_stages",
+    "lower_stages",
     "make_jitted",
     "recompile_with_metadata",
     "run_stages",
@@ -83,15 +90,44 @@ def _on_duration(event: str, duration: float, **_: Any) -> None:
 
 jax.monitoring.register_event_listener(_on_event)
 jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # nbcompile
+# nbcompile's modules that start a trace (the same as nbcompile/analysis/lines.py's _CALLERS;
+# tests/test_cache_program.py checks they agree)
+_CALLERS = tuple(
+    _PACKAGE + name for name in ("stages" + os.sep, "pipeline.py", "session.py", "magic.py")
+)
+
+
+def called_the_program(file: str) -> bool:
+    """Whether a frame in ``file`` is one of those that called the traced program (nbcompile's
+    tracing frames, and beyond them whatever called nbcompile): the view stops reading a call
+    stack there (nbcompile/analysis/lines.py), and so does the cache key."""
+    return file.startswith(_CALLERS)
+
+
 # A persistent-cache hit must give what a fresh compile gives: the executable of *these* source
 # lines (a cell's file by its content, so a new kernel still hits), and XLA's dumps when a compile
-# asks for them (docs/guide.md, "What the cache key covers").
-key_persistent_cache_by_locations(cell_identity)
+# asks for them (docs/guide.md, "What its key covers").
+key_persistent_cache_by_locations(cell_identity, called_the_program)
 
 
 #: XLA debug options of a compile that records its pass pipeline (``--passes``): every HLO
-#: pass's module, the kernels' LLVM IR and objects (PTX on GPU), written to ``xla_dump_to``
+#: pass's module, the kernels' LLVM IR and objects (PTX on GPU), written to ``xla_dump_to``;
+#: the full set per platform is ``_compat.xla_dump_options(platform)``
 DUMP_OPTIONS = {"xla_dump_hlo_pass_re": ".*"}
+
+
+def _dump_folder(notes: list[str]) -> tempfile.TemporaryDirectory[str] | None:
+    """A temporary folder for XLA's dump of the program's own compile (``--passes``); None,
+    with an NBC610 note, where none can be made (a full disk): the program then compiles
+    without the dump."""
+    try:
+        return tempfile.TemporaryDirectory(prefix="nbcompile-dump-")
+    except OSError as err:
+        notes.append(str(_dump.dump_unwritable(err)))
+        return None
 
 
 @dataclass
@@ -236,31 +272,56 @@ def run_stages(
     dump: bool = False,
     beside_compile: Callable[[Any, Any, str], Any] | None = None,
 ) -> Stages:
-    """Trace, lower and compile ``jitted(*placement.args, **placement.kwargs)`` for ``target``.
+    """Trace, lower and compile ``jitted(*placement.args, **placement.kwargs)`` for ``target``:
+    :func:`lower_stages` then :func:`compile_stages` (see both)."""
+    __tracebackhide__ = True
+    stages = lower_stages(
+        jitted, placement, target, source=source, arg_names=arg_names, progress=progress
+    )
+    return compile_stages(
+        stages,
+        source=source,
+        arg_names=arg_names,
+        progress=progress,
+        dump=dump,
+        beside_compile=beside_compile,
+    )
 
-    ``dump`` (``--passes``): the compile itself writes XLA's dump (``xla_dump_to`` a temporary
-    folder, :data:`DUMP_OPTIONS`) without JAX's persistent cache (a cache hit would run no XLA
-    and dump nothing), so the pass pipeline and the kernels' code need no second compile
-    (``Stages.dump``). The executable is the same (dump options change no code) and becomes the
-    one later calls of ``jitted`` run (:func:`~nbcompile._compat.adopt_executable`).
 
-    ``beside_compile(closed_jaxpr, calls, pre_optimisation_text)`` (optional) is analysis work
-    that needs no compile: run in :class:`~nbcompile._compat.EarlyHlo`'s low-priority thread
-    while XLA compiles, if there is time; ``Stages.early_hlo.beside()`` gives its result.
+def _where(target: Target) -> str:
+    return "" if target.present and target.platform == "cpu" else f" for {target.label}"
 
-    Raises :class:`~nbcompile.errors.TraceError`, ``LowerError`` or ``CompileError`` naming the
-    visible cell line (from ``source``), the user's argument names (``arg_names``) and what to
-    do; JAX's error is chained.
+
+def lower_stages(
+    jitted: Any,
+    placement: Placement,
+    target: Target,
+    *,
+    source: SourceInfo | None = None,
+    arg_names: list[str] | None = None,
+    progress: Progress | None = None,
+    record_calls: bool = True,
+) -> Stages:
+    """Trace and lower ``jitted(*placement.args, **placement.kwargs)`` for ``target``: the
+    :class:`Stages` without ``compiled`` (what every ``%%compile`` run pays; its program is the
+    cache key, nbcompile/stages/key.py). Python ``print`` at trace time is captured
+    (``printed_at_trace``), the user's calls recorded (``calls``) unless ``record_calls`` is
+    False (a look-up's trace: the same program without the call paths in its names).
+
+    Raises :class:`~nbcompile.errors.TraceError` or ``LowerError`` naming the visible cell line
+    (from ``source``), the user's argument names (``arg_names``) and what to do; JAX's error is
+    chained.
     """
     __tracebackhide__ = True
     source = source or SourceInfo()
     timings: dict[str, float] = {}
     say = progress or (lambda _msg: None)
-    where = "" if target.present and target.platform == "cpu" else f" for {target.label}"
+    where = _where(target)
 
     say(f"tracing{where}")
     try:
-        with _timed(timings, "trace"), _capture_stdout() as printed, record_calls() as calls:
+        recording = _record_calls() if record_calls else contextlib.nullcontext(CallLog())
+        with _timed(timings, "trace"), _capture_stdout() as printed, recording as calls:
             traced = jitted.trace(*placement.args, **placement.kwargs)
     except Exception as exc:
         raise translate(exc, "trace", source, arg_names=arg_names, target=target.label) from exc
@@ -273,7 +334,48 @@ def run_stages(
             lowered = traced.lower(lowering_platforms=platforms)
     except Exception as exc:
         raise translate(exc, "lower", source, arg_names=arg_names, target=target.label) from exc
+    return Stages(
+        jitted=jitted,
+        traced=traced,
+        lowered=lowered,
+        compiled=None,
+        target=target,
+        placement=placement,
+        timings=timings,
+        printed_at_trace=printed.getvalue(),
+        calls=calls,
+    )
 
+
+def compile_stages(
+    stages: Stages,
+    *,
+    source: SourceInfo | None = None,
+    arg_names: list[str] | None = None,
+    progress: Progress | None = None,
+    dump: bool = False,
+    beside_compile: Callable[[Any, Any, str], Any] | None = None,
+) -> Stages:
+    """Compile what :func:`lower_stages` lowered (nothing for a lowered-only target), filling
+    ``stages`` in (``compiled``, the ``compile`` timing, XLA's compile count) and returning it.
+
+    ``dump`` (``--passes``): the compile itself writes XLA's dump (``xla_dump_to`` a temporary
+    folder, :data:`DUMP_OPTIONS`) without JAX's persistent cache (a cache hit would run no XLA
+    and dump nothing), so the pass pipeline and the kernels' code need no second compile
+    (``Stages.dump``). The executable is the same (dump options change no code) and becomes the
+    one later calls of ``jitted`` run (:func:`~nbcompile._compat.adopt_executable`).
+
+    ``beside_compile(closed_jaxpr, calls, pre_optimisation_text)`` (optional) is analysis work
+    that needs no compile: run in :class:`~nbcompile._compat.EarlyHlo`'s low-priority thread
+    while XLA compiles, if there is time; ``Stages.early_hlo.beside()`` gives its result.
+
+    Raises :class:`~nbcompile.errors.CompileError` naming the visible cell line and what to do.
+    """
+    __tracebackhide__ = True
+    source = source or SourceInfo()
+    say = progress or (lambda _msg: None)
+    target, traced, lowered = stages.target, stages.traced, stages.lowered
+    where = _where(target)
     compiled = None
     outputs: dict[str, str] = {}
     notes: list[str] = []
@@ -286,17 +388,17 @@ def run_stages(
         cache = persistent_cache_disabled() if fresh else contextlib.nullcontext()
         started = time.perf_counter()
         try:
-            with _timed(timings, "compile"), _native_noise(target), cache:
+            with _timed(stages.timings, "compile"), _native_noise(target), cache:
                 then = (
-                    functools.partial(beside_compile, traced.jaxpr, calls)
+                    functools.partial(beside_compile, traced.jaxpr, stages.calls)
                     if beside_compile is not None
                     else None
                 )
                 early = EarlyHlo(lowered, then=then)
                 try:
-                    if dump:
-                        folder = tempfile.TemporaryDirectory(prefix="nbcompile-dump-")
-                        options = {"xla_dump_to": folder.name, **DUMP_OPTIONS}
+                    folder = _dump_folder(notes) if dump else None
+                    if folder is not None:
+                        options = {"xla_dump_to": folder.name, **xla_dump_options(target.platform)}
                         clock = time.time()
                         compiled = lowered.compile(compiler_options=options)
                         written = XlaDump(folder, clock, time.time())
@@ -325,24 +427,15 @@ def run_stages(
             ) from exc
         if target.mesh is not None and compiled is not None:
             outputs, shapes = output_shardings(compiled, traced.out_info)
-            placement.per_device_shapes.update(shapes)
-    return Stages(
-        jitted=jitted,
-        traced=traced,
-        lowered=lowered,
-        compiled=compiled,
-        target=target,
-        placement=placement,
-        timings=timings,
-        printed_at_trace=printed.getvalue(),
-        output_shardings=outputs,
-        xla_compiles=_COMPILES.count - before[0],
-        xla_seconds=_COMPILES.seconds - before[1],
-        notes=notes,
-        early_hlo=early,
-        dump=written,
-        calls=calls,
-    )
+            stages.placement.per_device_shapes.update(shapes)
+    stages.compiled = compiled
+    stages.output_shardings = outputs
+    stages.xla_compiles = _COMPILES.count - before[0]
+    stages.xla_seconds = _COMPILES.seconds - before[1]
+    stages.notes = notes
+    stages.early_hlo = early
+    stages.dump = written
+    return stages
 
 
 def _first_line(exc: BaseException) -> str:

@@ -101,6 +101,17 @@ GPU_TARGETS: dict[str, GpuSpec] = {
 }
 
 
+def _has_dnn_version_info() -> bool:
+    """Whether this jaxlib's ``GpuTargetConfigProto`` has ``dnn_version_info`` (jaxlib 0.10.2
+    does; 0.12 dropped it and rejects a config that names it). Read from jaxlib's version: the
+    proto's own descriptor is not public (tests/targets/test_targets_gpu.py reads it from the
+    library to check this)."""
+    import jaxlib
+
+    version = tuple(int(p) for p in jaxlib.__version__.split(".")[:2] if p.isdigit())
+    return version < (0, 12)
+
+
 def gpu_target_config(name: str) -> str:
     """The ``GpuTargetConfigProto`` text for a named GPU (``GPU_TARGETS`` key)."""
     spec = GPU_TARGETS[name]
@@ -127,6 +138,7 @@ def gpu_target_config(name: str) -> str:
     lines += [f"  cuda_compute_capability {{ major: {major} minor: {minor} }}"]
     lines += ["  registers_per_core_limit: 65536", "  registers_per_block_limit: 65536", "}"]
     lines += ['platform_name: "CUDA"']
-    lines += [f"dnn_version_info {{ major: {spec.cudnn[0]} minor: {spec.cudnn[1]} }}"]
+    if _has_dnn_version_info():
+        lines += [f"dnn_version_info {{ major: {spec.cudnn[0]} minor: {spec.cudnn[1]} }}"]
     lines += [f'device_description_str: "{spec.description}"']
     return "\n".join(lines) + "\n"

@@ -137,13 +137,18 @@ def _mesh_like(mesh: Any, other: Any) -> Any:
 
 
 def abstract_leaf(leaf: Any, sharding: Any = None) -> Any:
-    """``jax.ShapeDtypeStruct`` of an array leaf (weak type kept); other leaves as they are."""
+    """``jax.ShapeDtypeStruct`` of an array leaf (weak type kept); other leaves as they are.
+
+    The dtype is the one JAX gives such a value (a NumPy float64 array is float32 without
+    ``jax_enable_x64``): JAX 0.12 warns when a ShapeDtypeStruct asks for a dtype it would
+    truncate, and a warning the user's settings make an error must not fail the compile."""
     import jax
 
     if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
         return leaf
     weak = bool(getattr(leaf, "weak_type", False))
-    return jax.ShapeDtypeStruct(tuple(leaf.shape), leaf.dtype, sharding=sharding, weak_type=weak)
+    dtype = jax.dtypes.canonicalize_dtype(leaf.dtype, allow_extended_dtype=True)
+    return jax.ShapeDtypeStruct(tuple(leaf.shape), dtype, sharding=sharding, weak_type=weak)
 
 
 def place_args(

@@ -82,7 +82,11 @@ def machine() -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def main(name: str = "golden_v1") -> None:
+    """Write ``name``.nbc and its input, output and machine record. ``golden_v1`` was written
+    with JAX 0.10.2; ``golden_v1_jax012`` (same format version, written with JAX 0.12.0.1:
+    ``make_golden.py golden_v1_jax012``) is the newer stack's file that the older one is
+    handed in tests/frozen/test_cross_version.py."""
     from nbcompile.frozen import freeze
 
     params = {
@@ -92,17 +96,17 @@ def main() -> None:
     }
     x = rng.standard_normal((3, 8), dtype=np.float32)
     # The golden file predates the symbolic batch dimension: it has static shapes.
-    result = freeze(
-        predict, params, x, path=DATA / "golden_v1.nbc", name="golden_v1", batch="static"
-    )
-    np.save(DATA / "golden_v1_input.npy", x, allow_pickle=False)
+    result = freeze(predict, params, x, path=DATA / f"{name}.nbc", name=name, batch="static")
+    np.save(DATA / f"{name}_input.npy", x, allow_pickle=False)
     np.save(
-        DATA / "golden_v1_output.npy", np.asarray(jax.jit(predict)(params, x)), allow_pickle=False
+        DATA / f"{name}_output.npy", np.asarray(jax.jit(predict)(params, x)), allow_pickle=False
     )
     record = {"written_on": machine()}
-    (DATA / "golden_v1_machine.json").write_text(json.dumps(record, indent=2) + "\n")
+    (DATA / f"{name}_machine.json").write_text(json.dumps(record, indent=2) + "\n")
     print(result.text())
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(*sys.argv[1:2])

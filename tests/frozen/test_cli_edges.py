@@ -292,8 +292,11 @@ def test_output_on_a_full_disk_keeps_the_earlier_file(
         ]
         == 0
     )
-    got = np.load(out)
-    np.testing.assert_array_equal(got if suffix == ".npy" else got["out0"], X @ W)
+    if suffix == ".npy":
+        np.testing.assert_array_equal(np.load(out), X @ W)
+    else:
+        with np.load(out) as got:  # an NpzFile holds its file open until closed
+            np.testing.assert_array_equal(got["out0"], X @ W)
 
 
 @pytest.fixture

@@ -43,6 +43,23 @@ def _optimised(fn, disabled):
     return (lowered.compile(compiler_options=options) if options else lowered.compile()).as_text()
 
 
+def _passes_run(fn, disabled) -> set[str]:
+    """The names of the passes XLA dumped a step for (they changed the module)."""
+    from nbcompile.measure.metal import dump_compile
+
+    lowered = jax.jit(fn).lower(jnp.ones((8, 16), jnp.float32))
+    options = {"xla_disable_hlo_passes": ",".join(disabled)} if disabled else None
+    log = dump_compile(lowered, "cpu", options).passes
+    return {s.name for s in log.steps}
+
+
+def _jaxlib_at_least(version: str) -> bool:
+    import jaxlib.version
+
+    here = tuple(int(p) for p in jaxlib.version.__version__.split(".")[:2])
+    return here >= tuple(int(p) for p in version.split("."))
+
+
 @pytest.mark.parametrize(
     "entry", [p for p in PASS_NAMES if p.platform == "cpu"], ids=lambda p: p.name
 )
@@ -50,7 +67,15 @@ def test_verified_cpu_pass_changes_the_module(entry):
     assert entry.verified, "every CPU name in the table is checked here; mark it verified"
     fn = _PROGRAM_FOR[entry.name]
     reference = _optimised(fn, entry.needs)
-    assert _optimised(fn, (*entry.needs, entry.name)) != reference
+    changed = _optimised(fn, (*entry.needs, entry.name)) != reference
+    if entry.log_only_from and _jaxlib_at_least(entry.log_only_from):
+        # XLA redoes the pass's work later (outside a dumped pipeline): disabling it shows in
+        # the pass log only; if the module changes again, drop ``log_only_from``
+        assert not changed, f"{entry.name} changes the optimised module again: update the table"
+        assert entry.name in _passes_run(fn, entry.needs)
+        assert entry.name not in _passes_run(fn, (*entry.needs, entry.name))
+    else:
+        assert changed, f"disabling {entry.name!r} changed nothing: XLA renamed or dropped it"
 
 
 def test_unknown_names_are_silently_ignored():

@@ -57,7 +57,18 @@ c = nbcompile.compile(predict, w, x, mesh="8:data")
 out["cpu"] = planned(c, capacity=4 << 20)
 c = nbcompile.compile(predict, w, x)  # no --mesh: the arguments' own shardings
 out["own"] = planned(c, capacity=4 << 20)
+# the sharding given by --shard over --mesh, not carried by the arguments
+w0, x0 = (jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (w, x))
+c = nbcompile.compile(predict, w0, x0, mesh="8:data", shard={"x": "data,None"})
+out["shard"] = planned(c, capacity=(4 << 20) + 3000)
 if sys.argv[1] == "tpu":
+    w0 = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16)
+    x0 = jax.ShapeDtypeStruct((1024, 4096), jnp.bfloat16)
+    c = nbcompile.compile(
+        predict, w0, x0, backend="tpu", topology="v5e:2x2", mesh="4:data",
+        shard={"x": "data,None"},
+    )
+    out["tpu_shard"] = planned(c)
     w = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16, sharding=NamedSharding(mesh, P()))
     x = jax.ShapeDtypeStruct(
         (1024, 4096), jnp.bfloat16, sharding=NamedSharding(mesh, P("data", None))
@@ -128,3 +139,33 @@ def test_largest_batch_for_a_tpu_topology_is_per_chip(planned):
     assert any(b > big["size"] and need > cap for b, need in tried)
     # x alone takes 1 KiB per example per chip: the batch is bounded by the chip's memory
     assert big["size"] * 4096 * 2 // 8 < cap
+
+
+def test_a_batch_sharded_by_shard_over_mesh_stays_a_multiple_of_the_mesh_axis(planned):
+    """Issue 40 item 9: the sharding given by ``--shard x=data,None --mesh 8:data`` (the
+    arguments carry none) keeps every size tried a multiple of ``data``'s 8 devices."""
+    got, own = planned["shard"], planned["cpu"]
+    assert got["devices"] == 8 and got["per_device_shapes"]["x"] == [[256, 512], [32, 512]]
+    batch, big = got["batch"], got["largest"]
+    assert batch["step"] == 8 and batch["per_example_bytes"] == 256.0
+    assert all(b % 8 == 0 for b, _ in batch["tried"])
+    # the same figures as the arguments carrying the sharding themselves
+    assert batch["tried"][:2] == own["batch"]["tried"][:2]
+    # by hand: the largest multiple of 8 within the budget (not a multiple of 8 unrounded)
+    (b1, y1) = batch["tried"][0]
+    cap = got["capacity"]
+    assert (b1 + (cap - y1) // 256) % 8 != 0
+    want = int(b1 + (cap - y1) / 256) // 8 * 8
+    assert big is not None and big["size"] == want and big["fits"] is True
+
+
+@pytest.mark.skipif(not HAS_LIBTPU, reason="needs the [tpu] extra (deviceless TPU compiles)")
+def test_a_batch_sharded_by_shard_over_a_tpu_mesh_stays_a_multiple_of_it(planned):
+    """Issue 40 item 9 as reported: ``--shard x=data,None --mesh 4:data`` on a v5e:2x2
+    topology extrapolated to batch 1,428,306 and failed with NBC601."""
+    got = planned["tpu_shard"]
+    assert got["devices"] == 4 and got["per_device_shapes"]["x"] == [[1024, 4096], [256, 4096]]
+    batch, big, cap = got["batch"], got["largest"], got["capacity"]
+    assert batch["step"] == 4 and all(b % 4 == 0 for b, _ in batch["tried"])
+    assert big is not None and big["fits"] is True and big["required"] <= cap
+    assert big["size"] % 4 == 0 and big["size"] > 1000 * 1024

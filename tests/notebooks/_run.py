@@ -31,6 +31,7 @@ TIMES = ROOT / "build" / "notebook-times.json"
 DEDICATED = {
     "09_where_the_time_goes": "test_tutorial_profile.py",
     "10_will_it_fit": "test_tutorial_memory.py",
+    "13_inside_the_loop": "test_tutorial_loops.py",
 }
 #: What must never appear in a tutorial's output: a traceback, libtpu's or a plugin's start-up
 #: noise (seen with the [tpu] extra / CUDA plugin and no device before %load_ext captured it),

@@ -56,6 +56,12 @@ def use(shell: Any, case: Case) -> None:
     if saved is not None:
         shell.user_ns.update(saved)
         return
+    if "keras" in case.name:
+        # Keras numbers automatic layer names per process (dense, dense_1, ...): start from a
+        # fresh count, as the example's own notebook does, whatever ran in this process before
+        import keras
+
+        keras.backend.clear_session()
     for text in case.cells:
         res = shell.run_cell(text)
         assert res.success, f"{case.name}: a model cell failed: {res.error_in_exec!r}"

@@ -4,7 +4,11 @@
 ``instructions`` (nbcompile.measure) read HLO through ``nbcompile.analysis.hlo`` now. Each had its
 own reader before; ``EXPECTED`` holds what those readers gave (jax/jaxlib 0.10.2) on the programs of
 ``hlo_cases.py``, compiled here for CPU, 8 virtual CPU devices, TPU v5e and GPU
-(deviceless). Deliberate differences: the mesh-axes ``replica_groups`` syntax
+(deviceless). The modules are those JAX 0.10.2 compiled (stored in tests/data/hlo_cases, made by
+``hlo_cases.py KIND`` under ``make test-compat``'s stack), so the comparison is of readers, not of
+XLA versions; what the installed XLA compiles now is read by :func:`test_live_modules_read_consistently`
+(JAX 0.12 prints replica groups in the iota and mesh-axes syntaxes where 0.10.2 printed lists).
+Deliberate differences: the mesh-axes ``replica_groups`` syntax
 (``mesh['axis_0'=8,'axis_1'=2] {'axis_1'}``) was read as one group of every device; it is expanded
 now, which makes the v5e:4x4 gradient all-reduce over device pairs stay on one host. And one
 definition of a kernel (``analysis.compiled.FREE_OPS``): ``entry_kernels`` no longer lists
@@ -13,6 +17,8 @@ definition of a kernel (``analysis.compiled.FREE_OPS``): ``entry_kernels`` no lo
 
 from __future__ import annotations
 
+import gzip
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,28 +92,65 @@ needs_cuda_plugin = pytest.mark.skipif(
 )
 
 
+STORED = HERE.parent / "data" / "hlo_cases"
+
+
+def _stored(kind: str) -> dict[str, dict[str, Any]]:
+    """The modules JAX/jaxlib 0.10.2 compiled for ``kind`` (see the module docstring)."""
+    with gzip.open(STORED / f"{kind}.json.gz", "rt") as f:
+        return json.load(f)
+
+
 def test_cpu_modules_read_as_before():
-    _check("cpu", compile_cases("cpu"))
+    _check("cpu", _stored("cpu"))
 
 
 def test_eight_device_cpu_modules_read_as_before():
-    _check("cpu8", child_json([str(HERE / "hlo_cases.py"), "cpu8"], env=EIGHT_CPU_DEVICES))
+    _check("cpu8", _stored("cpu8"))
 
 
-@needs_libtpu
 def test_tpu_modules_read_as_before():
-    _check("tpu", compile_cases("tpu"))
+    _check("tpu", _stored("tpu"))
 
 
-@needs_libtpu
 def test_mesh_axes_replica_groups_on_a_multi_host_tpu():
-    cases = compile_cases("tpu4x4")
+    cases = _stored("tpu4x4")
     _check("tpu4x4", cases)
     found = collectives(cases["train"]["hlo"], [FakeDevice(h) for h in cases["train"]["hosts"]])
     by_syntax = {c["replica_groups"].split("[")[0]: c for c in found}
     # the "model" reduction (iota syntax) spans hosts, the "data" one (mesh syntax) does not
     assert by_syntax[""]["crosses_hosts"] is True
     assert by_syntax["mesh"]["crosses_hosts"] is False
+
+
+def _consistent(text: str, hosts: list[int] | None) -> None:
+    """What holds for any module: one instruction count, every entry kernel among the
+    instructions, every collective's groups made of the program's devices."""
+    observed = _observed(text, hosts)
+    kernels, _fusions, _custom, count, entry = observed["counts"]
+    assert 0 < kernels <= entry <= count
+    n = len(hosts) if hosts is not None else None
+    for c in collectives(text, [FakeDevice(h) for h in hosts] if hosts else None):
+        assert c["groups"], c  # every replica_groups syntax XLA prints is read
+        members = sorted(d for g in c["groups"] for d in g)
+        if n is not None:
+            assert set(members) <= set(range(n)), c
+
+
+def test_live_modules_read_consistently():
+    """The installed XLA's own modules (JAX 0.12 prints other replica-group syntaxes)."""
+    for case in compile_cases("cpu").values():
+        _consistent(case["hlo"], case["hosts"])
+    eight = child_json([str(HERE / "hlo_cases.py"), "cpu8"], env=EIGHT_CPU_DEVICES)
+    for case in eight.values():
+        _consistent(case["hlo"], case["hosts"])
+    assert any(collectives(c["hlo"]) for c in eight.values())  # it did read some
+
+
+@needs_libtpu
+def test_live_tpu_modules_read_consistently():
+    for case in compile_cases("tpu4x4").values():
+        _consistent(case["hlo"], case["hosts"])
 
 
 @pytest.mark.gpu_deviceless

@@ -123,6 +123,53 @@ def _check_picture(page, view, pairs: list[list[Any]], shot: str) -> None:
     for name in BLOCKS:
         assert saved[name] > 0 and saved[name] in drawn
     grad.screenshot(path=str(screenshot(page, f"{shot}_gradient.png")))
+    _check_opened_layer(page, grad, shot)
+
+
+#: the boxes a frame of the canvas holds (its cluster's rect), by the frame's name
+FRAME_BOXES = """(canvas, name) => {
+  const rect = (e) => { const r = e.getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; };
+  const head = [...canvas.querySelectorAll('.nbc-cluster [data-kind="group"]')]
+    .find((e) => e.getAttribute('data-name') === name);
+  if (!head) return null;
+  const frame = rect(head.parentElement);
+  const inside = (r) => r[0] >= frame[0] - 1 && r[1] >= frame[1] + 10 && r[0] + r[2] <= frame[0] + frame[2] + 1
+    && r[1] + r[3] <= frame[1] + frame[3] + 1;
+  return {frame, boxes: [...canvas.querySelectorAll('.nbc-unit')].map((e) => ({
+    name: e.getAttribute('data-name'), kind: e.getAttribute('data-kind'), phase: e.getAttribute('data-phase'),
+    in: e.getAttribute('data-in'), rect: rect(e)})).filter((b) => inside(b.rect))};
+}"""
+
+
+def _check_opened_layer(page, grad, shot: str) -> None:
+    """Open ``block#3`` (its twin ``block#3 (backward)`` opens with it): side by side, fitted
+    into the canvas together, the backward ops a column
+    running up (not a strip), each in a row of the forward ops; no box outside the canvas's
+    width; the loss tail (ops outside any call) faces its backward ops too."""
+    grad.locator('[data-kind="group"][data-name="block#3"]').first.click()  # opens its twin too
+    page.wait_for_timeout(300)
+    fwd = grad.evaluate(FRAME_BOXES, "block#3")
+    back = grad.evaluate(FRAME_BOXES, "block#3 (backward)")
+    assert fwd and back, (fwd, back)
+    assert back["frame"][0] >= fwd["frame"][0] + fwd["frame"][2] - 1  # to its right
+    assert abs(back["frame"][1] - fwd["frame"][1]) < 2  # level
+    brows = sorted({round(b["rect"][1] + b["rect"][3] / 2) for b in back["boxes"]})
+    assert len(back["boxes"]) >= 4 and len(brows) >= 3, brows  # a column, not a strip
+    band = (
+        min(b["rect"][1] for b in fwd["boxes"]),
+        max(b["rect"][1] + b["rect"][3] for b in fwd["boxes"]),
+    )
+    assert all(band[0] - 2 <= y <= band[1] + 2 for y in brows), (band, brows)
+    assert all(
+        b["phase"] in ("backward", "mixed", None) for b in back["boxes"] if b["kind"] != "output"
+    )
+    grad.screenshot(path=str(screenshot(page, f"{shot}_gradient_open.png")))
+    # the loss tail: the top level's loose forward ops and their backward ops, two columns
+    boxes = grad.evaluate(BOXES)
+    top = [b for b in boxes if b["kind"] == "op"]
+    fwd_x = [b["x"] + b["w"] for b in top if b["phase"] == "forward"]
+    back_x = [b["x"] for b in top if b["phase"] == "backward"]
+    assert fwd_x and back_x and max(fwd_x) <= min(back_x) + 1, (fwd_x, back_x)
 
 
 def test_backprop_picture_in_jupyterlab_and_the_saved_page(ui_page, lab_session):

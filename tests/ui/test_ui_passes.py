@@ -164,3 +164,47 @@ def test_static_fallback_shows_the_pass_chart(ui_page, tmp_path):
     chart = page.get_by_test_id("nbc-passes-chart")
     assert chart.locator('g[data-kind="step"]').count() == len(steps)
     assert not page.page_errors, page.page_errors
+
+
+def _chain(w, x, z):
+    import jax.numpy as jnp
+
+    h = x @ w
+    for _ in range(24):
+        z = jnp.tanh(z) * 0.5 + 0.25
+    return h, z.sum()
+
+
+def test_a_ynnpack_kernels_panel_says_its_code_is_a_stand_in(ui_page, tmp_path):
+    """Issue 39: the tanh chain YNNPACK runs (a ``ynn_fusion``): once ``c.kernel_code`` made it,
+    the kernel's panel shows XLA's own code with YNNPACK off, saying it is not what runs; the
+    YNNPACK dot's panel names the library and its kernels."""
+    import jax.numpy as jnp
+
+    import nbcompile
+    from nbcompile.widgets import static_page
+
+    c = nbcompile.compile(
+        _chain, jnp.ones((64, 64)), jnp.ones((32, 64)), jnp.ones((256, 256)), passes=True
+    )
+    chain = next(f.name for f in c.fusions if "tanh" in f.ops)
+    dot = next(f.name for f in c.fusions if "dot" in f.ops)
+    c.kernel_code(chain)
+    path = tmp_path / "live.html"
+    path.write_text(static_page(c.report()), encoding="utf-8")
+    page = ui_page
+    page.goto(path.as_uri())
+    page.locator("[data-first-paint-ms]").wait_for()
+    page.get_by_test_id("nbc-tab-compiled").click()
+    page.locator(f'[data-testid=nbc-fusion][data-fusion="{chain}"]').click()
+    code = page.get_by_test_id("nbc-kernel-code-holder").get_by_test_id("nbc-kernel-code")
+    assert code.get_attribute("data-kernel") == chain
+    label = code.get_by_test_id("nbc-code-stand-in")
+    assert "YNNPACK off" in label.inner_text() and "not what runs" in label.inner_text()
+    assert code.locator(".nbc-asm").count() > 10
+    assert code.get_by_test_id("nbc-code-line").count() >= 1
+    screenshot(page, "passes_stand_in.png")
+    page.locator(f'[data-testid=nbc-fusion][data-fusion="{dot}"]').click()
+    code = page.get_by_test_id("nbc-kernel-code-holder").get_by_test_id("nbc-kernel-code")
+    assert "YNNPACK" in code.inner_text() and code.locator(".nbc-asm").count() == 0
+    assert not page.page_errors, page.page_errors

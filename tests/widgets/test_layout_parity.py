@@ -21,12 +21,12 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js runs the front end
 
 def _python(report: dict[str, Any], limit: int, budget: int) -> dict[str, Any]:
     out = {}
-    for which in ("traced", "compiled", "gradient"):
+    for which in ("traced", "compiled", "gradient", "gradient_compiled"):
         graph = (report.get("graphs") or {}).get(which)
         if not graph:
             continue
         pg = prepare_graph(graph, report)
-        scene = build_scene(pg, initial_expansion(pg, limit, budget))
+        scene = build_scene(pg, initial_expansion(pg, limit, budget, pairs=which == "gradient"))
         out[which] = {
             "boxes": [
                 [

@@ -1,0 +1,67 @@
+"""JAX name stacks and HLO ``op_name``\\ s, parsed in time linear in their length.
+
+A name stack is ``/``-joined scopes, each possibly wrapped in transforms
+(``transpose(jvp(MLP))/Dense_0``); an HLO ``op_name`` is a name stack plus the primitive.
+Both carry the user's own scope names (``jax.named_scope``, module names), which may be of any
+length: a regex that can restart at every position of a long name (``re.findall(r"(\\w+)\\(",
+...)`` on a 100 KB name without ``(``, ``\\)+$`` on a long run of ``)``) is quadratic in it and
+stalled the analysis for minutes. Every parse here runs anchored matches or ``str`` methods
+only, each character looked at a bounded number of times.
+
+:func:`shown` caps what is kept (and so shown) of an absurdly long scope name, the same way
+wherever a name is parsed (traced scopes, compiled op_names, call labels), so the traced and
+compiled sides still agree on it and two long names that differ stay apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+__all__ = ["LIMIT", "shown", "strip_transforms", "transform_names"]
+
+#: longest scope name kept whole (characters); longer ones are cut by :func:`shown`
+LIMIT = 200
+
+# anchored (``.match``) only: a repetition of ``NAME(`` at the start of a part
+_LEAD_WORD = re.compile(r"(?:\w+\()+")
+_LEAD_DOTTED = re.compile(r"(?:[\w.\-]+\()+")
+_WORD_RUN = re.compile(r"\w+")
+
+
+def transform_names(stack: str) -> frozenset[str]:
+    """The transforms named in ``stack``: every run of word characters right before a ``(``
+    (what ``re.findall(r"(\\w+)\\(", stack)`` finds, in linear time)."""
+    if "(" not in stack:
+        return frozenset()
+    found = set()
+    for piece in stack.split("(")[:-1]:
+        # the word run at the end of the piece: an anchored match on the piece reversed (each
+        # piece is reversed once: linear in all)
+        tail = piece[-1:]
+        if not tail or not _WORD_RUN.match(tail):
+            continue
+        run = _WORD_RUN.match(piece[::-1])
+        if run is not None:
+            found.add(run.group()[::-1])
+    return frozenset(found)
+
+
+def strip_transforms(part: str, dotted: bool = False) -> str:
+    """One scope of a name stack without its transforms: leading ``NAME(`` (``NAME`` of word
+    characters, also ``.`` and ``-`` with ``dotted``) and trailing ``)`` removed (what
+    ``re.sub(r"^(?:\\w+\\()+|\\)+$", "", part)`` gives, in linear time)."""
+    if "(" in part:
+        lead = (_LEAD_DOTTED if dotted else _LEAD_WORD).match(part)
+        if lead is not None:
+            part = part[lead.end() :]
+    return part.rstrip(")")
+
+
+def shown(name: str) -> str:
+    """``name`` itself up to :data:`LIMIT` characters; a longer one cut to its start, its length
+    and a digest of the whole (so names that differ past the cut stay apart)."""
+    if len(name) <= LIMIT:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{name[: LIMIT - 40]}…[{len(name):,} chars, {digest}]"
