@@ -56,14 +56,15 @@ CLAIMS = [
     Claim(
         "04",
         "residuals-per-layer",
-        "each tanh layer saves two B × W float32 tensors for the backward pass, predicted from "
-        "the chain rule",
+        "each tanh layer keeps for its own backward pass what tanh's derivative reads: 1 − a² "
+        "(and a, if JAX's rule computes it from a): one or two B × W float32 tensors, bounded "
+        "by the chain rule; nbcompile's per-layer bytes equal JAX's print_saved_residuals",
         cause='any(e.primitive.name == "tanh" for e in jax.make_jaxpr(layer)(ws[0], h0).eqns)',
         ablation=Ablation(
             {"return jnp.tanh(h @ w)": "return h @ w"},
             why="no tanh in the layer: nothing of 1 − a² to keep",
             only=("B2, W, DEPTH", "def deep_loss"),
         ),
-        window="exact bytes",
+        window="exact bytes (JAX 0.10.2 keeps a and 1 − a², 0.12 keeps 1 − a² alone)",
     ),
 ]
