@@ -138,6 +138,7 @@ def forward_unrolled(stack, x, k):
         return layer(h, p, i), None
     return jax.lax.scan(body, x, (stack, jnp.arange(LAYERS)), unroll=k)[0]
 
+# %% code
 runs = {}  # by unroll: 1, 2, 4 and "full" (unroll=True; a dict would take True for 1)
 for k in (1, 2, 4, "full"):
     ck = nbcompile.compile(lambda s, x: forward_unrolled(s, x, True if k == "full" else k), stack, x)

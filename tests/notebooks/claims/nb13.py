@@ -56,7 +56,7 @@ CLAIMS = [
         ablation=Ablation(
             {"unroll=k)[0]": "unroll=1)[0]"},
             why="no unroll reaches JAX: the scan is handed to XLA with unroll=1 whatever k says",
-            only=("%%compile --profile", "def forward_unrolled"),
+            only=("%%compile --profile", "def forward_unrolled"),  # the claim's cell: runs = {}
         ),
         window="exact counts",
     ),
