@@ -1,6 +1,7 @@
 """Claims of 02_what_compiling_does."""
 
 from . import Ablation, Claim
+from .nb01 import FUSED
 
 NO_FUSION = (
     "import nbcompile\n"
@@ -45,7 +46,7 @@ CLAIMS = [
         "buffers-predicted",
         "XLA allocates temporaries only for values passed between kernels: here h and a few "
         "row statistics",
-        cause='any(f.kind == "loop" for f in c.fusions)',
+        cause=FUSED,
         ablation=Ablation(
             {"c = layer.compilation\n": NO_FUSION},
             why="fusion switched off: every element-wise value is a kernel's output in memory",
