@@ -249,8 +249,13 @@ working = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp
 moved = unfused_chain.cost["bytes_accessed"]
 fastest = moved / peaks.bandwidth_for(working)     # the roof: no faster than this
 from_memory = moved / peaks.bytes_per_s.value      # every byte from memory
-rounds = [seconds(unfused_chain.fn, y, repeat=3) for _ in range(5)]
-t_chain = min(rounds)  # the best round: the run least disturbed by whatever shares the machine
+# rounds for a fixed two seconds (at least five): a busy machine only ever slows a run, so the
+# best of more rounds is the better estimate of the undisturbed time (on a quiet machine the
+# rounds agree, on a busy one the best is the run least disturbed by whatever shares it)
+rounds, start = [], time.perf_counter()
+while len(rounds) < 5 or time.perf_counter() - start < 2:
+    rounds.append(seconds(unfused_chain.fn, y, repeat=3))
+t_chain = min(rounds)
 level = next((name for name, size in caches.items() if working <= size), "memory")
 print(f"unfused chain: {unfused_chain.summary()['kernels']} kernels, "
       f"{unfused_chain.cost['flops'] / moved:.2f} FLOP/byte (ridge {peaks.ridge:.1f}); "
