@@ -57,8 +57,12 @@ unfolded = nbcompile.compile(c.original, x,
                              compiler_options={"xla_disable_hlo_passes": "constant_folding"})
 flops_on, flops_off = c.cost["flops"], unfolded.cost["flops"]
 t_on = t_off = float("inf")
-for _ in range(3):  # interleaved rounds, best of each side: both see the same machine load
+rounds, start = 0, time.perf_counter()
+while rounds < 3 or time.perf_counter() - start < 2:  # interleaved rounds for two seconds (at
+    # least three), best of each side: both see the same machine load, and a busy machine only
+    # ever slows a call
     t_on, t_off = min(t_on, seconds(project, x)), min(t_off, seconds(unfolded.fn, x))
+    rounds += 1
 print(f"with folding:    {c.summary()['kernels']} kernel(s), {flops_on / 1e6:.2f} MFLOP per call "
       f"(XLA), {t_on * 1e6:.0f} µs (measured)")
 print(f"without folding: {unfolded.summary()['kernels']} kernel(s), {flops_off / 1e6:.2f} MFLOP "
@@ -212,11 +216,15 @@ big = max(2**26, 2 * max(caches.values(), default=0))   # the calibration's size
 sizes = sorted({2**e for e in range(14, 27, 2) if 2**e < big} | {big})
 sweep = {}
 for nbytes in sizes:
-    sweep[nbytes] = stream(nbytes)
+    # past the caches, a second of calls: its best is compared with the calibration below (a
+    # busy machine only ever slows a call: more calls, a better best)
+    sweep[nbytes] = stream(nbytes, budget=1.0 if nbytes == big else 0.2)
     fits = next((name for name, size in caches.items() if nbytes <= size), "memory")
     print(f"{nbytes / 2**10:10.0f} KiB {sweep[nbytes] / 1e9:7.1f} GB/s   fits in {fits}")
-if sweep[big] > 1.05 * peaks.bytes_per_s.value:  # the cached figure was measured on a busier
-    peaks = calibrate(refresh=True)                 # machine: measure again (keeps the higher)
+for _ in range(3):  # beaten: the cached figure was measured on a busier machine
+    if sweep[big] <= 1.05 * peaks.bytes_per_s.value:
+        break
+    peaks = calibrate(refresh=True)  # measure again (it keeps the higher), up to three times
 print(f"calibrate(): {peaks.bytes_per_s.value / 1e9:.1f} GB/s past the caches "
       f"({peaks.bytes_per_s.source}: {peaks.bytes_per_s.detail}); this sweep at the same size: "
       f"{sweep[big] / 1e9:.1f} GB/s (×{sweep[big] / peaks.bytes_per_s.value:.2f})")
