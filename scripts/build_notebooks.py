@@ -4,6 +4,10 @@
     python scripts/build_notebooks.py --check  # fail if a stored notebook differs from its source
 
 Stored notebooks carry no outputs: the test suite executes them, `make demo` renders one.
+
+A cell starts at ``# %% md`` or ``# %% code``; ``# %% code hide`` is a code cell whose input is
+hidden (tag ``hide-input``, and JupyterLab's ``source_hidden``): the answer to a "predict first"
+exercise, still executed and checked like every other cell.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "notebooks" / "src"
-CELL = re.compile(r"^# %% ?(md|code)\s*$", flags=re.M)
+CELL = re.compile(r"^# %% ?(md|code|code hide)\s*$", flags=re.M)
+HIDDEN = {"tags": ["hide-input"], "jupyter": {"source_hidden": True}}
 
 
 def build(src: Path) -> nbformat.NotebookNode:
@@ -32,7 +37,10 @@ def build(src: Path) -> nbformat.NotebookNode:
             lines = [ln[2:] if ln.startswith("# ") else ln.lstrip("#") for ln in body.splitlines()]
             nb.cells.append(nbformat.v4.new_markdown_cell("\n".join(lines)))
         else:
-            nb.cells.append(nbformat.v4.new_code_cell(body))
+            cell = nbformat.v4.new_code_cell(body)
+            if kind == "code hide":
+                cell.metadata = nbformat.from_dict(HIDDEN)
+            nb.cells.append(cell)
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"c{i:02d}"
     return nb

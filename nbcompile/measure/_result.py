@@ -327,13 +327,16 @@ def place_on_roof(row: KernelTime, peaks: Peaks | None, measured: bool) -> None:
         row.achieved_bytes_per_s = b / row.busy_seconds
     if peaks is None:
         return
-    row.bound = "compute" if row.intensity is None or row.intensity >= peaks.ridge else "memory"
+    # a kernel whose data fits a cache is bounded by that cache's bandwidth (measured CPUs;
+    # the ridge is then lower for it), else by the bandwidth from memory
+    ridge = peaks.ridge_for(b)
+    row.bound = "compute" if row.intensity is None or row.intensity >= ridge else "memory"
     if row.achieved_flops_per_s is None:
         return
     if f > 0 and row.intensity is not None:
-        row.roof_fraction = row.achieved_flops_per_s / peaks.roof(row.intensity)
+        row.roof_fraction = row.achieved_flops_per_s / peaks.roof(row.intensity, b)
     elif row.achieved_bytes_per_s is not None:
-        row.roof_fraction = row.achieved_bytes_per_s / peaks.bytes_per_s.value
+        row.roof_fraction = row.achieved_bytes_per_s / peaks.bandwidth_for(b)
 
 
 def spread(rows: list[KernelTime], infos: dict[str, KernelInfo]) -> tuple:

@@ -54,6 +54,22 @@ print(f"kernels after XLA      {s['kernels']:>4}   ({s['fusions']} of them fusio
 print(f"op by op, JAX would dispatch {s['eager_kernels']} primitives: the {len(eqns)} equations "
       f"less {len(containers)} containers that only hold others ({', '.join(containers)})")
 
+# %% md
+# The same counts straight from JAX's objects, without nbcompile: the lowered program's text
+# (`c.lowered` is `jax.jit(layer).lower(params, x)`; `.as_text()` is its StableHLO) and the
+# compiled program's (`c.compiled` is `.compile()` of it; `.as_text()` is XLA's optimised HLO,
+# whose `ENTRY` computation lists the kernels that run).
+
+# %% code
+raw_lowered = jax.jit(c.original).lower(params, x)
+raw_compiled = raw_lowered.compile()
+# every stablehlo.* operation named in the text (a reduction's `applies stablehlo.add` is its body)
+stablehlo_ops = re.findall(r"\bstablehlo\.(?!return\b)[a-z_]+\b", raw_lowered.as_text())
+entry_ops = re.findall(r"= \S+ ([a-z][\w-]*)\(", raw_compiled.as_text().split("\nENTRY ", 1)[1])
+raw_kernels = [op for op in entry_ops if op not in ("parameter", "constant")]
+print(f"raw JAX: {len(stablehlo_ops)} StableHLO operations, "
+      f"{len(raw_kernels)} kernels in the compiled ENTRY computation: {raw_kernels}")
+
 # %% code
 # Checked: the graph has one node per primitive; containers are equations, not kernels; XLA
 # runs fewer kernels than op-by-op execution dispatches.
@@ -62,6 +78,7 @@ assert s["eager_kernels"] == len(eqns) - len(containers)
 assert {e.primitive.name for e in c.jaxpr.jaxpr.eqns} <= {n.op for n in c.graph.nodes}
 assert s["kernels"] < s["eager_kernels"]
 assert s["stablehlo_ops"] > len(c.jaxpr.jaxpr.eqns)  # lowering spells primitives out
+assert len(raw_kernels) == s["kernels"] and len(stablehlo_ops) == s["stablehlo_ops"]
 
 # %% md
 # ## 3. What XLA does, in order
@@ -94,16 +111,34 @@ for st in steps:
 def total(op, key):
     return sum(getattr(st, key).get(op, 0) for st in steps)
 
-cse = next(st for st in steps if st.name == "cse" and st.removed.get("subtract"))
+cse_removed = sum(st.removed.get("subtract", 0) for st in steps if st.name == "cse")
 subs_in_jaxpr = sum(e.primitive.name == "sub" for e in c.jaxpr.jaxpr.eqns)
-print(f"h - mu: {subs_in_jaxpr} sub in the jaxpr; cse removed {cse.removed['subtract']} subtract")
+print(f"h - mu: {subs_in_jaxpr} sub in the jaxpr; cse removed {cse_removed} subtract")
 print(f"algsimp: -{total('divide', 'removed')} divide, +{total('multiply', 'added')} multiply, "
       f"-{total('sqrt', 'removed')} sqrt, +{total('rsqrt', 'added')} rsqrt")
-assert subs_in_jaxpr == 2 and cse.removed["subtract"] == 1
-assert total("sqrt", "removed") == 1 and total("rsqrt", "added") == 1 and total("divide", "removed") >= 2
+assert subs_in_jaxpr == 2 and cse_removed == 1  # claim: cse-merges
+assert total("sqrt", "removed") == 1 and total("rsqrt", "added") == 1  # claim: algsimp-rsqrt
+assert total("divide", "removed") >= 2  # the two means' divisions by 256 became multiplications
 assert any(st.name == "call-inliner" and st.removed.get("call") for st in steps)
 
 # %% md
+# **Predict first.** `h - mu` is written twice in the cell and cse merged the two into one
+# `subtract`. How many `subtract` instructions will XLA's *final* program hold, counting those
+# inside its fused kernels, and in how many kernels? Think about what fusion does with a cheap
+# element-wise value that two kernels read. Count them in the compiled program's own text
+# (`c.compiled.as_text()`) — the answer is checked in the hidden cell below.
+
+# %% code hide
+where = {}  # fused computation -> its subtract instructions
+for comp in c.compiled.as_text().split("\n\n"):
+    n = len(re.findall(r"\} subtract\(", comp))
+    if n:
+        where[comp.split(" ", 1)[0].lstrip("%")] = n
+print(f"answer: {sum(where.values())} subtract instructions, in {len(where)} kernels {where}: cse "
+      f"merged the two, then fusion copied the cheap subtract into each kernel that reads h - mu "
+      f"(recomputing it costs less than writing it to memory and reading it back)")
+assert sum(where.values()) == 2 and len(where) == 2 and subs_in_jaxpr == 2 and cse_removed == 1
+
 # **One fusion, before and after.** The normalisation line became one kernel. Before the fusion
 # pass each of its element-wise ops was its own instruction of the main program, writing a full
 # array to memory; after it, one loop computes them all, element by element, in registers.
@@ -131,7 +166,11 @@ assert len(elementwise) >= 3 and any(fusion.name in ln for ln in formed)
 # %% md
 # **Buffer assignment.** If every value of the unoptimised program had its own buffer, how much
 # memory would the intermediates take? XLA's buffer assignment (`memory_analysis()`) says what
-# the compiled program really allocates for temporaries.
+# the compiled program really allocates for temporaries. Predict it from the kernels above: a
+# buffer is needed only for a value that leaves one kernel for another, and only while it is
+# live. The matrix product's output `h` (`B × D` float32) is read by the last kernel, so it
+# lives to the end; the per-row statistics are `B` floats each; the centred `h - mu` that the
+# variance's kernel reads is written into the output's own buffer, which is not yet in use.
 
 # %% code
 pre = c.lowered.as_text(dialect="hlo")  # the program XLA received, before its passes
@@ -140,9 +179,13 @@ values = [(m[0], m[1]) for m in re.findall(r"= f32\[([\d,]*)\]\S* ([a-z][\w-]*)\
 naive = sum(4 * int(np.prod([int(d) for d in shape.split(",") if d])) for shape, op in values
             if op not in ("parameter", "constant"))
 temp = c.compiled.memory_analysis().temp_size_in_bytes
+B, D = x.shape
+h_bytes, row_bytes = B * D * 4, B * 4
 print(f"every intermediate in its own buffer: {naive / 1024:.0f} KiB; XLA allocates "
-      f"{temp / 1024:.1f} KiB of temporaries (fused values never reach memory; slots are reused)")
+      f"{temp / 1024:.1f} KiB of temporaries; predicted h ({h_bytes / 1024:.0f} KiB) plus a few "
+      f"{row_bytes} B row statistics")
 print("layouts:", sorted(set(re.findall(r"f32\[[\d,]+\]\{([\d,]+)\}", c.hlo))))
+assert h_bytes <= temp <= h_bytes + 4 * row_bytes  # claim: buffers-predicted
 assert temp < naive / 4
 
 # %% md
@@ -151,10 +194,16 @@ assert temp < naive / 4
 # its kernels, layouts and XLA's cost estimates.
 
 # %% code
-print(c.backend, "| flops:", c.cost["flops"], "| bytes accessed:", c.cost["bytes_accessed"])
+raw_cost = raw_compiled.cost_analysis()  # the same figures from JAX: a dict from XLA
+raw_cost = raw_cost[0] if isinstance(raw_cost, list) else raw_cost  # a list of one on old JAX
+print(c.backend, "| flops:", c.cost["flops"], "| bytes accessed:", c.cost["bytes_accessed"],
+      "| cost_analysis():", raw_cost["flops"], raw_cost["bytes accessed"])
+print(f"the matrix product alone: 2·B·D·D = {2 * B * D * D} flops; the element-wise work adds "
+      f"{c.cost['flops'] / (2 * B * D * D) - 1:.1%}")
 print("compile seconds:", round(c.timings["compile"], 3))
 assert c.backend == jax.default_backend()
-assert c.cost["flops"] >= 2 * 64 * 256 * 256  # at least the matmul's multiply-adds
+assert c.cost["flops"] == raw_cost["flops"] and c.cost["bytes_accessed"] == raw_cost["bytes accessed"]
+assert 2 * B * D * D <= c.cost["flops"] < 1.05 * 2 * B * D * D  # claim: matmul-flops
 
 # %% md
 # ## What you saw
@@ -162,5 +211,6 @@ assert c.cost["flops"] >= 2 * 64 * 256 * 256  # at least the matmul's multiply-a
 #   primitive out in StableHLO, so the count rose.
 # - XLA then simplified the algebra, merged the repeated subtraction, fused element-wise ops into
 #   a few kernels and assigned layouts and buffers: far less memory than one buffer per value.
-# - Every count above was read from this compile, not asserted.
+# - Every count above was read from this compile — and from JAX's own `lower()`, `compile()`,
+#   `as_text()` and `cost_analysis()`, which give the same figures.
 #   Next: `03_folding_and_fusion.ipynb` measures what folding and fusion buy.

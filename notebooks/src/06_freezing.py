@@ -60,7 +60,9 @@ print(fr["text"])
 raw = sum(np.asarray(v).nbytes for v in jax.tree_util.tree_leaves(params))
 print(f"files written: {os.listdir(out)}; {fr['file_bytes']} B holding {raw} B of weights "
       f"and the program; platforms {fr['platforms']}")
-assert os.listdir(out) == ["model.nbc"] and fr["weight_bytes"] == raw
+
+# %% code
+assert os.listdir(out) == ["model.nbc"] and fr["weight_bytes"] == raw  # claim: one-file
 
 # %% md
 # ## Serve it in a fresh process, without the source
@@ -80,7 +82,7 @@ y_served = np.load(os.path.join(out, "y.npy"))
 here = np.asarray(predict(params, x_new))
 print("fresh process:", y_served[:2].ravel(), "| notebook:", here[:2].ravel())
 assert served.returncode == 0
-assert np.array_equal(y_served, here)        # bit-identical
+assert np.array_equal(y_served, here)  # claim: served-bit-identical
 
 # %% code
 model = nbcompile.load(path)
@@ -145,8 +147,8 @@ print(f"training mode, eager, same input twice: outputs differ by up to {np.abs(
       f" the running mean moved by {moved:.4f}")
 
 # %% code
-assert file_census(frozen_train)[0] > 0 and file_census(frozen_train)[1] >= 2  # freezing kept them
-assert file_census(frozen)[0] == 0 and file_census(frozen)[1] == 0              # eval mode removed them
+assert file_census(frozen)[0] == 0 and file_census(frozen)[1] == 0  # claim: eval-strips-training-ops
+assert file_census(frozen_train)[0] > 0 and file_census(frozen_train)[1] >= 2  # the control: frozen in training mode, they are there
 assert np.abs(a - b).max() > 0 and moved > 0
 assert "drop (Dropout)" in notes["net_train.nbc"][0] and notes["net.nbc"] == ()
 
@@ -173,20 +175,51 @@ assert np.abs(t1 - here_eval).max() > 1e-3
 
 # %% md
 # ## Weights as constants: the TensorFlow-style freeze
-# `constants=True` (`--freeze-constants`) bakes the weights into the program itself, so XLA may
-# fold weight-only work when it compiles it; the file then has no weight section. Read the file
-# back to check.
+# `constants=True` (`--freeze-constants`) bakes the weights into the program itself, so the
+# file has no weight section — and XLA, compiling the program when the file is loaded, may
+# compute any *weight-only* work once, at compile time (constant folding, tutorial 03). A
+# low-rank layer shows it: its weight is stored as two factors `u` (shape `(8, 4)`) and `v`
+# (shape `(4, 32)`), and
+# the program multiplies them at every call — unless they are constants.
 
 # %% code
+params_lr = {"u": jnp.asarray(rng.normal(size=(8, 4)) / 3, jnp.float32),
+             "v": jnp.asarray(rng.normal(size=(4, 32)) / 2, jnp.float32),
+             "w2": params["w2"]}
+
+def predict_lr(params, x):
+    w1 = params["u"] @ params["v"]          # weight-only work: the factors' product
+    return jnp.tanh(x @ w1) @ params["w2"]
+
 const_path = os.path.join(out, "model_const.nbc")
-nbcompile.freeze(predict.compilation.original, params, X, path=const_path, constants=True)
+nbcompile.freeze(predict_lr, params_lr, X, path=const_path, constants=True)
 const = nbcompile.load(const_path)
-print(f"weights as arguments: {len(model.weights)} weight tensors, program "
-      f"{model.metadata['program']['stablehlo_ops']} ops | constants: {len(const.weights)} "
-      f"weight tensors, program {const.metadata['program']['stablehlo_ops']} ops, "
-      f"{os.path.getsize(const_path)} B file")
+print(f"constants file: {len(const.weights)} weight tensors, program "
+      f"{const.metadata['program']['stablehlo_ops']} StableHLO ops, {os.path.getsize(const_path)} B")
+
+# %% md
+# **Predict first.** Loaded, the constants file's program is compiled by XLA for this machine.
+# How many fewer flops per call will XLA count for it than for the same function with the
+# weights as arguments? Write it from the shapes of `u` and `v`.
+
+# %% code hide
+folded_pred = 2 * 8 * 4 * 32                # u @ v: 2·m·k·n
+def xla_flops(compiled):
+    cost = compiled.cost_analysis()
+    return (cost[0] if isinstance(cost, list) else cost)["flops"]
+# raw JAX on both: jit, lower at these shapes, compile, XLA's cost analysis
+as_args = jax.jit(predict_lr).lower(params_lr, x_new).compile()
+as_const = jax.jit(const.exported.call).lower(x_new).compile()   # the file's own program
+dots = lambda compiled: compiled.as_text().count(" dot(") + compiled.as_text().count("dot_general(")  # noqa: E731
+print(f"answer: {folded_pred} flops (u @ v, 2·8·4·32): XLA counts {xla_flops(as_args):.0f} with the "
+      f"weights as arguments, {xla_flops(as_const):.0f} for the constants file; matrix-product "
+      f"kernels in its compiled program: {dots(as_args)} vs {dots(as_const)}")
+assert folded_pred == xla_flops(as_args) - xla_flops(as_const) and dots(as_args) == dots(as_const) + 1
+
+# %% code
+assert xla_flops(as_args) - xla_flops(as_const) == folded_pred  # claim: constants-fold
 assert const.weights == {} and const.metadata["constants_mode"]
-assert np.array_equal(np.asarray(const(x_new)), here)
+np.testing.assert_allclose(np.asarray(const(x_new)), np.asarray(predict_lr(params_lr, x_new)), rtol=1e-5, atol=1e-6)
 
 # %% md
 # ## What you saw
@@ -197,7 +230,8 @@ assert np.array_equal(np.asarray(const(x_new)), here)
 #   and `freeze` said so in a note naming those layers; `net.eval()` before freezing removed
 #   them: the same output every call, equal to the eval-mode model, whatever the batch.
 # - Weights can be arguments (a weight section, swappable) or baked-in constants (no weight
-#   section, foldable).
+#   section): then XLA computed the weight-only product once, at compile time — exactly its
+#   flops left every call, counted by JAX's own `cost_analysis()` on the file's program.
 # - A `.nbc` file from someone else is a program you have not seen: how the loader checks it
 #   in child processes before it first runs (and why a file this machine froze is not checked
 #   again) is in docs/format.md, "What `load` checks" and "Threat model".

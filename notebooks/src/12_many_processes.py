@@ -76,11 +76,17 @@ train_step(params, x, y)
 %%px
 c = train_step.compilation
 crossing = [(k.op, k.bytes) for k in c.collectives if k.crosses_processes]
+raw_allreduces = c.compiled.as_text().count(" all-reduce(")  # JAX's Compiled: its HLO text
 param_bytes = sum(p.nbytes for p in jax.tree.leaves(params))
 procs = [(p.index, p.host, p.devices) for p in c.processes]
 
+# %% md
+# **Predict first.** How many bytes does the all-reduce move per device, from the shapes of
+# `w1` (shape `(128, 256)`) and `w2` (shape `(256, 1)`), float32? The step also returns the loss, a mean over
+# the global batch. The hidden cell checks your count against the compiled program.
+
 # %% code
-crossing_0, param_bytes_0, procs = rc[0].pull(("crossing", "param_bytes", "procs"), block=True)
+crossing_0, param_bytes_0, procs, raw_0 = rc[0].pull(("crossing", "param_bytes", "procs", "raw_allreduces"), block=True)
 for op, nbytes in crossing_0:
     print(f"{op}: {nbytes:,} bytes per device, across processes")
 print(f"parameters: {param_bytes_0:,} bytes")
@@ -89,7 +95,14 @@ for index, host, devices in procs:
 
 # %% code
 assert len(procs) == 2 and crossing_0 and all(op == "all-reduce" for op, _ in crossing_0)
-assert param_bytes_0 <= sum(b for _, b in crossing_0) <= param_bytes_0 + 64  # + the loss
+assert raw_0 == len(crossing_0)   # as many as the compiled program's text holds
+
+# %% code hide
+predicted = 4 * (128 * 256 + 256 * 1) + 4   # every gradient, and the loss's partial sum
+print(f"answer: 4 × ({128 * 256} + {256}) + 4 = {predicted:,} bytes: each process sums its "
+      f"gradients over its half of the batch and the all-reduce adds the two, with the loss; "
+      f"XLA's all-reduce moves {sum(b for _, b in crossing_0):,}")
+assert sum(b for _, b in crossing_0) == predicted == param_bytes_0 + 4  # claim: allreduce-is-the-gradient
 
 # %% md
 # A few steps: each process runs the compiled step on the global batch and gets the same loss.
@@ -134,7 +147,7 @@ except nbcompile.NbcompileError as err:
 
 # %% code
 caught_0, caught_1 = rc[:].pull("caught", block=True)
-assert caught_0[0] == caught_1[0] == "NBC800" and caught_0[1] == caught_1[1] == 4
+assert caught_0 and caught_1 and caught_0[0] == caught_1[0] == "NBC800" and caught_0[1] == caught_1[1] == 4  # claim: nbc800-before-a-hang
 assert "process 1" in caught_0[2] and "x = x * 2.0" in caught_0[2]
 
 # %% md
@@ -155,7 +168,8 @@ def busy():
     while not stop.is_set():
         a @ a
 
-if jax.process_index() == 1:
+BUSY = 1  # the process whose thread does other work
+if jax.process_index() == BUSY:
     threading.Thread(target=busy, daemon=True).start()
 
 # %% code
@@ -187,7 +201,7 @@ own = [p.own_seconds for p in side.processes]
 waiting = [p.collective_seconds for p in side.processes]
 print(f"own kernels: {own[0] * 1e3:.1f} ms on process 0, {own[1] * 1e3:.1f} ms on process 1; "
       f"in the all-reduce: {waiting[0] * 1e3:.1f} ms and {waiting[1] * 1e3:.1f} ms")
-assert side.slowest == 1 and waiting[0] > waiting[1]  # process 0 waits for the busy one
+assert side.slowest == 1 and waiting[0] > waiting[1]  # claim: others-wait-for-the-busy-one
 
 # %% md
 # ## Shut the processes down

@@ -66,7 +66,7 @@ p = c.profile
 counts = {k.name: k.count for k in p.kernels}
 own = [k for k in loop.every_iteration if k in counts]
 print({k: counts[k] for k in own})
-assert own and all(counts[k] == LAYERS for k in own)
+assert own and all(counts[k] == LAYERS for k in own)  # claim: body-once-per-layer
 (t,) = p.loops
 wide_layers = [i for i in range(LAYERS) if i % 4 == 3]
 branch = [k for k, per in t.by_kernel.items()
@@ -106,7 +106,7 @@ print(f"median iteration: narrow {statistics.median(narrow) * 1e3:.2f} ms, wide 
       f"measured ratio {measured:.1f} (predicted {predicted:.1f})")
 slowest = sorted(range(LAYERS), key=t.iterations.__getitem__)[-len(wide_layers):]
 assert sorted(slowest) == wide_layers
-assert min(wide) > 2 * statistics.median(narrow) and measured > predicted / 2
+assert min(wide) > 2 * statistics.median(narrow) and measured > predicted / 2  # claim: wide-layers-slow
 assert abs(t.iteration_seconds / t.total_seconds - 1) < 0.1
 
 # %% md
@@ -138,6 +138,7 @@ def forward_unrolled(stack, x, k):
         return layer(h, p, i), None
     return jax.lax.scan(body, x, (stack, jnp.arange(LAYERS)), unroll=k)[0]
 
+# %% code
 runs = {}  # by unroll: 1, 2, 4 and "full" (unroll=True; a dict would take True for 1)
 for k in (1, 2, 4, "full"):
     ck = nbcompile.compile(lambda s, x: forward_unrolled(s, x, True if k == "full" else k), stack, x)
@@ -146,14 +147,32 @@ for k in (1, 2, 4, "full"):
     print(f"unroll={k!s:>4}: XLA trip count {lk.xla_trip_count}, while loops {lk.whiles}, "
           f"kernels {ck.summary()['kernels']}, flops {ck.cost['flops']:.3g}")
 for k in (2, 4):
-    assert runs[k][1].xla_trip_count == LAYERS // k
+    assert runs[k][1].xla_trip_count == LAYERS // k  # claim: unroll-divides-trips
     assert len(runs[k][1].every_iteration) > len(runs[1][1].every_iteration)
 assert runs["full"][1].whiles == [] and "unrolled by JAX" in runs["full"][1].changes[0]
 true_flops = runs["full"][0].cost["flops"]
 for k in (1, 2, 4):
     assert abs(runs[k][0].cost["flops"] * (LAYERS // k) / true_flops - 1) < 0.01
+# the same figure from JAX itself: jit, lower, compile, and XLA's cost analysis
+raw = jax.jit(lambda s, x: forward_unrolled(s, x, 2)).lower(stack, x).compile().cost_analysis()
+print(f"jax.jit(...unroll=2).lower(stack, x).compile().cost_analysis()['flops']: {raw['flops']:.3g}")
+assert raw["flops"] == runs[2][0].cost["flops"]
 counted = ", ".join(f"{runs[k][0].cost['flops'] * (LAYERS // k):.3g}" for k in (1, 2, 4))
 print(f"XLA's flops × XLA's trip count: {counted}; fully unrolled: {true_flops:.3g}")
+
+# %% md
+# **Predict first.** Profiled, how many iterations will the loop of `unroll=4` show, and how
+# many times per call will each kernel of the body's own run (with `unroll=1` it was `LAYERS`)?
+# Write your answer down, then run the hidden cell.
+
+# %% code hide
+from nbcompile.measure import profile
+p4 = profile(runs[4][0], calls=3)
+counts4 = {k.name: k.count for k in p4.kernels}
+body4 = [k for k in runs[4][1].every_iteration if k in counts4]
+print(f"unroll=4: {len(p4.loops[0].iterations)} iterations measured; the loop's kernels ran",
+      sorted({counts4[k] for k in body4}), "times per call")
+assert len(p4.loops[0].iterations) == LAYERS // 4
 
 # %% md
 # **Measured:** profiled, the unrolled loop has fewer, longer iterations (one per `k` layers);
@@ -173,7 +192,7 @@ for k in (2, "full"):
 # %% md
 # ## Where the memory of each iteration goes
 # Differentiate the stack: `--grad` also compiles `value_and_grad` of the loss, and `--memory`
-# maps its memory step by step. **Prediction:** the forward scan keeps, for every layer, what
+# maps its memory step by step. **The prediction:** the forward scan keeps, for every layer, what
 # the backward pass will need of it (its *residuals*: each matrix product's input and each
 # `tanh` output, `BATCH × D` floats each), writing one layer's worth per iteration into buffers
 # XLA allocates whole before the loop; the backward scan runs the layers in reverse and reads
@@ -206,6 +225,12 @@ print(m.text(top=3))
 assert bwd_loop.reverse and m.peak_source == "estimate" and "branch" in m.notes[-1]
 assert all(b > a for a, b in zip(written, written[1:])) and all(b < a for a, b in zip(unread, unread[1:]))
 assert written[-1] == unread[0]
+# JAX's own buffer assignment of the same gradient program: the residual stacks are among its
+# temporaries (jax.jit(...).lower(...).compile().memory_analysis())
+raw_mem = jax.jit(jax.value_and_grad(g.original)).lower(stack, x).compile().memory_analysis()
+print(f"memory_analysis(): temporaries {raw_mem.temp_size_in_bytes / 2**20:.2f} MiB, "
+      f"residual stacks {written[-1] / 2**20:.2f} MiB")
+assert raw_mem.temp_size_in_bytes >= written[-1]
 
 # %% md
 # **How much per layer?** A narrow layer keeps two `BATCH × D` float32 arrays (its matrix
@@ -223,7 +248,7 @@ average = (2 * LAYERS + 16 * sum(i % 4 == 3 for i in range(LAYERS))) * array / L
 print(f"one layer's residuals: {per_layer / 1024:.0f} KB = {per_layer / array:.0f} arrays of {array / 1024:.0f} KB "
       f"(predicted at least {predicted_layer / 1024:.0f} KB; the average layer would need {average / 1024:.0f} KB); "
       f"all of them: {written[-1] / 2**20:.2f} MiB")
-assert predicted_layer <= per_layer < 2 * predicted_layer and written[-1] == LAYERS * per_layer
+assert predicted_layer <= per_layer < 2 * predicted_layer and written[-1] == LAYERS * per_layer  # claim: cond-keeps-wide-residuals
 
 # %% md
 # ## In the picture

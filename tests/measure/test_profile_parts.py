@@ -303,3 +303,67 @@ def test_profile_delta_per_line_and_kernel():
     assert any("one side only" in n for n in d.notes)
     data = json.loads(json.dumps(d.to_json()))
     assert data["by_line"][0]["location"] == ["cell", 3] and "faster" in d.text()
+
+
+def _fake_record(flops: float, bw: float, levels: list, at: str) -> dict:
+    return {
+        "version": _peaks._VERSION,
+        "cpu": "X",
+        "cores": 2,
+        "flops_per_s": flops,
+        "bytes_per_s": bw,
+        "bandwidths": levels,
+        "stream_bytes": 1 << 26,
+        "seconds": 0.5,
+        "load": 0.1,
+        "measured_at": at,
+    }
+
+
+def test_a_measurement_never_lowers_a_cached_peak(tmp_path, monkeypatch):
+    """A peak is an upper bound: measured again on a busier machine, each figure keeps the
+    higher of the two measurements (and says when it was measured)."""
+    monkeypatch.setenv("NBCOMPILE_CACHE_DIR", str(tmp_path))
+    runs = iter(
+        [
+            _fake_record(3e10, 1e10, [[1 << 16, 9e10], [1 << 25, 1e10]], "first"),
+            _fake_record(2e10, 2e10, [[1 << 16, 5e10], [1 << 25, 2e10]], "second"),
+        ]
+    )
+    monkeypatch.setattr(_peaks, "_measure_cpu", lambda: next(runs))
+    _peaks.cpu_peaks()
+    merged, raw = _peaks.cpu_peaks(refresh=True)
+    assert merged.flops_per_s.value == 3e10 and "measured first" in merged.flops_per_s.detail
+    assert merged.bytes_per_s.value == 2e10 and "measured second" in merged.bytes_per_s.detail
+    assert merged.bandwidths == ((1 << 16, 9e10), (1 << 25, 2e10))
+    assert raw["measurements"] == 2 and "highest of 2" in merged.flops_per_s.detail
+
+
+def test_the_bandwidth_roof_of_a_kernel_is_that_of_its_working_set():
+    levels = ((1 << 16, 200e9), (1 << 21, 150e9), (1 << 25, 100e9))  # L1, L2, L3 capacities
+    p = Peaks("t", Peak(100e9, "measured", "t"), Peak(20e9, "measured", "t"), "f32", levels)
+    assert p.bandwidth_for(None) == 20e9 == p.bandwidth_for(1 << 30)  # past the caches
+    assert p.bandwidth_for(3 << 20) == 100e9  # does not fit L2, fits L3: L3's bandwidth
+    assert p.bandwidth_for(1 << 20) == 150e9 and p.bandwidth_for(1 << 10) == 200e9
+    assert p.ridge_for(3 << 20) == pytest.approx(1.0) and p.ridge == 5.0
+    add = _row(1e6, 4e6)  # 4 MB, 0.25 FLOP/byte: in L3, bounded by its 100 GB/s
+    place_on_roof(add, p, measured=True)
+    assert add.bound == "memory" and add.roof_fraction == pytest.approx(1e9 / (0.25 * 100e9))
+
+
+def test_a_kernel_that_beats_its_roof_has_it_measured_again_then_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBCOMPILE_CACHE_DIR", str(tmp_path))
+    low = _fake_record(1e10, 1e10, [], "busy")
+    high = _fake_record(5e10, 1e10, [], "quiet")
+    runs = iter([low, high, low, low, low])
+    monkeypatch.setattr(_peaks, "_measure_cpu", lambda: next(runs))
+    peaks = _peaks.cpu_peaks()[0]
+    kernel = [("dot.1", 3e10, 1e9, 1e6)]  # 3x the FLOP/s peak measured on a busy machine
+    assert _peaks.upper_bound(peaks, [("ok", 1e10, 1e9, 1e6)]) == (peaks, [])
+    again, notes = _peaks.upper_bound(peaks, kernel)  # measured again: 5e10 bounds it
+    assert again.flops_per_s.value == 5e10 and "measured again" in notes[0]
+    faster = [("dot.1", 9e10, 1e9, 1e6)]  # beats even the higher figure: refused
+    refused, notes = _peaks.upper_bound(again, faster)
+    assert refused is None and notes[-1].startswith("refused: dot.1")
+    spec = spec_peaks("tpu", "v5e")
+    assert _peaks.upper_bound(spec, faster) == (spec, [])  # a datasheet is not re-measured

@@ -4,7 +4,8 @@ plugin on a machine without that device, their start-up must not leak into the n
 record how long it took in ``build/notebook-times.json``.
 
 Each tutorial runs once per test session: the notebooks with a test module of their own
-(``DEDICATED``) are executed there, every other one by ``test_tutorials.py``.
+(``DEDICATED``) are executed there, every other one by ``test_tutorials.py``. Every run checks,
+just before each claim's cell, that the claim's cause holds (``claims``: the probes).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import nbformat
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
+
+from .claims import Claim, load, tags_in
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -68,12 +71,43 @@ def _kernel_manager(work: Path) -> AsyncKernelManager:
     return AsyncKernelManager(kernel_name="nbcompile-tests", kernel_spec_manager=ksm)
 
 
+PROBE = "# probe (tests/notebooks/claims): the cause of claim {slug}\n"
+
+
+def claims_of(path: Path) -> list[Claim]:
+    """The claims of the notebook at ``path`` (its two-digit prefix)."""
+    return [c for c in load() if c.notebook == path.stem[:2]]
+
+
+def _probe(claim: Claim, present: bool) -> nbformat.NotebookNode:
+    """A cell asserting that ``claim``'s cause is present (as written) or absent (ablated)."""
+    test = f"({claim.cause})" if present else f"not ({claim.cause})"
+    state = "absent from the notebook as written" if present else "still there after the ablation"
+    source = (
+        PROBE.format(slug=claim.slug)
+        + f"assert {test}, {f'claim {claim.id}: its cause is {state}'!r}"
+    )
+    return nbformat.v4.new_code_cell(source)
+
+
+def with_probes(nb: nbformat.NotebookNode, claims: list[Claim]) -> nbformat.NotebookNode:
+    """``nb`` with a probe cell (cause present) before the cell of each of ``claims``."""
+    by_slug = {c.slug: c for c in claims}
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cells.extend(_probe(by_slug[t], True) for t in tags_in(cell.source) if t in by_slug)
+        cells.append(cell)
+    nb.cells = cells
+    return nb
+
+
 def execute(path: Path, work: Path, timeout: int = 300) -> tuple[nbformat.NotebookNode, float]:
-    """Run the notebook at ``path`` in a copy under ``work``; returns it executed and the
-    seconds it took (kernel start included)."""
+    """Run the notebook at ``path`` in a copy under ``work``, with the claims' cause probes;
+    returns it executed and the seconds it took (kernel start included)."""
     copy = work / path.name
     shutil.copy(path, copy)
-    nb = nbformat.read(copy, as_version=4)
+    nb = with_probes(nbformat.read(copy, as_version=4), claims_of(path))
     env = {k: v for k, v in os.environ.items() if k not in _TEST_ONLY_ENV}
     start = time.perf_counter()
     client = NotebookClient(
@@ -117,33 +151,35 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def execute_ablated(
-    path: Path,
-    work: Path,
-    replace: dict[str, str],
-    until: str,
-    only: tuple[str, ...] | None = None,
-    timeout: int = 300,
-) -> str | None:
-    """Run a copy of the notebook at ``path`` with a claim's cause removed: each ``old`` in
-    ``replace`` swapped for its ``new`` in the code cells (each must occur, else the ablation
-    would test nothing), and only the cells up to the first one holding ``until`` (of those,
-    just the first code cell and the cells holding a string of ``only``, when given).
+    path: Path, work: Path, claim: Claim, timeout: int = 300
+) -> tuple[str | None, str | None]:
+    """Run a copy of the notebook at ``path`` with ``claim``'s cause removed: each ``old`` of
+    its ablation swapped for its ``new`` in the code cells (each must occur, else the ablation
+    would test nothing), and only the cells up to the claim's (of those, just the first code
+    cell, the cells holding a string of ``only`` when given, and the claim's own), with a probe
+    before the claim's cell asserting that the cause is gone.
 
-    Returns the ANSI-free traceback that cell raised, ``None`` when it passed; an error in an
-    earlier cell fails the run (the ablation broke the notebook, not the claim)."""
+    Returns (the probe's error, the claim cell's ANSI-free traceback): ``None`` for what passed.
+    An error in an earlier cell fails the run (the ablation broke the notebook, not the claim),
+    and so does one in a clean-up cell."""
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    for old, new in replace.items():
+    for old, new in claim.ablation.replace.items():
         hits = [c for c in code if old in c.source]
         assert hits, f"{path.name}: nothing to replace for {old!r}"
+        assert new != old, f"{path.name}: the ablation leaves {old!r} as it is"
         for cell in hits:
             cell.source = cell.source.replace(old, new)
-    last = next(i for i, c in enumerate(code) if until in c.source)
+    last = next(i for i, c in enumerate(code) if claim.slug in tags_in(c.source))
+    only = claim.ablation.only
     nb.cells = [
         c
         for i, c in enumerate(code[: last + 1])
         if i in (0, last) or only is None or any(s in c.source for s in only)
     ]
+    nb.cells.insert(len(nb.cells) - 1, _probe(claim, present=False))
+    n = len(nb.cells)  # the probe at n - 2, the claim at n - 1, then the clean-up cells
+    nb.cells += [c for c in code[last + 1 :] if any(s in c.source for s in claim.ablation.cleanup)]
     env = {k: v for k, v in os.environ.items() if k not in _TEST_ONLY_ENV}
     client = NotebookClient(
         nb,
@@ -153,8 +189,12 @@ def execute_ablated(
         resources={"metadata": {"path": str(work)}},
     )
     client.execute(env=env, cleanup_kc=True)
-    errors = [
-        (i, o) for i, c in enumerate(nb.cells) for o in c.outputs if o.get("output_type") == "error"
-    ]
-    assert all(i == len(nb.cells) - 1 for i, _ in errors), [o.get("ename") for _, o in errors]
-    return ANSI.sub("", "\n".join(errors[0][1]["traceback"])) if errors else None
+    errors = {
+        i: ANSI.sub("", "\n".join(o["traceback"]))
+        for i, c in enumerate(nb.cells)
+        for o in c.outputs
+        if o.get("output_type") == "error"
+    }
+    early = {i: tb[-1500:] for i, tb in errors.items() if i < n - 2 or i >= n}
+    assert not early, f"{path.name}: an earlier cell failed with the ablation: {early}"
+    return errors.get(n - 2), errors.get(n - 1)

@@ -1,15 +1,16 @@
 """Tutorial 13 "Inside the loop" runs in a real kernel, checks its claims in its own assertion
 cells (predicted first, then measured) and prints what it measures.
 
-Its claims are kept here, apart from ``test_tutorials.CLAIMS`` (the first twelve tutorials'):
-each claim names the assertion that would fail if it were false."""
+``CLAIMS`` here groups its assertions by what they teach; the tagged ones (``# claim: SLUG``)
+are in ``tests/notebooks/claims/nb13.py`` with the ablation that removes each one's cause, run
+by ``test_claims_ablated.py`` like every tutorial's."""
 
 from __future__ import annotations
 
 import nbformat
 import pytest
 
-from ._run import ROOT, execute, execute_ablated, noise, outputs_text
+from ._run import ROOT, execute, noise, outputs_text
 
 NOTEBOOK = ROOT / "notebooks" / "13_inside_the_loop.ipynb"
 CLAIMS = {
@@ -39,60 +40,7 @@ CLAIMS = {
     ],
 }
 
-# (the claim's assertion that must fail, {code: code with the cause removed}, cells needed
-#  besides the first one — as test_claims_ablated.ABLATIONS does for tutorials 01-12)
-ABLATIONS = [
-    (
-        # the body runs twice per XLA iteration: its kernels no longer run once per layer
-        "assert own and all(counts[k] == LAYERS for k in own)",
-        {
-            "(stack, jnp.arange(LAYERS)))\n    return h": "(stack, jnp.arange(LAYERS)), unroll=2)\n    return h"
-        },
-        ("%%compile", "c = forward.compilation", "p = c.profile"),
-    ),
-    (
-        # the wide branch does no more than the narrow one
-        "assert min(wide) > 2 * statistics.median(narrow) and measured > predicted / 2",
-        {
-            "for _ in range(8):": "for _ in range(0):",
-            "assert branch": "pass",
-            "assert 8 < predicted < 10": "pass",
-            "assert sorted(slowest) == wide_layers": "pass",
-        },
-        None,
-    ),
-    (
-        # no lax.cond in the layer: only its own two arrays per layer are kept
-        "assert predicted_layer <= per_layer < 2 * predicted_layer and written[-1] == LAYERS * per_layer",
-        {
-            "return jax.lax.cond(i % 4 == 3, wide, lambda h: h, h)": "return h",
-            'assert bwd_loop.reverse and m.peak_source == "estimate" and "branch" in m.notes[-1]': "pass",
-        },
-        ("%%compile --profile", "%%compile --grad", "g = loss.compilation"),
-    ),
-    (
-        # no unroll reaches JAX: XLA's loop runs once per layer whatever k says
-        "assert runs[k][1].xla_trip_count == LAYERS // k",
-        {"unroll=k)[0]": "unroll=1)[0]"},
-        ("%%compile", "def forward_unrolled"),
-    ),
-]
-
 pytestmark = pytest.mark.kernel
-
-
-def test_every_claim_is_checked_with_its_cause_removed():
-    claimed = {code for checks in CLAIMS.values() for code in checks}
-    assert all(code in claimed for code, _, _ in ABLATIONS)
-    assert all(any(code in checks for code, _, _ in ABLATIONS) for checks in CLAIMS.values())
-
-
-@pytest.mark.parametrize("case", ABLATIONS, ids=[f"13-{i}" for i in range(len(ABLATIONS))])
-def test_the_claims_assertion_fails_without_its_cause(case, tmp_path):
-    code, replace, only = case
-    traceback = execute_ablated(NOTEBOOK, tmp_path, replace, until=code, only=only)
-    assert traceback is not None, f"{code!r} held with its cause removed"
-    assert "AssertionError" in traceback and code in traceback, traceback[-2000:]
 
 
 def test_each_claim_has_its_assertion_cell():

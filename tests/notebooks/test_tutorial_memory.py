@@ -46,24 +46,25 @@ def test_the_tutorial_runs_and_checks_its_claims(executed):
     asserts = [c for c in nb.cells if c.cell_type == "code" and "assert " in c.source]
     assert len(asserts) >= 2
     assert noise(nb) == [], noise(nb)
-    # budget: ~40 s on an idle 2-core machine (5 TPU compiles); generous for shared CI cores
-    assert seconds < 240, f"took {seconds:.0f} s"
+    # a hang guard (4 TPU compiles); the time is recorded in build/notebook-times.json
+    assert seconds < 600, f"took {seconds:.0f} s"
 
 
 def test_the_printed_figures_are_the_ones_the_prose_relies_on(executed):
     nb, _ = executed
     text = _printed(nb)
     share = re.search(
-        r"residuals: (\d+)% of the ([\d.]+) GiB peak; fits a v5e chip \(16 GiB\): "
-        r"True",
+        r"residuals: (\d+)% of the ([\d.]+) GiB peak \(predicted (\d+)%\).*"
+        r"fits a v5e chip \(16 GiB\): True",
         text,
     )
     assert share is not None and int(share.group(1)) > 50
+    assert share.group(1) == share.group(3)  # XLA's share as predicted from the shapes
     # the options table: the plain program does not fit at the bigger batch, remat does
     assert re.search(r"as compiled\s+[\d.]+ GB.*does NOT fit", text)
     assert re.search(r"remat per layer \(Block\)\s+[\d.]+ GB.*\bfits\b", text)
-    cost = re.search(r"remat per layer: (\d+)% lower peak for (\d+)% more flops", text)
-    assert cost is not None and 0 < int(cost.group(2)) < 50 < 100 > int(cost.group(1)) > 10
+    cost = re.search(r"for (\d+)% more flops \(predicted (\d+)%", text)
+    assert cost is not None and cost.group(1) == cost.group(2)
     # the lines responsible are shown as cell locations
     assert re.search(r"GiB  In \[\d+\] line \d+", text)
 

@@ -48,15 +48,16 @@ def test_tutorial_runs_checks_its_claims_and_prints_its_measurements(executed):
     for claim in (
         "of execution",
         "lines with a matrix product",
-        "ridge at",
-        "memory-bound",
-        "fusion cut the element-wise kernels' traffic",
+        "(ridge ",
+        "memory-bound kernels",
+        "element-wise kernels:",
+        "the fused call's own spread",
     ):
         assert claim in out, claim
     # the profile table (kernels by measured time) and the per-line heat map were printed
     assert re.search(r"measured over 20 calls .* per call", out)
     assert re.search(r"^ ?\d+ +\d+\.\d\d ms +\d+\.\d%", out, flags=re.M)
-    assert seconds < 120, f"took {seconds:.0f} s (target ~40 s)"
+    assert seconds < 600, f"took {seconds:.0f} s"  # a hang guard; times: build/notebook-times.json
 
 
 def test_the_measured_cell_displays_the_view(executed):
