@@ -291,7 +291,10 @@ def test_size_budget_for_the_12_layer_train_step(big_report):
     state = len(json.dumps(view.get_state()))
     first = len(render_html(big_report, renderer=renderer_script()))
     later = len(render_html(big_report))
-    assert state + first <= 400_000, (state, first)
+    # 400 KB until the first picture drew the train step's 12 layers in Graph and Compiled
+    # (issue 42: +12 KB of static SVG) and the view bundle grew by the train-step switch; the
+    # benchmarks' displayed-bytes row tracks the real model (docs/benchmarks.md)
+    assert state + first <= 410_000, (state, first)
     assert state + later <= 400_000 - 40_000, (state, later)
 
 
