@@ -325,11 +325,17 @@ function callSite(calls) {
   let k = 0;
   while (paths.every((p) => k < p.length && p[k] === paths[0][k])) k++;
   const next = [...new Set(paths.filter((p) => p.length > k).map((p) => p[k]))];
-  const prefix = paths[0].slice(0, k);
+  let prefix = paths[0].slice(0, k);
+  if (prefix.length > MAX_DEPTH) {
+    // as scope paths (graphmodel.MAX_DEPTH): the deeper calls and scopes in one group
+    const rest = prefix.slice(MAX_DEPTH - 1);
+    prefix = [...prefix.slice(0, MAX_DEPTH - 1), `${rest.length} nested scopes: ${rest.join("/")}`];
+  }
   return { prefix, next, key: prefix.join("/") + "\u0001" + next.join(" + ") };
 }
 
 const CALL_LABEL = /#\d+( \(backward\))?$/;
+const MAX_DEPTH = 64; // nbcompile/report/graphmodel.py MAX_DEPTH
 const BACKWARD = " (backward)";
 
 /** The group of a kernel: the call holding all its ops, one group per call (ids "c:" + path).

@@ -44,11 +44,20 @@ export function isUserGroup(pg, g) {
  * (a wrapper holding one group opens only where that group does). */
 function holdsUserGroups(pg, g) {
   const memo = (pg.holdsMemo ??= new Map());
-  if (memo.has(g.id)) return memo.get(g.id);
-  const subs = g.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id));
-  const out = subs.some((x) => isUserGroup(pg, x)) && (g.items.length > 1 || holdsUserGroups(pg, subs[0]));
-  memo.set(g.id, out);
-  return out;
+  // bottom-up without recursion: a chain of single groups is as deep as the user's scopes
+  const stack = [[g, false]];
+  while (stack.length) {
+    const [h, ready] = stack.pop();
+    if (memo.has(h.id)) continue;
+    const subs = h.items.filter((it) => it.type === "group").map((it) => pg.groups.get(it.id));
+    if (!ready) {
+      stack.push([h, true]);
+      for (const c of subs) if (!memo.has(c.id)) stack.push([c, false]);
+      continue;
+    }
+    memo.set(h.id, subs.some((x) => isUserGroup(pg, x)) && (h.items.length > 1 || memo.get(subs[0].id)));
+  }
+  return memo.get(g.id);
 }
 
 /** Whether a group is the backward twin of a forward group beside it (scene.py: _is_twin). */

@@ -438,6 +438,9 @@ def _call_site(calls: list[str]) -> tuple[list[str], list[str], str]:
         k += 1
     nxt = list(dict.fromkeys(p[k] for p in paths if len(p) > k))
     prefix = paths[0][:k]
+    if len(prefix) > MAX_DEPTH:  # as scope paths: the deeper calls and scopes in one group
+        rest = prefix[MAX_DEPTH - 1 :]
+        prefix = [*prefix[: MAX_DEPTH - 1], f"{len(rest)} nested scopes: {'/'.join(rest)}"]
     return prefix, nxt, "/".join(prefix) + "\u0001" + " + ".join(nxt)
 
 

@@ -137,14 +137,22 @@ def is_user_group(pg: PreparedGraph, g: Group) -> bool:
 
 def _holds_user_groups(pg: PreparedGraph, g: Group) -> bool:
     """Opening ``g`` shows more of the user's own structure (``holdsUserGroups``)."""
-    if g.id in pg.memo:
-        return pg.memo[g.id]
-    subs = [pg.groups[iid] for typ, iid, _ in g.items if typ == "group"]
-    out = any(is_user_group(pg, c) for c in subs) and (
-        len(g.items) > 1 or _holds_user_groups(pg, subs[0])
-    )
-    pg.memo[g.id] = out
-    return out
+    # bottom-up without recursion: a chain of single groups is as deep as the user's scopes
+    # (up to graphmodel.MAX_DEPTH), deeper than Python's stack
+    stack = [(g, False)]
+    while stack:
+        h, ready = stack.pop()
+        if h.id in pg.memo:
+            continue
+        subs = [pg.groups[iid] for typ, iid, _ in h.items if typ == "group"]
+        if not ready:
+            stack.append((h, True))
+            stack.extend((c, False) for c in subs if c.id not in pg.memo)
+            continue
+        pg.memo[h.id] = any(is_user_group(pg, c) for c in subs) and (
+            len(h.items) > 1 or pg.memo[subs[0].id]
+        )
+    return pg.memo[g.id]
 
 
 def _is_twin(label: str, labels: set[str]) -> bool:
