@@ -90,8 +90,8 @@ print(f"in turns, fastest of {len(turns)}: eager {t_eager * 1e6:.0f} µs, one ca
       f"{(t_eager - t_unfused) / (t_eager - t_fused):.0%}")
 
 # %% code
-assert t_eager > 2 * t_fused  # claim: compiling-pays
-assert t_unfused < t_eager / 2  # claim: dispatch-is-most
+assert t_eager > 1.5 * t_fused  # claim: compiling-pays
+assert t_unfused < t_eager / 1.5  # claim: dispatch-is-most
 assert b.eager_kernels > b.compiled_kernels and b.eager_kernels_exact
 assert b.op_by_op.median > b.eager.median               # disable_jit is not the baseline
 assert ab["no_fusion"].kernels > ab["baseline"].kernels and len(raw_kernels) == ab["no_fusion"].kernels

@@ -33,10 +33,10 @@ CLAIMS = [
         "07",
         "dispatch-is-most",
         "most of what compiling saves here is dispatch: the one-call program without fusion "
-        "already takes less than half the eager time",
+        "already takes well under the eager time (less than two thirds)",
         cause='not hasattr(attention.compilation.original, "lower")',
         ablation=Ablation(
-            {**EAGER_JITTED, "assert t_eager > 2 * t_fused": "pass"},
+            {**EAGER_JITTED, "assert t_eager > 1.5 * t_fused": "pass"},
             why="the 'eager' function jitted too: no per-op dispatch to save",
             only=(
                 "%%compile --bench\n@jax.jit",
