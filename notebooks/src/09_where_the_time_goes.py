@@ -202,7 +202,7 @@ def once(fn):
 
 # each step in turns: a busy moment of a shared machine then slows one turn, not one side
 turns = [(elementwise(profile(c, calls=20)), elementwise(profile(unfused, calls=20)))
-         for _ in range(3)]
+         for _ in range(5)]
 (n_on, bytes_on, _), (n_off, bytes_off, _) = turns[0]
 t_on = min(fused[2] for fused, _ in turns)
 t_off = min(unfused_[2] for _, unfused_ in turns)
@@ -210,7 +210,7 @@ calls = [(once(c.fn), once(unfused.fn)) for _ in range(30)]
 whole_on, whole_off = min(a for a, _ in calls), min(b for _, b in calls)
 q1, q3 = np.percentile([a for a, _ in calls], [25, 75])
 print(f"element-wise kernels: {n_on} → {n_off}; {bytes_on / 1e6:.1f} → {bytes_off / 1e6:.1f} MB (XLA); "
-      f"{t_on * 1e3:.2f} → {t_off * 1e3:.2f} ms measured (best of three profiles each)")
+      f"{t_on * 1e3:.2f} → {t_off * 1e3:.2f} ms measured (best of five profiles each)")
 print(f"whole program: {c.cost['bytes_accessed'] / 1e6:.1f} MB → {unfused.cost['bytes_accessed'] / 1e6:.1f} MB "
       f"moved (XLA); {c.summary()['kernels']} → {unfused.summary()['kernels']} kernels; "
       f"{whole_on * 1e3:.2f} → {whole_off * 1e3:.2f} ms per call (best of {len(calls)}, in turns); "
@@ -218,16 +218,16 @@ print(f"whole program: {c.cost['bytes_accessed'] / 1e6:.1f} MB → {unfused.cost
       f"{(q3 - q1) / (t_off - t_on):.1f}× what fusion saved in the element-wise kernels")
 
 # %% md
-# Kernel by kernel, fusion's saving is plain: fewer element-wise kernels, a fraction of their
-# bytes and of their time. The whole call is another matter: the matrix products take nearly
+# Kernel by kernel, fusion's saving is plain in XLA's counts: fewer element-wise kernels, a
+# fraction of their bytes. Their time, measured kernel by kernel, moved with the load on a shared
+# 2-core machine (in some runs here the unfused ones came out faster), so it is printed, not claimed.
+# The whole call is another matter: the matrix products take nearly
 # all of it, and their time varies from call to call on a shared machine by as much as the
 # element-wise kernels take in all. So the whole-program comparison can come out either way
-# by less than its spread — the profile, which times each kernel, is the measurement that
-# isolates what fusion does.
+# by less than its spread; what fusion certainly removed is the kernels and the bytes.
 
 # %% code
 assert n_off > n_on and bytes_off > 1.5 * bytes_on   # XLA's counts (tutorial 03 ablates fusion's claims)
-assert t_off > 1.3 * t_on                        # and their time, measured kernel by kernel
 assert whole_off > whole_on or whole_on - whole_off < q3 - q1  # the whole call: either way, within its spread
 
 # %% md
