@@ -162,6 +162,39 @@ def name_stack(elems: list[Any]) -> Any:
     return _siu.NameStack(tuple(elems))
 
 
+_SET = _siu.SetNameStackContextManager  # a nested program starts its own name stack
+# the context managers that push a scope (``extend_name_stack``: ``jax.named_scope``;
+# ``transform_name_stack``) and the one that replaces the stack
+_PUSHING = (_siu.ExtendNameStackContextManager, _siu.TransformNameStackContextManager)
+
+
+@contextlib.contextmanager
+def _installed(
+    current: Callable[[], Any],
+    current_name_stack: Callable[[], Any],
+    pushing: Callable[[Callable[[Any], Any]], Callable[[Any], Any]],
+    set_entered: Callable[[Any], Any],
+    set_exited: Callable[..., Any],
+) -> Iterator[None]:
+    """JAX's ``current``/``current_name_stack`` and the name-stack context managers' enter and
+    exit replaced by a backend's hooks while the body runs; JAX's own put back after, also when
+    the body raises. (JAX calls the hooks directly: where they are installed from does not
+    change the frames they see.)"""
+    siu = _siu
+    original = (siu.current, siu.current_name_stack)
+    saved = {k: (k.__enter__, k.__exit__) for k in (*_PUSHING, _SET)}
+    siu.current, siu.current_name_stack = current, current_name_stack
+    for klass in _PUSHING:
+        klass.__enter__ = pushing(saved[klass][0])
+    _SET.__enter__, _SET.__exit__ = set_entered, set_exited
+    try:
+        yield
+    finally:
+        siu.current, siu.current_name_stack = original
+        for klass, (enter, exit_) in saved.items():
+            klass.__enter__, klass.__exit__ = enter, exit_
+
+
 @contextlib.contextmanager
 def name_stack_hooks(
     stack_for: Callable[[Any, int, tuple[Any, ...]], Any],
@@ -187,14 +220,8 @@ def name_stack_hooks(
     """
     siu = _siu
     context = siu._source_info_context
-    original, original_stack = siu.current, siu.current_name_stack
+    original = siu.current
     traceback = _xc.Traceback.get_traceback
-    ext, tra, setn = (
-        siu.ExtendNameStackContextManager,
-        siu.TransformNameStackContextManager,
-        siu.SetNameStackContextManager,
-    )
-    saved = {k: (k.__enter__, k.__exit__) for k in (ext, tra, setn)}
 
     def current() -> Any:
         info = context.context
@@ -224,7 +251,7 @@ def name_stack_hooks(
 
         return wrapped
 
-    set_enter, set_exit = saved[setn]
+    set_enter, set_exit = _SET.__enter__, _SET.__exit__
 
     def set_entered(self: Any) -> Any:
         out = set_enter(self)
@@ -235,16 +262,8 @@ def name_stack_hooks(
         on_set(None, 0)
         return set_exit(self, *exc)
 
-    siu.current, siu.current_name_stack = current, current_name_stack
-    ext.__enter__ = pushing(saved[ext][0])
-    tra.__enter__ = pushing(saved[tra][0])
-    setn.__enter__, setn.__exit__ = set_entered, set_exited
-    try:
+    with _installed(current, current_name_stack, pushing, set_entered, set_exited):
         yield
-    finally:
-        siu.current, siu.current_name_stack = original, original_stack
-        for klass, (enter, exit_) in saved.items():
-            klass.__enter__, klass.__exit__ = enter, exit_
 
 
 @contextlib.contextmanager
@@ -260,13 +279,7 @@ def plain_name_stack_hooks(
     ends. Restores JAX's functions on exit."""
     siu = _siu
     context = siu._source_info_context
-    original, original_stack = siu.current, siu.current_name_stack
-    ext, tra, setn = (
-        siu.ExtendNameStackContextManager,
-        siu.TransformNameStackContextManager,
-        siu.SetNameStackContextManager,
-    )
-    saved = {k: (k.__enter__, k.__exit__) for k in (ext, tra, setn)}
+    original = siu.current
     source_info = siu.SourceInfo
 
     def current() -> Any:
@@ -294,7 +307,7 @@ def plain_name_stack_hooks(
 
         return wrapped
 
-    set_enter, set_exit = saved[setn]
+    set_enter, set_exit = _SET.__enter__, _SET.__exit__
 
     def set_entered(self: Any) -> Any:
         out = set_enter(self)
@@ -305,13 +318,5 @@ def plain_name_stack_hooks(
         on_set(False)
         return set_exit(self, *exc)
 
-    siu.current, siu.current_name_stack = current, current_name_stack
-    ext.__enter__ = pushing(saved[ext][0])
-    tra.__enter__ = pushing(saved[tra][0])
-    setn.__enter__, setn.__exit__ = set_entered, set_exited
-    try:
+    with _installed(current, current_name_stack, pushing, set_entered, set_exited):
         yield
-    finally:
-        siu.current, siu.current_name_stack = original, original_stack
-        for klass, (enter, exit_) in saved.items():
-            klass.__enter__, klass.__exit__ = enter, exit_
