@@ -28,6 +28,7 @@ import traitlets
 
 from ..report import text_summary
 from ..report.html import pack_report, render_html, render_static_html, unpack_report
+from ._shipped import esm_loader, script_loader
 
 __all__ = [
     "TABS",
@@ -45,12 +46,13 @@ _STATIC = Path(__file__).resolve().parent / "static"
 
 
 def _esm() -> str:
-    """The front-end module's *text*. (Given a path, anywidget watches the file and connects
-    every widget instance to the watcher's signal, which then keeps each displayed view -- and
-    its report -- alive for good, even after it is closed.)"""
+    """The front-end module's *text*, gzip'd behind a small loader (:mod:`._shipped`: it is in
+    every view's state). (Given a path, anywidget watches the file and connects every widget
+    instance to the watcher's signal, which then keeps each displayed view -- and its report --
+    alive for good, even after it is closed.)"""
     path = _STATIC / "widget.js"
     if path.exists():
-        return path.read_text(encoding="utf-8")
+        return esm_loader(path.read_text(encoding="utf-8"))
     return (
         "export default { render({ el }) { el.textContent = 'nbcompile: the view front end is not "
         "built (run `npm ci && node js/build.mjs`, or reinstall nbcompile).'; } };"
@@ -108,18 +110,19 @@ def _renderer_path() -> Path:
 
 @functools.cache
 def _renderer(mtime: float) -> str:
-    return _renderer_path().read_text(encoding="utf-8")
+    return script_loader(_renderer_path().read_text(encoding="utf-8"))
 
 
 def renderer_script() -> str | None:
-    """The static renderer's source, or None when the front end was not built."""
+    """The static renderer as an inline script (the built front end gzip'd behind a loader,
+    :mod:`._shipped`), or None when the front end was not built."""
     path = _renderer_path()
     return _renderer(path.stat().st_mtime) if path.exists() else None
 
 
 @dataclass
 class DisplayState:
-    """Per-kernel display state: whether this kernel's outputs already carry the ~45 KB static
+    """Per-kernel display state: whether this kernel's outputs already carry the ~53 KB static
     renderer (later outputs reuse ``window.nbcompileView`` from the page)."""
 
     renderer_sent: bool = False
