@@ -60,6 +60,10 @@ def test_live_view_in_jupyterlab(ui_page, lab_session):
     assert page.evaluate(RUN_ALL) is True
     views = page.locator(".jp-OutputArea-output .nbc-root")
     views.nth(1).locator("[data-testid=nbc-tab-graph]").wait_for()
+    # drawn by the widget (its gzip'd _esm loaded by anywidget: the view is the widget's own
+    # element), not by the text/html fallback's script (which mounts inside [data-nbc-root])
+    assert page.locator(".jp-OutputArea-output > .lm-Widget.nbc-root").count() == 2
+    assert page.locator(".jp-OutputArea-output [data-nbc-root]").count() == 0
     view = views.nth(0)
 
     # Click a fusion in the Compiled tab: its ops in the details, its lines in the Source tab.
