@@ -7,8 +7,9 @@ tab as ``<details>`` sections with such images (laid out in Python by the port o
 layout, :mod:`nbcompile.report.scene`); for trusted outputs
 and exported pages an inline script replaces it with the interactive view, reading the report
 from a gzip+base64 string. The renderer is the same front-end bundle as the widget; the caller
-passes its source in (``renderer``; :func:`nbcompile.widgets.renderer_script`), or None for
-outputs after the first in one page, which then use ``window.nbcompileView`` defined by it.
+passes its script in (``renderer``; :func:`nbcompile.widgets.renderer_script`: the bundle gzip'd
+behind a loader), or None for outputs after the first in one page, which then use
+``window.nbcompileView`` defined by it.
 Nothing is fetched from the network.
 """
 

@@ -60,6 +60,10 @@ def test_live_view_in_jupyterlab(ui_page, lab_session):
     assert page.evaluate(RUN_ALL) is True
     views = page.locator(".jp-OutputArea-output .nbc-root")
     views.nth(1).locator("[data-testid=nbc-tab-graph]").wait_for()
+    # drawn by the widget (its gzip'd _esm loaded by anywidget: the view is the widget's own
+    # element), not by the text/html fallback's script (which mounts inside [data-nbc-root])
+    assert page.locator(".jp-OutputArea-output > .lm-Widget.nbc-root").count() == 2
+    assert page.locator(".jp-OutputArea-output [data-nbc-root]").count() == 0
     view = views.nth(0)
 
     # Click a fusion in the Compiled tab: its ops in the details, its lines in the Source tab.
@@ -141,6 +145,40 @@ def test_static_html_offline(ui_page, tmp_path):
     page.get_by_test_id("nbc-tab-stats").click()
     assert "fusions" in page.get_by_test_id("nbc-stats-summary").inner_text()
     assert not page.page_errors, page.page_errors
+
+
+def test_gzipped_front_end_two_outputs_and_no_decompression(ui_page, tmp_path):
+    """The front end ships gzip'd (nbcompile/widgets/_shipped.py): the first output's loader
+    inflates it; a later output (no renderer of its own) mounts too; a browser without
+    DecompressionStream keeps both static pictures, without an error."""
+    from nbcompile.report.html import render_html
+    from nbcompile.widgets import renderer_script
+
+    page = ui_page
+    small = report_fixtures().small_report()
+    path = tmp_path / "two.html"
+    first, later = render_html(small, renderer=renderer_script()), render_html(small)
+    path.write_text(f"<!DOCTYPE html><html><body>{first}{later}</body></html>", encoding="utf-8")
+    page.goto(path.as_uri())
+    page.wait_for_function("document.querySelectorAll('[data-first-paint-ms]').length == 2")
+    assert page.locator("[data-nbc-mounted]").count() == 2
+    assert page.locator("[data-nbc-fallback]").first.is_hidden()
+    assert page.locator("[data-nbc-fallback]").last.is_hidden()
+    assert page.get_by_test_id("nbc-node").first.is_visible()
+    assert not page.page_errors, page.page_errors
+
+    old = page.context.new_page()
+    errors: list[str] = []
+    old.on("pageerror", lambda e: errors.append(str(e)))
+    old.add_init_script("delete window.DecompressionStream;")
+    old.goto(path.as_uri())
+    old.wait_for_load_state("load")
+    old.wait_for_timeout(500)
+    assert old.locator("[data-nbc-mounted]").count() == 0
+    pictures = old.locator('[data-nbc-fallback] img[src^="data:image/svg+xml;base64,"]')
+    assert pictures.count() >= 2 and pictures.first.is_visible()
+    assert not errors, errors
+    old.close()
 
 
 def test_first_paint_of_the_big_train_step(ui_page, tmp_path):
