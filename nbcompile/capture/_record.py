@@ -19,6 +19,7 @@ from typing import Any
 from .. import _compat
 from . import _namestack
 from ._callsite import call_name, calls_model, is_model_method, named
+from ._listitems import ListItems
 from .userfiles import is_user_code
 
 __all__ = [
@@ -118,6 +119,7 @@ class Recorder:
         self.last_stack: tuple[Any, ...] = (None, None, (), None, None)
         self.kinds_changed = 0  # library calls turned transparent so far (see visible)
         self.broken: list[BaseException] = []  # what stopped the recording (the hooks never raise)
+        self.items = ListItems()  # a model's list items called by a loop variable (see there)
 
     # what a backend's hooks call, given the innermost user frame and the frame it is calling
 
@@ -339,6 +341,8 @@ class Recorder:
             return self._add(callee, name or callee.f_code.co_name, "transparent", parent)
         line = caller.f_lineno if caller is not None else None
         file = caller.f_code.co_filename if caller is not None else None
+        # ``for layer in self.layers: x = layer(x)``: ``layers_2 (relu)``, not ``layer#2``
+        name = (self.items.name(caller, name) if caller is not None else None) or name
         return self._add(callee, name, "library", parent, file=file, line=line)
 
     def visible(self, call: Call | None) -> list[Call]:
