@@ -128,4 +128,3 @@ def _calls_bare_name(code: Any, lasti: int, name: str) -> bool:
         return False
     text = linecache.getline(code.co_filename, line)[col:]
     return text.startswith(name) and text[len(name) :].lstrip().startswith("(")
-
