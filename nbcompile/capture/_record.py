@@ -286,7 +286,8 @@ class Recorder:
         if kind != "transparent":
             key = (id(visible), name)
             n = self.counts[key] = self.counts.get(key, 0) + 1
-            label = f"{name}#{n}" if kind == "call" else (name if n == 1 else f"{name}#{n}")
+            numbered = kind == "call" and not name.endswith(")")  # ``layers_2 (act)``: a place
+            label = f"{name}#{n}" if numbered else (name if n == 1 else f"{name}#{n}")
         else:
             label = name
         call = Call(label, name, kind, parent, frame=frame, **where)
@@ -309,6 +310,11 @@ class Recorder:
             or is_model_method(frame)
         )
         kind = "transparent" if transparent else "call"
+        if not transparent and parent.frame is not None and frame.f_back is parent.frame:
+            # a function of the user's in a model's list, run from the model's loop: its place
+            # (``layers_2 (act)``), as a library function there is named (see _library_call)
+            called = call_name(parent.frame)
+            name = (self.items.name(parent.frame, called) if called else None) or name
         return self._add(frame, name, kind, parent, file=code.co_filename, line=code.co_firstlineno)
 
     def _library_call(self, caller: Any, callee: Any, parent: Call | None, wraps: bool) -> Call:

@@ -5,8 +5,9 @@ Equinox's idiom keeps functions beside modules in one list and runs them from a 
 (``for layer in self.layers: x = layer(x)``); the modules were named ``layers_0`` …, the
 functions after the loop variable (``layer``, ``layer#2``). The CNN below is Equinox's MNIST
 example (docs.kidger.site/equinox/examples/mnist, Patrick Kidger, Apache-2.0), used as test
-data; the MLP repeats ``relu`` (told apart by order), and the same idiom is checked in a Flax
-NNX ``nnx.List`` and a Linen ``setup`` list. A plain-JAX loop over functions, outside any
+data; the MLP repeats ``relu`` (told apart by order), another list holds the user's own
+function (a call of theirs: ``layers_1 (swish)``), and the same idiom is checked in a Flax NNX
+``nnx.List`` and a Linen ``setup`` list. A plain-JAX loop over functions, outside any
 model, keeps the loop variable's name. The models are this file's own: a test file is the
 user's code.
 """
@@ -71,6 +72,23 @@ class MLP(eqx.Module):
         return x
 
 
+def swish(x):
+    return x * jax.nn.sigmoid(x)
+
+
+class UserActs(eqx.Module):  # the user's own function in the list, twice
+    layers: list
+
+    def __init__(self, key):
+        k1, k2 = jax.random.split(key)
+        self.layers = [eqx.nn.Linear(8, 16, key=k1), swish, eqx.nn.Linear(16, 2, key=k2), swish]
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
 class NnxMLP(nnx.Module):
     def __init__(self, rngs):
         self.layers = nnx.List(
@@ -121,6 +139,8 @@ def _args(name):
         return eqx_loss, (CNN(jax.random.key(0)), jnp.ones((2, 1, 28, 28)), jnp.array([0, 3]))
     if name == "mlp":
         return mlp_loss, (MLP(jax.random.key(0)), x8)
+    if name == "user":
+        return mlp_loss, (UserActs(jax.random.key(0)), x8)
     if name == "nnx":
         return nnx_loss, (NnxMLP(nnx.Rngs(0)), x8)
     model = LinenMLP()
@@ -142,6 +162,7 @@ EXPECTED = {
         "layers_9 (log_softmax)",
     ],
     "mlp": ["layers_0", "layers_1 (relu)", "layers_2", "layers_3 (relu)", "layers_4"],
+    "user": ["layers_0", "layers_1 (swish)", "layers_2", "layers_3 (swish)"],
     "nnx": ["layers_0", "layers_1 (gelu)", "layers_2"],
     "linen": ["layers_0", "layers_1 (relu)", "layers_2"],
 }
@@ -158,7 +179,7 @@ def _compile(name, backend, monkeypatch):
 def _below_root(graph):
     """The groups one level below the model's root group, in program order."""
     groups = list(graph.groups)
-    roots = [g for g in groups if g.label in ("CNN", "MLP", "NnxMLP", "LinenMLP")]
+    roots = [g for g in groups if g.label in ("CNN", "MLP", "UserActs", "NnxMLP", "LinenMLP")]
     assert roots, [g.label for g in groups]
     return [g.label for g in groups if g.parent == roots[0].id]
 
@@ -170,8 +191,11 @@ def test_list_functions_are_named_by_their_place(name, backend, monkeypatch):
     assert _below_root(c.graph) == EXPECTED[name]
     functions = [label for label in EXPECTED[name] if "(" in label]
     kinds = {g.label: g.call for g in c.graph.groups}
-    assert all(kinds[f] == "library" for f in functions), kinds
-    assert not any(g.label.startswith("layer#") or g.label == "layer" for g in c.graph.groups)
+    kind = "call" if name == "user" else "library"  # the user's function: a call of theirs
+    assert all(kinds[f] == kind for f in functions), kinds
+    assert not any(
+        g.label.startswith(("layer#", "swish#")) or g.label == "layer" for g in c.graph.groups
+    )
     # the name reaches the program (name stacks, XLA's op names) and the backward twins
     for label in functions:
         assert label in c.lowered.as_text(debug_info=True), label
