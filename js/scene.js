@@ -12,7 +12,7 @@
 
 import { bottomPort, edgeKey, followRank, GAP, layoutBox, mirrorRank, rank, topPort } from "./layout.js";
 import { loopLeafLines } from "./loops.js";
-import { ancestors, groupKind, groupPhase, kernelTitle, nodeLine, topOps } from "./model.js";
+import { ancestors, groupKind, groupPhase, kernelTitle, nodeLine } from "./model.js";
 import { fmtNum, trunc } from "./util.js";
 
 export const CH = 6.7; // px per character of the 11px monospace label font
@@ -138,8 +138,9 @@ export function leafText(pg, c) {
   } else {
     const g = c.group;
     const lr = g.lineMin <= g.lineMax ? ` · L${g.lineMin}${g.lineMax > g.lineMin ? "–" + g.lineMax : ""}` : "";
+    const summary = groupSummary(pg, g);
     lines = [`▸ ${g.label}`, `${g.kind === "chunk" || g.kind === "rest" ? "" : groupKind(g) + " · "}${fmtNum(g.count)} ${pg.isCompiled ? "kernels" : "ops"}${lr}`,
-      groupSummary(pg, g), ...loopLeafLines(pg, g)];
+      ...(summary ? [summary] : []), ...loopLeafLines(pg, g)];
   }
   const maxChars = Math.floor((MAXW - 14) / CH);
   lines = lines.map((t) => trunc(t, maxChars));
@@ -147,26 +148,69 @@ export function leafText(pg, c) {
   return { lines, w, h: lines.length * LINE + 8 };
 }
 
-/** A collapsed group's last line, in what a person sizes a layer by: its output's shape and
- * the program inputs it reads (`→ f32[16,32] · 1.06K inputs`: its weights, and data it takes
- * straight from an argument); for kernels, their flops (XLA). */
+/** A collapsed group's last line, what a whiteboard says of a layer: the shape of its output
+ * (its last op's or kernel's) and the parameters it reads (`(16, 32) · 1.06K params`: elements
+ * of the model's parameter arrays, report.param_args, a backward group counting its forward
+ * twin's too). A part not known is left out (no parameters said: none known); a compiled group
+ * with neither says its flops (XLA); "" where nothing is known. */
 export function groupSummary(pg, g) {
-  if (pg.isCompiled) return g.flops ? `${fmtNum(g.flops)} flops (XLA)` : topOps(g, 3).join(", ");
+  const read = groupParams(pg), params = new Set();
   let last = null;
-  const params = new Set();
-  const walk = (grp) => {
+  const walk = (grp, own) => {
     for (const it of grp.items) {
-      if (it.type === "group") { walk(pg.groups.get(it.id)); continue; }
+      if (it.type === "group") { walk(pg.groups.get(it.id), own); continue; }
       const n = pg.byId.get(it.id);
-      if (n.kind === "op" && (!last || it.first > last.first)) last = { first: it.first, shape: n.shape };
-      for (const id of pg.inLabels.get(n.id) || []) if (pg.byId.get(id).kind === "param") params.add(id);
+      if (own && COMPUTES.has(n.kind) && n.shape && (!last || it.first > last.first)) last = { first: it.first, shape: n.shape };
+      for (const id of pg.inLabels.get(n.id) || []) if (read.has(id)) params.add(id);
     }
   };
-  walk(g);
-  if (!last?.shape) return topOps(g, 3).join(", ");
+  walk(g, true);
+  const twin = read.size && g.label.endsWith(BACKWARD) ? forwardTwin(pg, g) : null;
+  if (twin) walk(twin, false);
   let count = 0;
   for (const id of params) count += elements(pg.byId.get(id).shape);
-  return `→ ${String(last.shape).replace(/\{[^}]*\}/g, "")}${count ? ` · ${fmtNum(count)} inputs` : ""}`;
+  const parts = [];
+  const shape = last ? shapeText(last.shape) : "";
+  if (shape) parts.push(shape);
+  if (count) parts.push(`${fmtNum(count)} params`);
+  if (!parts.length && pg.isCompiled && g.flops) parts.push(`${fmtNum(g.flops)} flops (XLA)`);
+  return parts.join(" · ");
+}
+
+const COMPUTES = new Set(["op", "call", "fusion"]); // nodes whose result is a group's output
+
+/** The label nodes that are the model's parameters: program inputs of the arguments the report
+ * names in param_args (a model's parameters, the differentiated arguments of `--grad`), known
+ * by their label's root (`params[0]['w']`, `model.layers[0].weight`). */
+function groupParams(pg) {
+  if (pg.paramIds) return pg.paramIds;
+  const args = new Set(pg.report?.param_args || []);
+  pg.paramIds = new Set();
+  if (args.size) for (const id of pg.labels) {
+    const n = pg.byId.get(id);
+    if (n.kind === "param" && args.has(String(n.label || "").split(/[.[]/, 1)[0])) pg.paramIds.add(id);
+  }
+  return pg.paramIds;
+}
+
+/** The forward group a backward group differentiates: the same path of labels, without
+ * " (backward)" (`mlp#1 (backward)/layer#3 (backward)` -> `mlp#1/layer#3`), or null. */
+function forwardTwin(pg, g) {
+  if (!pg.byPath) {
+    pg.byPath = new Map();
+    for (const h of pg.groups.values()) if (h.id !== "") pg.byPath.set(groupPath(pg, h), h);
+  }
+  const twin = pg.byPath.get(groupPath(pg, g).split("/").map((p) => (p.endsWith(BACKWARD) ? p.slice(0, -BACKWARD.length) : p)).join("/"));
+  return twin && twin !== g ? twin : null;
+}
+
+/** An array type as a whiteboard writes its shape: `f32[16,32]{1,0}` -> `(16, 32)`, a scalar
+ * `scalar`; a tuple of arrays, its first. */
+export function shapeText(shape) {
+  const m = /\[([^\]]*)\]/.exec(String(shape || ""));
+  if (!m) return "";
+  const dims = m[1].split(",").map((d) => d.trim()).filter(Boolean);
+  return dims.length ? `(${dims.join(", ")}${dims.length === 1 ? "," : ""})` : "scalar";
 }
 
 /** Elements of an array shape `f32[16,32]{1,0}` (a scalar: 1). */

@@ -50,12 +50,20 @@ def transform_names(stack: str) -> frozenset[str]:
 def strip_transforms(part: str, dotted: bool = False) -> str:
     """One scope of a name stack without its transforms: leading ``NAME(`` (``NAME`` of word
     characters, also ``.`` and ``-`` with ``dotted``) and trailing ``)`` removed (what
-    ``re.sub(r"^(?:\\w+\\()+|\\)+$", "", part)`` gives, in linear time)."""
+    ``re.sub(r"^(?:\\w+\\()+|\\)+$", "", part)`` gives, in linear time), but only as many
+    ``)`` as the transforms opened: a name of the user's may end in one (``layers_2 (relu)``,
+    a function in a model's list: ``capture/_listitems.py``)."""
+    opened = 0
     if "(" in part:
         lead = (_LEAD_DOTTED if dotted else _LEAD_WORD).match(part)
         if lead is not None:
+            opened = lead.group().count("(")
             part = part[lead.end() :]
-    return part.rstrip(")")
+    if not part.endswith(")"):
+        return part
+    kept = part.rstrip(")")
+    # a transform may be empty (``jvp()``) or wrap nothing left: the parentheses are its own
+    return part[: len(part) - opened] if len(part) - len(kept) > opened else kept
 
 
 def shown(name: str) -> str:

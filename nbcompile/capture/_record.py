@@ -19,6 +19,7 @@ from typing import Any
 from .. import _compat
 from . import _namestack
 from ._callsite import call_name, calls_model, is_model_method, named
+from ._listitems import ListItems
 from .userfiles import is_user_code
 
 __all__ = [
@@ -118,6 +119,7 @@ class Recorder:
         self.last_stack: tuple[Any, ...] = (None, None, (), None, None)
         self.kinds_changed = 0  # library calls turned transparent so far (see visible)
         self.broken: list[BaseException] = []  # what stopped the recording (the hooks never raise)
+        self.items = ListItems()  # a model's list items called by a loop variable (see there)
 
     # what a backend's hooks call, given the innermost user frame and the frame it is calling
 
@@ -284,7 +286,8 @@ class Recorder:
         if kind != "transparent":
             key = (id(visible), name)
             n = self.counts[key] = self.counts.get(key, 0) + 1
-            label = f"{name}#{n}" if kind == "call" else (name if n == 1 else f"{name}#{n}")
+            numbered = kind == "call" and not name.endswith(")")  # ``layers_2 (act)``: a place
+            label = f"{name}#{n}" if numbered else (name if n == 1 else f"{name}#{n}")
         else:
             label = name
         call = Call(label, name, kind, parent, frame=frame, **where)
@@ -307,6 +310,11 @@ class Recorder:
             or is_model_method(frame)
         )
         kind = "transparent" if transparent else "call"
+        if not transparent and parent.frame is not None and frame.f_back is parent.frame:
+            # a function of the user's in a model's list, run from the model's loop: its place
+            # (``layers_2 (act)``), as a library function there is named (see _library_call)
+            called = call_name(parent.frame)
+            name = (self.items.name(parent.frame, called) if called else None) or name
         return self._add(frame, name, kind, parent, file=code.co_filename, line=code.co_firstlineno)
 
     def _library_call(self, caller: Any, callee: Any, parent: Call | None, wraps: bool) -> Call:
@@ -339,6 +347,8 @@ class Recorder:
             return self._add(callee, name or callee.f_code.co_name, "transparent", parent)
         line = caller.f_lineno if caller is not None else None
         file = caller.f_code.co_filename if caller is not None else None
+        # ``for layer in self.layers: x = layer(x)``: ``layers_2 (relu)``, not ``layer#2``
+        name = (self.items.name(caller, name) if caller is not None else None) or name
         return self._add(callee, name, "library", parent, file=file, line=line)
 
     def visible(self, call: Call | None) -> list[Call]:

@@ -164,12 +164,21 @@ class Display:
 
         return module_classes(self.adapted.models)
 
+    def _param_args(self) -> list[str]:
+        """The arguments whose arrays are the model's parameters (the graph's group subtitles
+        count a layer's parameters from them): a model's, and those ``--grad`` differentiates."""
+        adapted = self.adapted
+        names, n = list(adapted.arg_names), len(adapted.args)
+        nums = {*adapted.params_argnums, *(a % n for a in (self.grad_argnums or ()) if n)}
+        return [names[i] for i in sorted(nums) if i < len(names)]
+
     def _meta(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "backend": self.backend,
             "source": self.source.to_json(),
             "signature": self.signature,
+            "param_args": self._param_args(),
             "options": self.options,
             "notes": list(self._notes),
             "timings": self._report_timings(),

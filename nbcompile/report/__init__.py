@@ -29,7 +29,8 @@ def build_report(
     """The JSON report (docs/report-schema.md), a pure function of its inputs.
 
     ``analysis`` is ``Analysis.to_json()`` of the program; ``meta`` holds ``name``, ``backend``,
-    ``source``, ``signature``, ``options``, ``notes``, ``timings`` and ``cache_hit``;
+    ``source``, ``signature``, ``param_args``, ``options``, ``notes``, ``timings`` and
+    ``cache_hit``;
     ``extras`` the results of this run (bench, ablate, debug, freeze, target, changes, profile,
     memory) as JSON-ready dicts; ``grad`` the ``value_and_grad`` program's analysis JSON;
     ``node_values`` each traced-graph node's ``--debug`` value summary by node id;
@@ -45,6 +46,8 @@ def build_report(
         "backend": meta["backend"],
         "source": meta["source"],
         "signature": list(meta.get("signature") or []),
+        # the arguments holding the model's parameters (a layer's parameter count reads them)
+        "param_args": list(meta.get("param_args") or []),
         "options": {k: _jsonable(v) for k, v in (meta.get("options") or {}).items()},
         "cache_hit": bool(meta.get("cache_hit")),
         "graphs": {"traced": None, "compiled": None},

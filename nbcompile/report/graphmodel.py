@@ -120,6 +120,9 @@ class PreparedGraph:
     folded: set[str] = field(default_factory=set)
     #: what the first expansion found per group (scene.py: holds the user's groups)
     memo: dict[str, bool] = field(default_factory=dict)
+    #: scene.py's memos: the model's parameter nodes, each group by its path of labels
+    param_ids: set[str] | None = None
+    by_path: dict[str, Group] | None = None
 
 
 def fmt_num(x: Any) -> str:

@@ -23,7 +23,6 @@ from .graphmodel import (
     group_phase,
     kernel_title,
     node_line,
-    top_ops,
     trunc,
 )
 from .layout import (
@@ -234,35 +233,88 @@ def _js_str(v: Any) -> str:
     return str(v)
 
 
-_LAYOUT = re.compile(r"\{[^}]*\}")
 _DIMS = re.compile(r"\[([^\]]*)\]")
+_COMPUTES = ("op", "call", "fusion")  # nodes whose result is a group's output
+_ARG_ROOT = re.compile(r"[.\[]")
 
 
 def group_summary(pg: PreparedGraph, g: Group) -> str:
-    """A collapsed group's last line (``groupSummary``): its output's shape and parameters
-    (``→ f32[16,32] · 1.06K inputs``: the elements of the program's inputs it reads, its
-    weights and any data it takes straight from an argument); for kernels, their flops (XLA)."""
-    if pg.is_compiled:
-        return f"{fmt_num(g.flops)} flops (XLA)" if g.flops else ", ".join(top_ops(g, 3))
-    last: tuple[float, Any] | None = None
+    """A collapsed group's last line (``groupSummary``), what a whiteboard says of a layer: the
+    shape of its output (its last op's or kernel's) and the parameters it reads (``(16, 32) ·
+    1.06K params``: elements of the model's parameter arrays, ``report.param_args``, a backward
+    group counting its forward twin's too). A part not known is left out; a compiled group
+    with neither says its flops (XLA); "" where nothing is known."""
+    read = _param_ids(pg)
     params: dict[str, None] = {}
-    stack = [g]
-    while stack:
-        grp = stack.pop()
-        for typ, iid, first in grp.items:
-            if typ == "group":
-                stack.append(pg.groups[iid])
-                continue
-            n = pg.by_id[iid]
-            if n.get("kind") == "op" and (last is None or first > last[0]):
-                last = (first, n.get("shape"))
-            for lid in pg.in_labels.get(iid, []):
-                if pg.by_id[lid].get("kind") == "param":
-                    params[lid] = None
-    if last is None or not last[1]:
-        return ", ".join(top_ops(g, 3))
+    last: tuple[float, Any] | None = None
+
+    def walk(top: Group, own: bool) -> None:
+        nonlocal last
+        stack = [top]
+        while stack:
+            grp = stack.pop()
+            for typ, iid, first in grp.items:
+                if typ == "group":
+                    stack.append(pg.groups[iid])
+                    continue
+                n = pg.by_id[iid]
+                shaped = own and n.get("kind") in _COMPUTES and n.get("shape")
+                if shaped and (last is None or first > last[0]):
+                    last = (first, n.get("shape"))
+                for lid in pg.in_labels.get(iid, []):
+                    if lid in read:
+                        params[lid] = None
+
+    walk(g, True)
+    twin = _forward_twin(pg, g) if read and g.label.endswith(BACKWARD) else None
+    if twin is not None:
+        walk(twin, False)
     count = sum(_elements(pg.by_id[lid].get("shape")) for lid in params)
-    return f"→ {_LAYOUT.sub('', str(last[1]))}" + (f" · {fmt_num(count)} inputs" if count else "")
+    parts = []
+    shape = shape_text(last[1]) if last is not None else ""
+    if shape:
+        parts.append(shape)
+    if count:
+        parts.append(f"{fmt_num(count)} params")
+    if not parts and pg.is_compiled and g.flops:
+        parts.append(f"{fmt_num(g.flops)} flops (XLA)")
+    return " · ".join(parts)
+
+
+def _param_ids(pg: PreparedGraph) -> set[str]:
+    """``groupParams``: the label nodes that are the model's parameters (program inputs of the
+    arguments named in ``report.param_args``, known by their label's root)."""
+    if pg.param_ids is None:
+        args = set((pg.report or {}).get("param_args") or [])
+        pg.param_ids = {
+            lid
+            for lid in pg.labels
+            if args
+            and pg.by_id[lid].get("kind") == "param"
+            and _ARG_ROOT.split(str(pg.by_id[lid].get("label") or ""), maxsplit=1)[0] in args
+        }
+    return pg.param_ids
+
+
+def _forward_twin(pg: PreparedGraph, g: Group) -> Group | None:
+    """``forwardTwin``: the group with ``g``'s path of labels without " (backward)"."""
+    if pg.by_path is None:
+        pg.by_path = {_group_path(pg, h): h for h in pg.groups.values() if h.id != ""}
+    path = "/".join(p.removesuffix(BACKWARD) for p in _group_path(pg, g).split("/"))
+    twin = pg.by_path.get(path)
+    return twin if twin is not None and twin is not g else None
+
+
+def shape_text(shape: Any) -> str:
+    """``shapeText``: ``f32[16,32]{1,0}`` -> ``(16, 32)``, a scalar ``scalar``; a tuple of
+    arrays, its first."""
+    m = _DIMS.search(str(shape or ""))
+    if not m:
+        return ""
+    dims = [d.strip() for d in m.group(1).split(",") if d.strip()]
+    if not dims:
+        return "scalar"
+    return f"({', '.join(dims)}{',' if len(dims) == 1 else ''})"
 
 
 def _elements(shape: Any) -> int:
@@ -310,7 +362,10 @@ def leaf_text(pg: PreparedGraph, c: Box) -> tuple[list[str], float, float]:
                 lr += "–" + _js_str(g.line_max)
         kind = "" if g.kind in ("chunk", "rest") else f"{group_kind(g)} · "
         unit = "kernels" if pg.is_compiled else "ops"
-        lines = [f"▸ {g.label}", f"{kind}{fmt_num(g.count)} {unit}{lr}", group_summary(pg, g)]
+        summary = group_summary(pg, g)
+        lines = [f"▸ {g.label}", f"{kind}{fmt_num(g.count)} {unit}{lr}"] + (
+            [summary] if summary else []
+        )
         lines += loop_leaf_lines(pg, g)
     max_chars = math.floor((MAXW - 14) / CH)
     lines = [trunc(t, max_chars) for t in lines]

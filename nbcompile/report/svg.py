@@ -147,7 +147,8 @@ def graph_scene(
         limit = GRADIENT_LIMIT if gradient else LIMIT
     fusions = report.get("fusions")
     compiled = graph is (report.get("graphs") or {}).get("compiled")
-    key = (id(graph), id(fusions), compiled, limit, budget)
+    # (the subtitles count the parameters of the arguments report.param_args names)
+    key = (id(graph), id(fusions), compiled, limit, budget, tuple(report.get("param_args") or ()))
     hit = _SCENES.get(key)
     if hit is not None and hit[0] is graph and hit[1] is fusions:
         return hit[2]

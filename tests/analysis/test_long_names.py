@@ -109,17 +109,36 @@ def test_hlo_metadata_with_a_long_op_name_parses_in_linear_time(shape: str, extr
 
 # -- the linear parses give what the regexes gave -------------------------------------------
 
-_OLD_TRANSFORM = re.compile(r"^(?:\w+\()+|\)+$")
-_OLD_DOTTED = re.compile(r"^(?:[\w.\-]+\()+|\)+$")
+_OLD_LEAD = re.compile(r"^(?:\w+\()*")
+_OLD_LEAD_DOTTED = re.compile(r"^(?:[\w.\-]+\()*")
 _NAME_CHARS = st.text(alphabet='ab_.-()/;é 1\\"', max_size=40)
+
+
+def _old_rule(text: str, lead: re.Pattern[str]) -> str:
+    """The regexes' rule (``^(?:\\w+\\()+|\\)+$`` removed), except that a name's own closing
+    ``)`` beyond those its transforms opened stays (``layers_2 (relu)``)."""
+    m = lead.match(text)
+    opened, body = m.group().count("("), text[m.end() :]
+    closing = len(re.search(r"\)*$", body).group())
+    return body[: len(body) - opened] if closing > opened else body[: len(body) - closing]
 
 
 @settings(max_examples=2000, deadline=None)
 @given(_NAME_CHARS)
 def test_linear_parses_match_the_old_rules(text: str) -> None:
     assert namestack.transform_names(text) == frozenset(re.findall(r"(\w+)\(", text))
-    assert namestack.strip_transforms(text) == _OLD_TRANSFORM.sub("", text)
-    assert namestack.strip_transforms(text, dotted=True) == _OLD_DOTTED.sub("", text)
+    assert namestack.strip_transforms(text) == _old_rule(text, _OLD_LEAD)
+    assert namestack.strip_transforms(text, dotted=True) == _old_rule(text, _OLD_LEAD_DOTTED)
+
+
+def test_a_name_ending_in_a_parenthesis_keeps_it() -> None:
+    assert namestack.strip_transforms("transpose(jvp(MLP))") == "MLP"
+    assert namestack.strip_transforms("jvp()") == ""
+    assert namestack.strip_transforms("layers_2 (relu)") == "layers_2 (relu)"
+    assert namestack.strip_transforms("jvp(layers_2 (relu))") == "layers_2 (relu)"
+    assert namestack.strip_transforms("transpose(jvp(layers_2 (relu)))", dotted=True) == (
+        "layers_2 (relu)"
+    )
 
 
 def test_short_names_are_kept_and_long_ones_cut_apart() -> None:

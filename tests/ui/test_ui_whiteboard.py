@@ -6,7 +6,9 @@ views in their saved pages (``c.save_html``).
 For each model, in the widget and in the saved page, at 1400x900:
 - the first Graph and Compiled views draw at most 25 boxes, every label 8 px or more on screen,
   the drawing as wide as the canvas at most; the Graph view names the user's calls or modules
-  as groups (``layer#1…#10``, ``blocks_0…3``, ``layers_k``, ``conv#1``, ``conv#2``);
+  as groups (``layer#1…#10``, ``blocks_0…3``, ``layers_k``, ``layers_2 (relu)``, ``conv#1``,
+  ``conv#2``), a group's subtitle its output's shape and parameters (``(16, 32) · 1.06K
+  params``);
 - the Compiled tab draws the train step (forward and backward): opened with ⊞, every kernel box
   lies inside the frames of the groups it is drawn in (``data-in``), and those are the calls
   and modules its ops came from (XLA's op metadata, saved by the notebook) — labels still 8 px
@@ -24,7 +26,7 @@ import nbformat
 import pytest
 
 from .helpers import screenshot
-from .whiteboard_models import CALLS, MODELS, place_error
+from .whiteboard_models import CALLS, MODELS, SUBTITLES, place_error
 
 pytestmark = pytest.mark.ui
 
@@ -96,6 +98,11 @@ def _check_view(page: Any, view: Any, name: str, truth: dict[str, Any], shot: st
     seen = _first_view(view, "graph", name)
     groups = {b["name"] for b in seen["boxes"] if b["kind"] == "group"}
     assert set(CALLS[name]) <= groups, (name, sorted(groups))
+    group, subtitle = SUBTITLES[name]
+    box = view.get_by_test_id("nbc-canvas-graph").locator(
+        f'.nbc-unit[data-kind="group"][data-name="{group}"]'
+    )
+    assert subtitle in box.first.text_content(), (name, box.first.text_content())
     _first_view(view, "compiled", name)
     assert view.get_by_test_id("nbc-show-step").get_attribute("aria-checked") == "true"
     view.get_by_test_id("nbc-canvas-compiled").screenshot(

@@ -6,11 +6,13 @@ a list of cells (model code, example data) and a ``%%compile --grad`` cell.
 - ``nnx``: a Flax NNX transformer, four ``Block`` modules in an ``nnx.List`` (``blocks_0`` …
   ``blocks_3``), each LayerNorm → attention → LayerNorm → MLP (gelu), a linear head.
 - ``equinox``: Equinox's MNIST CNN (a list of layers and plain functions, ``layers_0`` …
-  ``layers_9``; the forward on one image, batched by ``jax.vmap``).
+  ``layers_9``, a function named with its own name: ``layers_2 (relu)``; the forward on one
+  image, batched by ``jax.vmap``).
 - ``convnet``: a plain-JAX convnet: two calls of the user's ``conv(w, x)``, then dense layers
   and the loss written inline (ops outside any call).
 
-``CALLS[name]``: the groups the first Graph view must show (the user's calls or modules).
+``CALLS[name]``: the groups the first Graph view must show (the user's calls or modules);
+``SUBTITLES[name]``: a group of the first Graph view and its subtitle (output shape, parameters).
 """
 
 from __future__ import annotations
@@ -161,8 +163,16 @@ MODELS = {
 CALLS = {
     "mlp": [f"layer#{k}" for k in range(1, 11)],
     "nnx": [f"blocks_{k}" for k in range(4)],
-    "equinox": ["layers_0", "layers_4", "layers_6", "layers_8"],
+    "equinox": ["layers_0", "layers_2 (relu)", "layers_4", "layers_6", "layers_8"],
     "convnet": ["conv#1", "conv#2"],
+}
+
+#: a group of the first Graph view and its subtitle: output shape, parameter count (its weights)
+SUBTITLES = {
+    "mlp": ("layer#3", "(16, 32) · 1.06K params"),  # 32 x 32 + 32
+    "nnx": ("blocks_0", "(2, 8, 32) · 12.7K params"),
+    "equinox": ("layers_4", "(4, 512) · 885K params"),  # 1728 x 512 + 512
+    "convnet": ("conv#2", "(4, 8, 8, 8) · 576 params"),  # 3 x 3 x 8 x 8
 }
 
 BACKWARD = " (backward)"

@@ -9,10 +9,16 @@ saved page):
 - every kernel box of the Compiled tab (the train step's, forward and backward) sits inside the
   groups of the calls and modules its ops came from — read from XLA's op metadata as
   ``Fusion.functions`` / ``Fusion.modules``, not from what the view drew;
+- a group box's subtitle is what a whiteboard says of the layer: its output's shape and the
+  parameters it reads (``(16, 32) · 1.06K params``), counted from the model's parameter arrays
+  (``report.param_args``), not the data it reads, and not a list of its primitives;
 - the front end's own layout (Node) draws the same scene, box for box.
 """
 
 from __future__ import annotations
+
+import math
+import re
 
 import pytest
 
@@ -92,6 +98,79 @@ def test_every_kernel_sits_in_the_calls_and_modules_it_came_from(shell, relaxed_
         assert error is None, error
         checked += int(bool(inside))
     assert checked >= 4, checked
+
+
+# a layer's parameters, by the prefix of their labels (the user's names), per model
+LAYER_PARAMS = {
+    "mlp": {f"layer#{k}": f"params[{k - 1}][" for k in range(1, 11)},
+    "nnx": {f"blocks_{k}": f"model['blocks'][{k}][" for k in range(4)} | {"head": "model['head']["},
+    "equinox": {f"layers_{k}": f"model.layers[{k}]." for k in (0, 4, 6, 8)},
+    "convnet": {"conv#1": "params['c1']", "conv#2": "params['c2']"},
+}
+PARAM_ARGS = {"mlp": ["params"], "nnx": ["model"], "equinox": ["model"], "convnet": ["params"]}
+SUBTITLE = re.compile(
+    r"^(?:(?:\((?:\d+, )*\d+,?\)|scalar)(?: · [\d.]+[KMGT]? params)?|[\d.]+[KMGT]? params)$"
+)
+
+
+def _elements(shape: str) -> int:
+    dims = re.search(r"\[([^\]]*)\]", shape).group(1)
+    return math.prod(int(d) for d in dims.split(",") if d.strip())
+
+
+def _fmt(count: int) -> str:
+    from nbcompile.report.graphmodel import fmt_num
+
+    return fmt_num(count)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_group_subtitles_say_shape_and_parameters(shell, relaxed_dtypes, name):
+    report = _report(shell, name)
+    assert report["param_args"] == PARAM_ARGS[name]
+    traced = report["graphs"]["traced"]
+    params = [n for n in traced["nodes"] if n["kind"] == "param"]
+    want = {
+        layer: _fmt(sum(_elements(n["shape"]) for n in params if n["label"].startswith(prefix)))
+        for layer, prefix in LAYER_PARAMS[name].items()
+    }
+    seen = 0
+    for which in ("traced", "compiled", "gradient", "gradient_compiled"):
+        _pg, scene = graph_scene(report["graphs"][which], report)
+        leaves = [b for b in scene.boxes.values() if b.group is not None and b.children is None]
+        for box in leaves:
+            g, sub = box.group, box.lines[2:3]
+            ops = {str(op) for op in g.ops}
+            # what the layer is, never its primitives (``custom_jvp_call, jit, max``)
+            assert not sub or SUBTITLE.match(sub[0]), (which, g.label, box.lines)
+            assert not (set(re.findall(r"[a-z_]+", " ".join(sub))) & ops), (which, box.lines)
+            forward = g.label.removesuffix(BACKWARD)
+            if forward not in want:
+                continue
+            seen += 1
+            if which in ("compiled", "gradient_compiled"):
+                # what its kernels read: XLA may fuse a bias add into the next call's kernel
+                assert sub and sub[0].endswith(" params"), (which, box.lines)
+                continue
+            # a backward group counts its forward twin's parameters
+            assert sub and sub[0].startswith("("), (which, box.lines)
+            assert sub[0].endswith(f" · {want[forward]} params"), (which, box.lines)
+    assert seen >= len(want), seen
+
+
+def test_a_layer_reading_data_counts_only_its_parameters(shell, relaxed_dtypes):
+    """``layer#1`` reads the data ``x`` beside its weights: only the weights are parameters."""
+    report = _report(shell, "mlp")
+    _pg, scene = graph_scene(report["graphs"]["traced"], report)
+    boxes = {b.group.label: b for b in scene.boxes.values() if b.group is not None}
+    assert boxes["layer#1"].lines[2] == "(16, 32) · 1.06K params"  # 32 x 32 + 32, not + 16 x 32
+    assert boxes["mean"].lines[2] == "scalar"
+    # no parameters known (a report without param_args: no model, no --grad): the shape only
+    bare = {**report, "param_args": []}
+    pg = prepare_graph(bare["graphs"]["traced"], bare)
+    scene = build_scene(pg, initial_expansion(pg, 25, 400))
+    boxes = {b.group.label: b for b in scene.boxes.values() if b.group is not None}
+    assert boxes["layer#1"].lines[2] == "(16, 32)"
 
 
 @pytest.mark.skipif(NODE is None, reason="Node.js runs the front end's layout")
