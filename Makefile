@@ -28,7 +28,7 @@ COMPAT_TESTS := tests/test_jax_reaches.py tests/analysis/test_capture_hooks.py \
 	tests/test_exchange_schema.py tests/analysis/test_long_names.py tests/analysis/test_loops.py \
 	tests/analysis/test_call_transforms.py tests/analysis/test_call_cap.py tests/analysis/test_call_prompt_code.py
 
-.PHONY: lab demo newest-python test test-compat test-fast test-ui test-fuzz test-gpu-deviceless test-tutorials-plugins bench bench-check gpu-check docs lint clean
+.PHONY: lab demo newest-python test test-compat test-fast test-ui test-fuzz test-gpu-deviceless test-tutorials-plugins tutorials-burner bench bench-check gpu-check docs lint clean
 
 PYVER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 VENV_MADE := $(VENV)/.made-with-python$(PYVER)
@@ -123,6 +123,11 @@ $(CUDA_PLUGIN)/.installed: $(VENV)/.test-installed
 
 test-tutorials-plugins: $(CUDA_PLUGIN)/.installed
 	PYTHONPATH=$(CURDIR)/$(CUDA_PLUGIN) $(VENV)/bin/pytest -q tests/notebooks tests/test_backend_start.py
+
+# Issue 44's budget, measured (not a test): every tutorial through the tests' runner, twice,
+# with a CPU-burning process per core beside them; prints each notebook's time and verdict.
+tutorials-burner: $(VENV)/.test-installed
+	$(PY) scripts/tutorials_burner.py $(BURNER_ARGS)
 
 bench: $(VENV)/.test-installed /usr/bin/chromium
 	$(PY) -m benchmarks

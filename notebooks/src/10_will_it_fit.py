@@ -15,7 +15,7 @@ from nbcompile.measure.memory_options import memory_options
 GiB = 2**30
 
 # %% md
-# A stack of six residual blocks (matmul, layer norm, GELU) and a squared-error loss. The
+# A stack of three residual blocks (matmul, layer norm, GELU) and a squared-error loss. The
 # batch is a `jax.ShapeDtypeStruct`: only its shape exists, nothing is allocated, so batches far
 # larger than this machine could hold are planned here.
 
@@ -38,9 +38,9 @@ class Net(nnx.Module):
             x = block(x)
         return jnp.mean(x ** 2)
 
-width, depth = 2048, 6
+width, depth = 2048, 3
 net = Net(width, depth, nnx.Rngs(0))
-batch = 122880   # twice as many examples will not fit a v5e chip as written (predicted below)
+batch = 196608   # twice as many examples will not fit a v5e chip as written (predicted below)
 x = jax.ShapeDtypeStruct((batch, width), jnp.float32)
 
 # %% md
@@ -186,8 +186,8 @@ print(f"with remat, at {big_batch}: predicted {remat_pred_flops:.3g} ({4 * depth
       f"{remat_flops:.3g} (×{remat_flops / remat_pred_flops:.3f})")
 extra = remat_flops / (step_flops * big_batch / batch) - 1
 print(f"remat per layer at twice the batch: peak {remat.peak_bytes / GiB:.1f} GiB instead of "
-      f"{big_pred / GiB:.1f} GiB (predicted as written), for {extra:.0%} more flops (predicted "
-      f"{(4 * depth - 1) / (3 * depth - 1) - 1:.0%}; XLA's counts, not timings: there is no TPU here)")
+      f"{big_pred / GiB:.1f} GiB (predicted as written), for {extra:.1%} more flops (predicted "
+      f"{(4 * depth - 1) / (3 * depth - 1) - 1:.1%}; XLA's counts, not timings: there is no TPU here)")
 
 # %% md
 # XLA's counts are a little above the products alone: they include the element-wise work

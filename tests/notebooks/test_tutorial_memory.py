@@ -63,8 +63,10 @@ def test_the_printed_figures_are_the_ones_the_prose_relies_on(executed):
     # the options table: the plain program does not fit at the bigger batch, remat does
     assert re.search(r"as compiled\s+[\d.]+ GB.*does NOT fit", text)
     assert re.search(r"remat per layer \(Block\)\s+[\d.]+ GB.*\bfits\b", text)
-    cost = re.search(r"for (\d+)% more flops \(predicted (\d+)%", text)
-    assert cost is not None and cost.group(1) == cost.group(2)
+    # three blocks: 11 products instead of 8, 37.5 % more, on the edge of a whole-percent
+    # rounding; XLA's count adds the element-wise work (under 1 % of each program)
+    cost = re.search(r"for ([\d.]+)% more flops \(predicted ([\d.]+)%", text)
+    assert cost is not None and abs(float(cost.group(1)) - float(cost.group(2))) <= 0.5
     # the lines responsible are shown as cell locations
     assert re.search(r"GiB  In \[\d+\] line \d+", text)
 

@@ -37,7 +37,7 @@ CLAIMS = [
         cause="big_pred > m.capacity_bytes",
         ablation=Ablation(
             {
-                "batch = 122880": "batch = 40960",
+                "batch = 196608": "batch = 65536",
                 "assert big_pred > m.capacity_bytes > m.peak_bytes": "pass",
             },
             why="a third of the batch: twice of it fits as written",
