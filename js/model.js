@@ -292,7 +292,9 @@ function buildTree(pg) {
         if (it.type === "node") addNodeStats(c, pg.byId.get(it.id), it.first);
         else { mergeStats(c, groups.get(it.id)); groups.get(it.id).parent = c.id; }
       }
-      c.label = `${topOps(c, 2).join(", ")} … (${i + 1}–${i + part.length} of ${items.length})`;
+      c.run = callRun(groups, part);
+      const calls = c.run && c.run.n > 1 ? `${c.run.name}#${c.run.lo}–#${c.run.hi} (${c.run.n} calls) · ` : "";
+      c.label = `${calls}${topOps(c, 2).join(", ")} … (${i + 1}–${i + part.length} of ${items.length})`;
       groups.set(c.id, c);
       g.items.push({ type: "group", id: c.id, first: c.first });
       work.push(c);
@@ -380,6 +382,26 @@ function gatherOutputs(pg, drawn, nodeGroup) {
     const [gid] = from;
     if (from.size === 1 && gid) nodeGroup.set(n.id, gid);
   }
+}
+
+/** A chunk's repeated calls, folded (issue 41: a function called 10^4 times): where every group
+ * it holds is a call of one function (`cheap#1` … `cheap#150`, or chunks of them), {name, lo,
+ * hi, n}; else null. Ops outside the calls (the sum joining them) do not break the run. */
+function callRun(groups, items) {
+  let run = null;
+  for (const it of items) {
+    if (it.type !== "group") continue;
+    const g = groups.get(it.id);
+    let r = null;
+    if (g.kind === "chunk") r = g.run || null;
+    else if (g.call === "call") {
+      const m = /^(.*)#(\d+)$/.exec(g.label || "");
+      if (m) r = { name: m[1], lo: +m[2], hi: +m[2], n: 1 };
+    }
+    if (!r || (run && run.name !== r.name)) return null;
+    run = run ? { name: run.name, lo: Math.min(run.lo, r.lo), hi: Math.max(run.hi, r.hi), n: run.n + r.n } : r;
+  }
+  return run;
 }
 
 function mkGroup(id, label, kind, parent) {

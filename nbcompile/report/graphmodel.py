@@ -96,6 +96,7 @@ class Group:
     call: str | None = None  # "call" (the user's function) | "library" (a library call) | None
     unit: str = "ops"  # what it counts: "ops", or "kernels" in a compiled graph
     cls: str | None = None  # a module's class, where the model library gives it (Block)
+    run: tuple[str, int, int, int] | None = None  # a chunk's folded calls (name, lo, hi, n)
 
 
 @dataclass
@@ -383,7 +384,15 @@ def _build_tree(pg: PreparedGraph) -> None:
                 else:
                     _merge(c, groups[iid])
                     groups[iid].parent = c.id
-            c.label = f"{', '.join(top_ops(c, 2))} … ({i + 1}–{i + len(part)} of {len(items)})"
+            c.run = _call_run(groups, part)
+            calls = (
+                f"{c.run[0]}#{c.run[1]}–#{c.run[2]} ({c.run[3]} calls) · "
+                if c.run is not None and c.run[3] > 1
+                else ""
+            )
+            c.label = (
+                f"{calls}{', '.join(top_ops(c, 2))} … ({i + 1}–{i + len(part)} of {len(items)})"
+            )
             groups[c.id] = c
             g.items.append(("group", c.id, c.first))
             work.append(c)
@@ -594,6 +603,32 @@ def _merge(g: Group, c: Group) -> None:
         g.phases[p] += c.phases[p]
     g.line_min = min(g.line_min, c.line_min)
     g.line_max = max(g.line_max, c.line_max)
+
+
+_CALL_NUMBER = re.compile(r"^(.*)#(\d+)$")
+
+
+def _call_run(
+    groups: dict[str, Group], items: list[tuple[str, str, float]]
+) -> tuple[str, int, int, int] | None:
+    """A chunk's repeated calls, folded (``callRun``): where every group it holds is a call of
+    one function (``cheap#1`` … ``cheap#150``, or chunks of them), (name, lo, hi, n)."""
+    run: tuple[str, int, int, int] | None = None
+    for typ, iid, _first in items:
+        if typ != "group":
+            continue
+        g = groups[iid]
+        r = None
+        if g.kind == "chunk":
+            r = g.run
+        elif g.call == "call":
+            m = _CALL_NUMBER.match(g.label or "")
+            if m:
+                r = (m.group(1), int(m.group(2)), int(m.group(2)), 1)
+        if r is None or (run is not None and run[0] != r[0]):
+            return None
+        run = r if run is None else (run[0], min(run[1], r[1]), max(run[2], r[2]), run[3] + r[3])
+    return run
 
 
 def top_ops(g: Group, k: int) -> list[str]:
