@@ -195,8 +195,9 @@ print(side.text())
 # main thread has won the GIL back from the sorting thread, so process 0 reaches the all-reduce first
 # and waits there for process 1. The waiting is what shows: process 0's time inside the
 # all-reduce is the longer, and process 1 is the one the other waits for (`side.slowest`). The
-# kernels themselves run in XLA's threads, which need no GIL; their own-kernel times, printed
-# beside the waiting, move with whatever else shares the machine.
+# kernels themselves run in XLA's threads, which need no GIL, but the sorting thread also takes a
+# core from them: process 1's own-kernel time, printed beside the waiting, may be longer too, by
+# as much as whatever else shares the machine allows. The claim is the waiting, not the kernels.
 
 # %% code
 own = [p.own_seconds for p in side.processes]
