@@ -62,9 +62,10 @@ print(f"jax.jit(...).lower(...).compile().as_text(): {len(raw_kernels)} kernels 
 # %% code
 # The claims above, checked: compiled output equals jax.jit of the original; XLA fused ops.
 ref = jax.jit(c.original)(params, x)
-assert np.array_equal(np.asarray(predict(params, x)), np.asarray(ref))
-assert len(raw_kernels) == c.summary()["kernels"] and len(primitives) == c.summary()["eager_kernels"]
-assert c.summary()["kernels"] < c.summary()["eager_kernels"]  # claim: fewer-kernels
+assert np.array_equal(np.asarray(predict(params, x)), np.asarray(ref)), "predict differs from jax.jit of the original"
+assert len(raw_kernels) == c.summary()["kernels"] and len(primitives) == c.summary()["eager_kernels"], (
+    "JAX's own counts differ", len(raw_kernels), len(primitives), c.summary())
+assert c.summary()["kernels"] < c.summary()["eager_kernels"], c.summary()  # claim: fewer-kernels
 
 # %% md
 # **Predict first.** Each kernel knows the cell lines its ops came from. Counting the
@@ -82,9 +83,9 @@ print(f"answer: the tanh kernel {gelu_kernel} names lines {sorted(lines_of[gelu_
       f"add of line 3 fused into gelu's kernel); the matrix products: "
       f"{[sorted(lines_of[k]) for k in dot_kernels]}; the rest (softmax): "
       f"{sorted({n for k, ls in lines_of.items() if k not in dot_kernels + [gelu_kernel] for n in ls})}")
-assert lines_of[gelu_kernel] == {3, 4}  # claim: kernel-lines
-assert [lines_of[k] for k in dot_kernels] == [{3}, {5}]
-assert all(ls == {6} for k, ls in lines_of.items() if k not in dot_kernels + [gelu_kernel])
+assert lines_of[gelu_kernel] == {3, 4}, lines_of  # claim: kernel-lines
+assert [lines_of[k] for k in dot_kernels] == [{3}, {5}], ("the matrix products' lines", lines_of)
+assert all(ls == {6} for k, ls in lines_of.items() if k not in dot_kernels + [gelu_kernel]), ("softmax's lines", lines_of)
 
 # %% md
 # Re-running an unchanged cell does not compile again (nbcompile keys the cell by its source,
@@ -123,7 +124,8 @@ predict(params, x)
 compiles_edited = len(events) - compiles_rerun
 print("XLA compiles after changing line 4:", compiles_edited)
 print("what changed:", predict.compilation.changes)
-assert compiles_edited >= 1   # the positive control: the counter does count compiles
+# the positive control: the counter does count compiles
+assert compiles_edited >= 1, ("the edited cell compiled nothing the listener saw", events)
 
 # %% md
 # ## What you saw

@@ -76,11 +76,14 @@ raw = raw[0] if isinstance(raw, list) else raw  # a list of one on older JAX
 print(f"jax.jit(project).lower(x).compile(compiler_options=...).cost_analysis()['flops']: {raw['flops']:,.0f}")
 
 # %% code
-assert flops_off - flops_on == 2 * 256**3  # claim: folding-flops
-assert t_off > 2 * t_on  # claim: folding-time
-assert any(f.stage == "xla" and f.folded for f in c.folded)
-assert not any(f.stage == "xla" and f.folded for f in unfolded.folded)
-assert unfolded.summary()["kernels"] > c.summary()["kernels"] and raw["flops"] == flops_off
+assert flops_off - flops_on == 2 * 256**3, (flops_on, flops_off)  # claim: folding-flops
+# the flops ratio is 9x, a call's fixed cost weighs on the small program: best of interleaved
+# rounds measured 3.1x to 5.6x beside two CPU burners (load 5-8), so 2x leaves room
+assert t_off > 2 * t_on, f"folding-time: unfolded {t_off * 1e6:.0f} µs vs folded {t_on * 1e6:.0f} µs"  # claim: folding-time
+assert any(f.stage == "xla" and f.folded for f in c.folded), f"XLA folded nothing: {c.folded}"
+assert not any(f.stage == "xla" and f.folded for f in unfolded.folded), f"folded with the pass off: {unfolded.folded}"
+assert unfolded.summary()["kernels"] > c.summary()["kernels"], "the unfolded program should run more kernels"
+assert raw["flops"] == flops_off, ("JAX's cost_analysis disagrees", raw["flops"], flops_off)
 np.testing.assert_allclose(np.asarray(project(x)), np.asarray(x @ (A @ B)), rtol=2e-3, atol=2e-2)
 
 # %% md
@@ -106,7 +109,7 @@ print("the iota runs inside fused kernel(s):", fused_iota)
 mask = jax.ShapeDtypeStruct((2048, 2048), jnp.bool_)  # e.g. a causal mask from two aranges
 print(f"folding a 2048×2048 mask made of iotas would store "
       f"{mask.size * mask.dtype.itemsize / 2**20:.0f} MiB in the program")
-assert iota and not any(f.folded for f in iota) and fused_iota
+assert iota and not any(f.folded for f in iota) and fused_iota, ("iota must be seen, unfolded, fused", iota, fused_iota)
 
 # %% md
 # ## Operator fusion
@@ -148,8 +151,9 @@ print(f"the same from JAX: passes {no_fusion} disabled → {raw_cost['bytes acce
       f"(cost_analysis()['bytes accessed'])")
 
 # %% code
-assert off.changed and off.kernels > on.kernels  # claim: fusion-kernels
-assert s["kernels"] < s["eager_kernels"] and raw_cost["bytes accessed"] == off.bytes_accessed
+assert off.changed and off.kernels > on.kernels, (on.kernels, off.kernels)  # claim: fusion-kernels
+assert s["kernels"] < s["eager_kernels"], ("compiled vs op-by-op kernels", s["kernels"], s["eager_kernels"])
+assert raw_cost["bytes accessed"] == off.bytes_accessed, ("JAX's cost_analysis disagrees", raw_cost["bytes accessed"], off.bytes_accessed)
 
 # %% md
 # **Predict first.** How many bytes does each program move? Count arrays of `y`'s size
@@ -166,14 +170,15 @@ pred_off = (6 * ops_per_round * (operands + 1) + 3) * y.nbytes  # + three broadc
 print(f"answer: fused {pred_on / y.nbytes:.0f} arrays ({pred_on / 1e6:.1f} MB), unfused "
       f"{pred_off / y.nbytes:.0f} arrays ({pred_off / 1e6:.1f} MB): "
       f"XLA counts {on.bytes_accessed / y.nbytes:.0f} and {off.bytes_accessed / y.nbytes:.0f}")
-assert (on.bytes_accessed, off.bytes_accessed) == (pred_on, pred_off)
+assert (on.bytes_accessed, off.bytes_accessed) == (pred_on, pred_off), ("XLA's bytes vs the count", on.bytes_accessed, off.bytes_accessed)
 
 # %% code
-assert off.bytes_accessed == pred_off and off.bytes_accessed > 10 * on.bytes_accessed  # claim: fusion-bytes
-assert off.flops == on.flops   # the same arithmetic
+assert off.bytes_accessed == pred_off and off.bytes_accessed > 10 * on.bytes_accessed, (on.bytes_accessed, off.bytes_accessed)  # claim: fusion-bytes
+assert off.flops == on.flops, ("the same arithmetic", on.flops, off.flops)
 
 # %% code
-assert off.time.median > 2 * on.time.median  # claim: fusion-time
+# medians measured 9x to 25x beside two CPU burners (load 7-8): 2x leaves room
+assert off.time.median > 2 * on.time.median, f"fusion-time: unfused {off.time.median * 1e3:.2f} ms vs fused {on.time.median * 1e3:.2f} ms"  # claim: fusion-time
 
 # %% md
 # ## Why bytes are time
@@ -223,17 +228,23 @@ for _ in range(3):  # beaten: the cached figure was measured on a busier machine
     if sweep[big] <= 1.05 * peaks.bytes_per_s.value:
         break
     peaks = calibrate(refresh=True)  # measure again (it keeps the higher), up to three times
+if sweep[big] > 1.05 * peaks.bytes_per_s.value:
+    print("this sweep still beats the calibration after three re-measurements: the machine "
+          "got busier between them")
 print(f"calibrate(): {peaks.bytes_per_s.value / 1e9:.1f} GB/s past the caches "
       f"({peaks.bytes_per_s.source}: {peaks.bytes_per_s.detail}); this sweep at the same size: "
       f"{sweep[big] / 1e9:.1f} GB/s (×{sweep[big] / peaks.bytes_per_s.value:.2f})")
 
 # %% code
 in_cache = [b for b in sweep if b <= 2**20]
-assert sweep[big] < max(sweep[b] for b in in_cache) / 2  # claim: bandwidth-drops
-assert big > 2 * max(caches.values(), default=0) - 1
+assert sweep[big] < max(sweep[b] for b in in_cache) / 2, ("GB/s by size", sweep)  # claim: bandwidth-drops
+assert big > 2 * max(caches.values(), default=0) - 1, ("the largest array fits a cache", big, caches)
 # the calibration is an upper bound, and this loop measures what it measured: on a machine busy
-# now it can read well below it, never the sixteenth a fresh-buffer loop reads
-assert 0.2 < sweep[big] / peaks.bytes_per_s.value <= 1.05
+# now it can read well below it, never the sixteenth a fresh-buffer loop reads. Above it by at
+# most the spread of two measurements of this one kernel taken seconds apart on a shared
+# machine: a 0.2 s sweep and a fresh calibrate() right after it read 0.94x to 1.17x each other
+# (six pairs at load 6), and the loop above re-measures whenever the sweep beats it by 5 %
+assert 0.2 < sweep[big] / peaks.bytes_per_s.value <= 1.2, f"sweep {sweep[big] / 1e9:.1f} GB/s vs calibrated {peaks.bytes_per_s.value / 1e9:.1f} GB/s"
 
 # %% md
 # **The roofline.** A kernel's *arithmetic intensity* is its FLOPs per byte moved. Below the
@@ -273,8 +284,10 @@ print(f"at the bandwidth of the cache that can hold it ({peaks.bandwidth_for(wor
       f"the memory prediction; best of {len(rounds)} rounds, worst ×{max(rounds) / from_memory:.2f})")
 
 # %% code
-assert unfused_chain.cost["flops"] / moved < peaks.ridge        # memory-bound
-assert 0.95 * fastest <= t_chain < 2.5 * from_memory  # claim: roofline-predicts
+assert unfused_chain.cost["flops"] / moved < peaks.ridge, ("not memory-bound", unfused_chain.cost["flops"] / moved, peaks.ridge)
+# best of two seconds of rounds: measured 1.19x to 1.27x the memory prediction beside two CPU
+# burners (load 7-8), the worst single round up to 7x
+assert 0.95 * fastest <= t_chain < 2.5 * from_memory, f"roofline-predicts: {t_chain * 1e3:.2f} ms, roof {fastest * 1e3:.2f} ms, memory {from_memory * 1e3:.2f} ms"  # claim: roofline-predicts
 
 # %% md
 # ## What you saw

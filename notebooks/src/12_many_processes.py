@@ -152,10 +152,17 @@ assert "process 1" in caught_0[2] and "x = x * 2.0" in caught_0[2]
 
 # %% md
 # ## Every process's profile, side by side
-# Each process profiles its own calls with `--profile`; afterwards they exchange their
-# per-kernel medians through the same key-value store, and `c.profile.processes` holds them
-# side by side. To see what that shows, a thread on process 1 does other work (numpy matrix
-# products, as a busy data loader might) while the step is profiled.
+# Each process profiles its own calls — `%%compile --profile 10` under `%%px` compiles and then
+# profiles; for a step compiled already, `c.run_profile(10)` on every process is the same
+# measurement — and afterwards they exchange their per-kernel medians through the same
+# key-value store: `c.profile.processes` holds them side by side. To see what that shows, a
+# thread on process 1 does other work while the step is profiled: it sorts a Python list over
+# and over, as a data loader written in Python might. `sorted` is one call into C that holds the
+# process's GIL (the interpreter lock) from start to end, so process 1's main thread waits for
+# the lock each time it needs it — to dispatch a step or to take one's result. Process 0 runs
+# no such thread. (Numpy matrix products would not do: they release the GIL, and OpenBLAS
+# spreads them over every core, slowing both processes.) The thread runs only while the
+# profile is measured: everything else the GIL would slow down too.
 
 # %% code
 %%px
@@ -164,44 +171,41 @@ import threading
 stop = threading.Event()
 
 def busy():
-    a = np.random.default_rng(0).random((600, 600))
+    data = np.random.default_rng(0).random(150_000).tolist()
     while not stop.is_set():
-        a @ a
+        sorted(data)  # holds the GIL until it returns
 
 BUSY = 1  # the process whose thread does other work
+c = train_step.compilation  # the step compiled above
 if jax.process_index() == BUSY:
     threading.Thread(target=busy, daemon=True).start()
+try:
+    c.run_profile(10)  # what %%compile --profile 10 runs once compiled: 10 calls, every process
+finally:
+    stop.set()
+side = c.profile.processes
 
 # %% code
-%%px
-%%compile --profile 10
-def loss_fn(params, x, y):
-    h = jnp.tanh(x @ params["w1"])
-    return ((h @ params["w2"] - y) ** 2).mean()
-
-def train_step(params, x, y):
-    loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-    return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), loss
-
-train_step(params, x, y)
-
-# %% code
-%px stop.set()
-%px side = train_step.compilation.profile.processes
 side = rc[0]["side"]
 print(side.text())
 
 # %% md
 # Each call ends together on both processes (the all-reduce joins them), so their steps take
-# about the same time. Where the time goes differs: the busy process spends longer in its own
-# kernels, and the other process spends that difference waiting inside the all-reduce.
+# about the same time. Where the time goes differs: process 1 starts each step late, after its
+# main thread has won the GIL back from the sorting thread, so process 0 reaches the all-reduce first
+# and waits there for process 1. The waiting is what shows: process 0's time inside the
+# all-reduce is the longer, and process 1 is the one the other waits for (`side.slowest`). The
+# kernels themselves run in XLA's threads, which need no GIL, but the sorting thread also takes a
+# core from them: process 1's own-kernel time, printed beside the waiting, may be longer too, by
+# as much as whatever else shares the machine allows. The claim is the waiting, not the kernels.
 
 # %% code
 own = [p.own_seconds for p in side.processes]
 waiting = [p.collective_seconds for p in side.processes]
 print(f"own kernels: {own[0] * 1e3:.1f} ms on process 0, {own[1] * 1e3:.1f} ms on process 1; "
-      f"in the all-reduce: {waiting[0] * 1e3:.1f} ms and {waiting[1] * 1e3:.1f} ms")
-assert side.slowest == 1 and waiting[0] > waiting[1]  # claim: others-wait-for-the-busy-one
+      f"in the all-reduce: {waiting[0] * 1e3:.1f} ms and {waiting[1] * 1e3:.1f} ms "
+      f"(process 0 waits {(waiting[0] - waiting[1]) * 1e3:.1f} ms longer per step)")
+assert side.slowest == 1 and waiting[0] > waiting[1], (own, waiting)  # claim: others-wait-for-the-busy-one
 
 # %% md
 # ## Shut the processes down
@@ -218,7 +222,7 @@ rc.cluster.stop_cluster_sync()  # and the controller
 #   parameter's bytes each step; `c.processes` listed the processes and their devices.
 # - A branch on `jax.process_index()` gave process 1 another program; both processes raised
 #   `NBC800` naming that line before anything ran, instead of hanging at the all-reduce.
-# - `--profile` measured every process: `c.profile.processes` showed the other process waiting
-#   for the busy one in the all-reduce (the busy thread delays its kernels more than it slows
-#   them: compare their own-kernel times above).
+# - `c.run_profile(10)` (what `--profile` runs) measured every process: `c.profile.processes` showed the other process waiting
+#   for the busy one in the all-reduce: a Python thread holding process 1's GIL delays each
+#   step there, and the delay shows as process 0's waiting, not in process 1's kernels.
 # - On real hosts the same cells run on one engine per host (`docs/processes.md`).

@@ -32,13 +32,16 @@ CLAIMS = [
         "and the folded matmul's time leaves every call (at least half of it here)",
         cause='not any(f.stage == "xla" and f.folded for f in unfolded.folded)',
         ablation=Ablation(
-            {**FOLDING_ON, "assert flops_off - flops_on == 2 * 256**3": "pass"},
+            {
+                **FOLDING_ON,
+                "assert flops_off - flops_on == 2 * 256**3": "assert True or flops_off - flops_on == 2 * 256**3",
+            },
             why="the 'off' program compiled with folding left on",
             only=("%%compile\ndef project", "c = project.compilation"),
         ),
         window="t_off > 2 t_on (best of interleaved rounds for two seconds, at least three; the "
-        "flops ratio is 9x, a call's fixed cost weighs on the small one); measured 3.8x with a "
-        "CPU burner beside it (best of three rounds: below 2x there once)",
+        "flops ratio is 9x, a call's fixed cost weighs on the small one); measured 3.1x to 5.6x "
+        "beside two CPU burners (13 runs, load 5-8; best of three rounds: below 2x there once)",
     ),
     Claim(
         "03",
@@ -60,7 +63,9 @@ CLAIMS = [
         ablation=Ablation(
             {
                 **ONE_OP,
-                "assert (on.bytes_accessed, off.bytes_accessed) == (pred_on, pred_off)": "pass",
+                "assert (on.bytes_accessed, off.bytes_accessed) == (pred_on, pred_off)": (
+                    "assert True or (on.bytes_accessed, off.bytes_accessed) == (pred_on, pred_off)"
+                ),
             },
             why="a one-op chain (y + y, no constant to broadcast): nothing to fuse",
             only=(*FUSION_CELLS, "ops_per_round, operands"),
@@ -106,7 +111,9 @@ CLAIMS = [
                     "    for _ in range(6):\n        y = jnp.maximum(y * 1.1 - 0.1, 0.05 * y)\n"
                     "    y = y @ y\n"
                 ),
-                'assert unfused_chain.cost["flops"] / moved < peaks.ridge': "pass",
+                'assert unfused_chain.cost["flops"] / moved < peaks.ridge': (
+                    'assert True or unfused_chain.cost["flops"] / moved < peaks.ridge'
+                ),
             },
             why="a 1024³ matrix product added to the chain: its time is arithmetic, not bytes",
             only=(
@@ -118,7 +125,7 @@ CLAIMS = [
             ),
         ),
         window="the roof from below; < 2.5x the memory prediction above (the best of two "
-        "seconds of rounds: measured 1.01x with a CPU burner beside it; the best of five rounds "
-        "was 1.8x there and above 2.5x at load 10)",
+        "seconds of rounds: measured 1.01x with a CPU burner beside it, 1.19x to 1.27x beside two "
+        "at load 7-8; the best of five rounds was 1.8x there and above 2.5x at load 10)",
     ),
 ]
