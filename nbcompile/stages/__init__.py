@@ -366,7 +366,7 @@ def compile_stages(
     one later calls of ``jitted`` run (:func:`~nbcompile._compat.adopt_executable`).
 
     ``beside_compile(closed_jaxpr, calls, pre_optimisation_text)`` (optional) is analysis work
-    that needs no compile: run in :class:`~nbcompile._compat.EarlyHlo`'s low-priority thread
+    that needs no compile: run in :class:`~nbcompile._compat.EarlyHlo`'s thread
     while XLA compiles, if there is time; ``Stages.early_hlo.beside()`` gives its result.
 
     Raises :class:`~nbcompile.errors.CompileError` naming the visible cell line and what to do.
