@@ -46,6 +46,7 @@ FIGURES = (
     "capture",
     "passes",
     "processes",
+    "calls",
 )
 
 
@@ -83,6 +84,8 @@ class Plan:
     )
     # %%compile on 2 processes vs 1 (issue 30): pairs, exchanges, MLP layers, width, batch
     processes: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+    # a user function called n times while tracing (issue 41): n, pairs, time / memory targets
+    calls: list[tuple[int, int, float | None, float | None]] = field(default_factory=list)
 
 
 FULL = Plan(
@@ -119,6 +122,7 @@ FULL = Plan(
     capture=[("GPT-2 small train", 7, 1.05)],
     passes=[("12-layer train", 5, 1.5, 3, 0.2, 0.5)],
     processes=(5, 20, 4, 512, 256),
+    calls=[(10_000, 2, 1.25, 1.2)],
 )
 
 QUICK = Plan(
@@ -138,6 +142,7 @@ QUICK = Plan(
     capture=[("GPT-2 1-layer train d64", 2, None)],
     passes=[("1-layer train d32", 1, None, 1, None, None)],
     processes=(1, 2, 1, 32, 8),
+    calls=[(300, 1, None, None)],
     # layout: not in --quick (tests/test_benchmarks.py lists the quick plan's rows); "quick" runs a
     # two-report corpus: python -m benchmarks --quick --only layout after setting it here
 )
@@ -295,6 +300,12 @@ def run(
         pairs, rounds, layers, width, batch = plan.processes
         step(f"%%compile on 2 processes vs 1 ({pairs} pairs; starting 3 engines)")
         rows.extend(_process_rows.process_rows(pairs, rounds, layers, width, batch))
+    if "calls" in figures:
+        from benchmarks import _many_calls
+
+        for n, pairs, time_target, memory_target in plan.calls:
+            step(f"{n} calls of one function ({pairs} pairs of fresh processes)")
+            rows.extend(_many_calls.many_calls_rows(n, pairs, time_target, memory_target))
     return rows, facts
 
 

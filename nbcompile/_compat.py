@@ -619,6 +619,7 @@ class EarlyHlo:
         self._over = threading.Event()
         self._result: tuple[str | None, BaseException | None] | None = None
         self.cpu_seconds = 0.0
+        self.trim_seconds = 0.0
         self._thread = threading.Thread(target=self._run, name="nbcompile-early-hlo", daemon=True)
         self._thread.start()
 
@@ -658,6 +659,12 @@ class EarlyHlo:
             self._result = (None, exc)
         finally:
             self._bytecode = b""
+            computation = None
+        # the conversion's C++ structures (MLIR, the HLO module: several times the text) are
+        # freed now, but into this thread's own heap arena, which XLA's compile threads do not
+        # reuse: handed back, they do not add to the compile's peak (10^4 calls: 870 -> 749 MB
+        # peak resident, plain jax.jit 682 MB)
+        self.trim_seconds = release_free_memory()
         text = self._result[0]
         if self._then is not None and text is not None and not self._over.is_set():
             with contextlib.suppress(Exception):  # the analysis redoes it, and raises there
@@ -688,6 +695,30 @@ class EarlyHlo:
         if result[1] is not None:
             raise result[1]
         return result[0]
+
+
+_TRIM: list[Any] = []  # glibc's malloc_trim, once looked up (None: not glibc)
+
+
+def release_free_memory() -> float:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim(0)``); returns
+    the seconds it took. Memory freed by one thread stays in that thread's arena, counted as
+    the process's, until trimmed. A no-op where the C library is not glibc (macOS, musl)."""
+    if not _TRIM:
+        import ctypes
+        import ctypes.util
+
+        fn = None
+        with contextlib.suppress(OSError, AttributeError, TypeError):
+            fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+            fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+        _TRIM.append(fn)
+    fn = _TRIM[0]
+    if fn is None:
+        return 0.0
+    t0 = time.perf_counter()
+    fn(0)
+    return time.perf_counter() - t0
 
 
 def name_scope(label: str) -> Any:

@@ -65,6 +65,9 @@ def _planned() -> list[tuple[str, str, int | None]]:
             ("%%compile 2 processes CPU", process_model(layers, width, batch), pairs),
             ("fingerprint exchange", "2 processes", rounds),
         ]
+    for n, pairs, _, _ in QUICK.calls:
+        model = f"{n:,} calls of one function"
+        out += [("many calls", model, pairs), ("many calls peak RSS", model, pairs)]
     return out
 
 

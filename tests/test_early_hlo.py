@@ -213,3 +213,36 @@ def test_the_early_thread_runs_at_the_callers_priority(monkeypatch):
         early.compile_done()
     early.beside()
     assert seen == [os.getpriority(os.PRIO_PROCESS, threading.get_native_id())]
+
+
+def test_the_conversion_is_let_go_of_before_the_heap_is_trimmed(monkeypatch):
+    # The conversion's C++ structures are freed into the thread's own heap arena, which XLA's
+    # compile threads do not reuse: trimmed (glibc's malloc_trim) once let go of, they are not
+    # part of the compile's peak (10^4 calls: 870 -> 749 MB peak, jax.jit 682; benchmarks'
+    # "many calls peak RSS" row). Trimming while the XlaComputation is still held frees nothing.
+    import sys
+    import threading
+
+    seen: list = []
+
+    def trim():
+        seen.append(sys._getframe(1).f_locals.get("computation", "absent"))
+        return 0.0
+
+    monkeypatch.setattr(_compat, "release_free_memory", trim)
+    fn, args = _slow_enough_program()
+    lowered = jax.jit(fn).lower(*args)
+    done = threading.Event()
+    _compile_outlasts(monkeypatch, done)
+    early = EarlyHlo(lowered, then=lambda text: done.set())
+    try:
+        lowered.compile()
+    finally:
+        early.compile_done()
+    early.beside()
+    assert seen == [None]
+
+
+def test_release_free_memory_answers_in_seconds():
+    seconds = _compat.release_free_memory()  # glibc here; a no-op elsewhere
+    assert isinstance(seconds, float) and seconds >= 0.0
