@@ -80,9 +80,10 @@ class CompilationCache:
             if identity not in self._items:
                 return None
             self._exact[key.exact] = identity
-        else:
-            # found by the exact digest: the same bytes, so the same identity
-            key.program, _, key.locations = identity.partition(":")
+        # the key of the program found: a probe's (traced without the call recording, so its
+        # operations are named otherwise, and its location digest differs) is the recorded
+        # program's, so the history sees the same program in the same places as last time
+        key.program, _, key.locations = identity.partition(":")
         self._items.move_to_end(identity)
         return self._items[identity]
 

@@ -125,3 +125,50 @@ def test_compare_shows_the_diff_view_of_two_targets(ip):
     result = nbcompile.compare(cpu, tpu)
     assert "kernel" in result.text()
     assert "text/html" in result._repr_mimebundle_()
+
+
+def test_an_unchanged_cell_run_again_and_again_reports_no_change(ip):
+    # A re-run is traced first without recording the user's calls, so its program names its
+    # operations otherwise and its location digest differs; found through the recorded
+    # program's alias, it is the same program in the same places. The "what changed" card
+    # called it "the same program, its code in other places" twice (with a 1.3 s visual diff
+    # at GPT-2 size) when the probe's exact digest was new: seen in the benchmark's re-run
+    # cells, run as here (the model from a file, a jax.jit trace of it between the runs) in
+    # a plain InteractiveShell. This shell does not meet a new exact digest, so the mechanism
+    # is pinned by the test below; this one keeps the property end to end.
+    import nbcompile
+
+    assert run(ip, "from benchmarks._extra_models import build\nmodel_fn, example = build('MLP')")
+    names = ", ".join(("params", "x", "y", "z")[: len(ip.user_ns["example"])])
+    assert run(ip, f"{names}, = example\nimport jax").success
+    cell = f"%%compile -q\ndef step({names}):\n    return model_fn({names})\nstep({names})\n"
+    anchor = f"_t = jax.jit(lambda {names}: model_fn({names})).trace({names})\n"
+    for k in range(6):
+        assert run(ip, cell).success
+        c = nbcompile.last()
+        assert c.cache_hit == (k > 0)
+        assert c.changes == (), (k, c.changes)
+        assert run(ip, anchor).success
+        assert "changes" not in c.report()["extras"], k
+
+
+def test_a_probe_found_through_its_alias_has_the_recorded_programs_key():
+    # The cache's side of the case above: a probe (traced without the call recording) whose
+    # exact digest is new but whose identity was aliased to the recorded program's is that
+    # program, and its key says so (the history compares keys). Before the fix its key kept the
+    # probe's own location digest, so the history saw "its code in other places".
+    from nbcompile.cache import CompilationCache
+    from nbcompile.stages.key import ProgramKey
+
+    def key(exact, locations):
+        return ProgramKey(exact, True, "", program="p", locations=locations, executable="e")
+
+    cache = CompilationCache()
+    recorded, probe = key("exact-recorded", "named"), key("exact-probe-1", "unnamed")
+    cache.put(recorded, "the program")
+    cache.alias(probe, recorded)
+    again = key("exact-probe-2", "unnamed")  # the same probe program, other exact bytes
+    assert cache.get(again) == "the program"
+    assert again.identity == recorded.identity
+    by_exact = key("exact-probe-1", "unnamed")
+    assert cache.get(by_exact) == "the program" and by_exact.identity == recorded.identity
