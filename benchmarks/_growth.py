@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from benchmarks._stats import Row, ratio_at_most
+from benchmarks._subprocs import run_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,23 +59,7 @@ def child(side: str, cells: int) -> dict[str, float]:
 
 
 def _run_side(side: str, cells: int) -> float:
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks._growth", side, str(cells)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1800,
-        check=False,
-        cwd=ROOT,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed")
-    marks = json.loads(proc.stdout.strip().splitlines()[-1])
+    marks = run_module("benchmarks._growth", side, str(cells))
     return (marks["end"] - marks["half"]) * 2**20 / (cells - cells // 2)
 
 

@@ -14,7 +14,6 @@ Run as ``python -m benchmarks._many_calls SIDE N`` in the child.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._stats import Row, ratio_at_most
+from benchmarks._subprocs import run_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,23 +69,7 @@ def child(side: str, n: int) -> dict[str, Any]:
 
 
 def _run_side(side: str, n: int) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks._many_calls", side, str(n)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1800,
-        check=False,
-        cwd=ROOT,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_module("benchmarks._many_calls", side, str(n))
 
 
 def many_calls_rows(n: int, pairs: int, time_target: float | None, memory_target: float | None):

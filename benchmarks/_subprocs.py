@@ -24,6 +24,7 @@ __all__ = [
     "jaxviz_sizes",
     "magic_rerun",
     "moved_code",
+    "run_module",
     "run_worker",
 ]
 
@@ -34,6 +35,28 @@ JAXVIZ_PIN = "jaxviz==0.1.4"
 
 class WorkerError(RuntimeError):
     pass
+
+
+def run_module(module: str, *args: str, timeout: float = 1800) -> Any:
+    """Run ``python -m module args...`` in a fresh interpreter (JAX on CPU, this checkout first
+    on the path); its last line of output is JSON, returned decoded."""
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+        cwd=ROOT,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def run_worker(
