@@ -169,7 +169,7 @@ def frozen_first_call(model: str, pairs: int, workdir: Path) -> Row:
 def magic_rerun(
     model: str, pairs: int, targeted: bool = True, lowering_target: float | None = None
 ) -> list[Row]:
-    """Unchanged ``%%compile`` cell re-runs, in two rows from the same interleaved cells.
+    """Unchanged ``%%compile`` cell re-runs, in three rows from the same interleaved cells.
 
     1. vs a plain cell calling the compiled function. The re-run does not call the model; the
        plain cell does. The +50 ms target is applied only where that call is negligible
@@ -177,6 +177,8 @@ def magic_rerun(
     2. vs JAX's own trace and lowering of the same model (a plain cell: ``jax.jit(lambda:
        ...).trace(...).lower()``), what every re-run pays since the key is the lowered program
        (SPEC §9.2); ``lowering_target`` is the ratio it may reach (None: informative).
+    3. vs the same JAX cell with the cyclic collector paused around it, as the re-run pauses
+       it (informative: the re-run's cost beyond a JAX that pays no full collections).
     """
     row = Row(
         "%%compile re-run",
@@ -199,13 +201,25 @@ def magic_rerun(
         note=f"{pairs} interleaved triples (same cells as the %%compile re-run row); the anchor "
         "cell traces and lowers the model through a fresh jax.jit, as the re-run must",
     )
+    paused = Row(
+        "%%compile re-run / trace+lower, gc paused",
+        model,
+        "s",
+        "unchanged %%compile cell",
+        "JAX trace + lower, collector paused",
+        note=f"{pairs} interleaved cells (same as the %%compile re-run row); informative: the "
+        "anchor cell pauses Python's cyclic collector around JAX's trace and lowering, as the "
+        "re-run pauses it (nbcompile/_gc.py), so neither side pays the full collections a "
+        "trace sets off",
+    )
     try:
         result = run_worker("magic", model, str(pairs))
     except (WorkerError, subprocess.TimeoutExpired) as exc:
-        row.note = lowering.note = str(exc)[:300]
-        return [row, lowering]
+        row.note = lowering.note = paused.note = str(exc)[:300]
+        return [row, lowering, paused]
     row.set_pairs(result["subject"], result["anchor"])
     lowering.set_pairs(result["subject"], result["trace_lower"])
+    paused.set_pairs(result["subject"], result["trace_lower_paused"])
     if not targeted and row.diff is not None:
         row.note += (
             f"; informative: the plain cell runs the model once, the re-run does not "
@@ -218,7 +232,7 @@ def magic_rerun(
         )
         lowering.note += f"; the re-run's own phases (medians, ms): {parts}"
     hits = result.get("cache_hits", [])
-    for r in (row, lowering):
+    for r in (row, lowering, paused):
         r.extra["first_run_seconds"] = result["first_run_seconds"]
         r.extra["xla_compiles_during_reruns"] = result["xla_compiles_during_reruns"]
         r.extra["cache_hits"] = f"{sum(hits)}/{len(hits)}"
@@ -227,7 +241,7 @@ def magic_rerun(
             r.note += f"; WARNING: {result['xla_compiles_during_reruns']} XLA compiles in re-runs"
         if not all(hits):
             r.note += f"; WARNING: cache hits {sum(hits)}/{len(hits)}"
-    return [row, lowering]
+    return [row, lowering, paused]
 
 
 def moved_code(model: str, pairs: int) -> Row:

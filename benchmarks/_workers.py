@@ -7,7 +7,8 @@ one JSON object to RESULT.json:
 - ``frozen-first-call MODEL PATH``: ``nbcompile.load(PATH)(*inputs)`` (load + first call);
 - ``magic MODEL PAIRS``: an unchanged ``%%compile`` cell re-run in a real IPython shell vs a
   plain cell that calls the compiled function and a plain cell that traces and lowers the same
-  model with JAX (what every re-run must pay), interleaved;
+  model with JAX (what every re-run must pay), and that cell with the cyclic collector paused
+  (as the re-run pauses it), interleaved;
 - ``moved MODEL PAIRS``: the cell re-run with its code moved (a comment line more each time)
   vs the same cell forced to compile, interleaved;
 - ``jaxviz MODEL...``: size of jaxviz's HTML (run with the peer's folder on PYTHONPATH).
@@ -109,22 +110,33 @@ def magic(model: str, pairs: int) -> dict[str, Any]:
     # what every re-run must pay (SPEC §9.2): JAX's own trace and lowering of the same model,
     # through a fresh function each time so that JAX's trace cache serves nothing
     lower_cell = f"_lowered = jax.jit(lambda {names}: model_fn({names})).trace({names}).lower()\n"
-    run("import jax")
+    # the same with the cyclic collector paused, as the re-run pauses it (nbcompile/_gc.py):
+    # JAX's trace and lowering without the full collections that whichever cell crosses the
+    # collector's threshold pays (informative: what the re-run costs beyond a collector-free JAX)
+    paused_cell = f"gc.disable()\ntry:\n    {lower_cell}finally:\n    gc.enable()\n"
+    run("import jax, gc")
     first = run(magic_cell)
     compiled = shell.user_ns["step"]
     if not hasattr(compiled, "compilation"):
         raise RuntimeError("%%compile did not bind the compiled function")
     run(plain_cell)  # warm the plain path too
     run(lower_cell)
+    run(paused_cell)
     before = counter.count
     subj: list[float] = []
     anch: list[float] = []
     lowering: list[float] = []
+    paused: list[float] = []
     hits: list[bool] = []
     steps: dict[str, list[float]] = {}
     for i in range(pairs):
-        order = [(subj, magic_cell), (anch, plain_cell), (lowering, lower_cell)]
-        for out, cell in order[i % 3 :] + order[: i % 3]:
+        order = [
+            (subj, magic_cell),
+            (anch, plain_cell),
+            (lowering, lower_cell),
+            (paused, paused_cell),
+        ]
+        for out, cell in order[i % 4 :] + order[: i % 4]:
             out.append(run(cell))
             if cell is magic_cell:
                 c = shell.user_ns["step"].compilation
@@ -135,6 +147,7 @@ def magic(model: str, pairs: int) -> dict[str, Any]:
         "subject": subj,
         "anchor": anch,
         "trace_lower": lowering,
+        "trace_lower_paused": paused,
         "cache_hits": hits,
         "steps": {k: v for k, v in steps.items() if "." not in k},
         "first_run_seconds": first,

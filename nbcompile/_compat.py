@@ -13,6 +13,7 @@ import glob
 import hashlib
 import importlib.util
 import io
+import itertools
 import logging
 import os
 import re
@@ -49,13 +50,19 @@ def persistent_cache_disabled() -> Iterator[None]:
         compilation_cache.reset_cache()
 
 
+_FRESH = itertools.count()  # see compile_fresh
+
+
 def compile_fresh(lowered: Any, compiler_options: dict[str, Any] | None = None) -> Any:
     """``lowered.compile(compiler_options)`` with XLA really compiling: not served by JAX's
     persistent cache, nor by its in-memory cache of this ``Lowered`` (keyed on the options: a
     no-op debug option, ``xla_dump_max_hlo_modules``, which dumps nothing without
-    ``xla_dump_to``, makes the key new). For figures that need a compile: its time, a fresh
-    executable's metadata. Checked with JAX 0.10.2."""
-    options = {"xla_dump_max_hlo_modules": -1, **(compiler_options or {})}
+    ``xla_dump_to``, makes the key new: a value of its own for each call, any negative one
+    meaning no limit, so a second fresh compile of one ``Lowered`` is not served by the first's
+    entry while that lives). For figures that need a compile: its time, a fresh executable's
+    metadata. Checked with JAX 0.10.2 and 0.12."""
+    fresh = -1 - next(_FRESH)
+    options = {"xla_dump_max_hlo_modules": fresh, **(compiler_options or {})}
     with persistent_cache_disabled():
         return lowered.compile(compiler_options=options)
 

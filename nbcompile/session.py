@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 
+from . import _gc
 from .cache import CompilationCache, program_key
 from .capture.cell import (
     Captured,
@@ -30,7 +31,7 @@ from .capture.cell import (
     snapshot,
     store_line,
 )
-from .capture.models import adapt
+from .capture.models import Adapted, adapt
 from .compilation import Compilation, _as_argnums
 from .errors import NbcompileError, TraceError
 from .history import History
@@ -241,6 +242,27 @@ class Session:
         fn, args, kwargs = evaluate_call(captured, namespace)
         adapted = adapt(fn, args, kwargs)
         clock.lap("run")
+        # The collector paused from the trace on (nbcompile/_gc.py): a re-run's trace and
+        # lowering, dropped on a cache hit, are freed when _program returns, before it resumes;
+        # running, they would be promoted and set off a full collection of the heap (~300 ms at
+        # GPT-2 size, every other re-run). The user's own code above (run_body) runs with it on.
+        with _gc.paused():
+            return self._program(
+                captured, options, namespace, progress, clock, cell_id, fn, adapted
+            )
+
+    def _program(
+        self,
+        captured: Captured,
+        options: CellOptions,
+        namespace: dict[str, Any],
+        progress: Progress | None,
+        clock: _Clock,
+        cell_id: str | None,
+        fn: Any,
+        adapted: Adapted,
+    ) -> CellResult:
+        __tracebackhide__ = True
         body = "\n".join(captured.source.lines[1:])  # the %%compile line is in compile_key()
         compile_key = options.compile_key()
         request = options.request()

@@ -35,6 +35,7 @@ def _planned() -> list[tuple[str, str, int | None]]:
     out += [("frozen load+1st call", m, p) for m, p in QUICK.frozen]
     out += [("%%compile re-run", m, p) for m, p, _, _ in QUICK.magic]
     out += [("%%compile re-run / trace+lower", m, p) for m, p, _, _ in QUICK.magic]
+    out += [("%%compile re-run / trace+lower, gc paused", m, p) for m, p, _, _ in QUICK.magic]
     out += [("--profile overhead", m, p) for m, p, _ in QUICK.profile]
     out += [("calibration", "CPU peaks", QUICK.calibration)] if QUICK.calibration else []
     cells, pairs = QUICK.growth
@@ -134,6 +135,8 @@ def test_measurements_did_what_they_claim(quick_run):
     assert lowering_row["anchor"] is not None, lowering_row["note"]
     # every re-run traced and lowered (SPEC §9.2), and says so in its timings
     assert {"trace", "lower"} <= set(lowering_row["extra"]["rerun_steps_median_seconds"])
+    paused_row = rows[("%%compile re-run / trace+lower, gc paused", QUICK.magic[0][0])]
+    assert paused_row["anchor"]["n"] == QUICK.magic[0][1], paused_row["note"]
     size_row = rows[("displayed bytes", QUICK.size[0])]
     assert size_row["subject"]["median"] == sum(size_row["extra"]["parts"].values())
     assert "text/plain" in size_row["extra"]["parts"]

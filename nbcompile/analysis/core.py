@@ -9,13 +9,13 @@ Anything a backend cannot give stays None, and a note says why.
 from __future__ import annotations
 
 import contextlib
-import gc
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .. import _gc
 from .._compat import stablehlo_ops
 from ..capture.source import Location
 from .artifacts import Artifacts
@@ -359,19 +359,6 @@ class _Clock:
         self._last = self.timer()
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Analysis allocates ~10^5 small acyclic objects; the cyclic collector would walk the
-    whole heap (JAX's included) several times meanwhile (20-60 ms on a 12-layer train step)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 @dataclass
 class TracedPart:
     """The part of an analysis that needs only the traced program (and the pre-optimisation
@@ -424,7 +411,7 @@ def _traced_part(artifacts: Artifacts, grad: bool) -> TracedPart:
 
 def analyse(artifacts: Artifacts) -> Analysis:
     """Analyse one compile: graphs, fusions, folding, gradient, cost, per-line map."""
-    with _gc_paused():
+    with _gc.paused():  # ~10^5 small acyclic objects; see _gc
         return _analyse(artifacts)
 
 

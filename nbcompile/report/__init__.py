@@ -235,5 +235,7 @@ def forget_memos() -> None:
     html._PACKED.clear()
     html._ENCODED.clear()
     html._TEXT.clear()
+    html._PREFIXES.clear()
+    html._SHARED.clear()
     svg._SCENES.clear()
     _LEANED.clear()
