@@ -150,9 +150,11 @@ def process_rows(pairs: int, rounds: int, layers: int, width: int, batch: int) -
             "s",
             "%%compile -f on 2 JAX processes (slower)",
             "the same on 1 process, 2 devices",
-            target=ratio_at_most(1.3),
+            # informative: on a 2-core machine the second engine waits for a core; the target
+            # is the CPU row's (issue 39)
             note=f"{pairs} pairs; ipyparallel engines from nbcompile.cluster; each engine times "
-            "its own cell (exchange and display included); same 2-device global program",
+            "its own cell (exchange and display included); same 2-device global program; wall "
+            "time, informative (2 processes share the machine's cores; the CPU row is targeted)",
         ),
         Row(
             "%%compile 2 processes CPU",
