@@ -15,8 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "nbcompile"
 
-#: units any unit may import: errors, formatting, version notes for JAX/IPython internals
-LEAVES = {"errors", "units", "_compat", "_dirs", "__version__"}
+#: units any unit may import: errors, formatting, version notes for JAX/IPython internals, the
+#: collector pause (_gc)
+LEAVES = {"errors", "units", "_compat", "_dirs", "_gc", "__version__"}
 
 #: unit -> the units it may import (besides LEAVES)
 ALLOWED: dict[str, set[str]] = {
