@@ -106,15 +106,17 @@ def _child_of(frame: Any) -> Any:
     """The frame ``frame`` calls (None: not on this thread's stack). Found in JAX's traceback
     of this moment, which reads the stack without making a frame object of each frame (walking
     ``f_back`` would, and each such frame's return then copies it: ~5 % of a trace)."""
-    ids = list(map(id, _namestack.stack_codes()))  # [k]: sys._getframe(k) here
-    code = id(frame.f_code)
+    codes = _namestack.stack_codes()  # [k]: sys._getframe(k) here
+    code = frame.f_code
     i = 0
     while True:
+        # ``index`` compares by identity first; another code object equal to this one (a copy
+        # of the same source) is skipped by the checks below
         try:
-            i = ids.index(code, i + 1)
+            i = codes.index(code, i + 1)
         except ValueError:
             return None
-        if sys._getframe(i) is frame:  # not another frame of the same code (recursion)
+        if codes[i] is code and sys._getframe(i) is frame:  # not a recursion's other frame
             return sys._getframe(i - 1)
 
 
