@@ -106,9 +106,9 @@ def _child_of(frame: Any) -> Any:
     """The frame ``frame`` calls (None: not on this thread's stack). Found in JAX's traceback
     of this moment, which reads the stack without making a frame object of each frame (walking
     ``f_back`` would, and each such frame's return then copies it: ~5 % of a trace)."""
-    codes = _namestack.stack_codes()  # [k]: sys._getframe(k) here
+    codes = _namestack.stack_codes()  # [k + 1]: sys._getframe(k) here
     code = frame.f_code
-    i = 0
+    i = 1
     while True:
         # ``index`` compares by identity first; another code object equal to this one (a copy
         # of the same source) is skipped by the checks below
@@ -116,8 +116,8 @@ def _child_of(frame: Any) -> Any:
             i = codes.index(code, i + 1)
         except ValueError:
             return None
-        if codes[i] is code and sys._getframe(i) is frame:  # not a recursion's other frame
-            return sys._getframe(i - 1)
+        if codes[i] is code and sys._getframe(i - 1) is frame:  # not a recursion's other frame
+            return sys._getframe(i - 2)
 
 
 @contextlib.contextmanager

@@ -58,7 +58,8 @@ class Call:
     file: str | None = None
     line: int | None = None
     ancestors: tuple[Call, ...] = ()  # root first, self last
-    ancestor_ids: frozenset[int] = frozenset()  # their ids
+    # their ids: made when first asked for (see ancestor_ids), for the few calls asked
+    ids: frozenset[int] | None = field(default=None, repr=False)
     shown: Call | None = field(default=None, repr=False)  # the innermost of them not transparent
     frame: Any = field(default=None, repr=False)  # keeps the frame alive: ids stay unique
     scope: Any = field(default=None, repr=False)  # its name stack element
@@ -67,6 +68,14 @@ class Call:
     chain: tuple[int, list[Call]] | None = field(default=None, repr=False)
     # (stack, barrier, name stack): the last answer of :func:`interleave` for this call
     memo: tuple[Any, Any, Any] | None = field(default=None, repr=False)
+
+    @property
+    def ancestor_ids(self) -> frozenset[int]:
+        """The ids of :attr:`ancestors` (asked of barriers and scope owners only)."""
+        ids = self.ids
+        if ids is None:
+            ids = self.ids = frozenset(map(id, self.ancestors))
+        return ids
 
 
 @dataclass
@@ -276,7 +285,15 @@ class Recorder:
                 current = self._library_call(caller, callee, current, below)
         return current
 
-    def _add(self, frame: Any, name: str, kind: str, parent: Call | None, **where: Any) -> Call:
+    def _add(
+        self,
+        frame: Any,
+        name: str,
+        kind: str,
+        parent: Call | None,
+        file: str | None = None,
+        line: int | None = None,
+    ) -> Call:
         if len(self.log.calls) >= MAX_CALLS:
             self.log.capped = len(self.log.calls)
             raise CallsCapped(f"{self.log.capped} calls recorded: recording stops")
@@ -290,9 +307,9 @@ class Recorder:
             label = f"{name}#{n}" if numbered else (name if n == 1 else f"{name}#{n}")
         else:
             label = name
-        call = Call(label, name, kind, parent, frame=frame, **where)
-        call.ancestors = (*(parent.ancestors if parent else ()), call)
-        call.ancestor_ids = (parent.ancestor_ids if parent else frozenset()) | {id(call)}
+        call = Call(label, name, kind, parent, file, line)
+        call.frame = frame
+        call.ancestors = (*parent.ancestors, call) if parent is not None else (call,)
         call.shown = call if kind != "transparent" else (parent.shown if parent else None)
         if kind != "transparent":  # a transparent call is never in a name stack
             call.scope = _compat.name_scope(label)
@@ -412,7 +429,8 @@ def interleave(rec: Recorder, stack: tuple[Any, ...], call: Call | None) -> Any:
         if memo is not None and memo[1] is barrier and (memo[0] is stack or same(memo[0], stack)):
             return memo[2]
     key = (tuple(map(id, stack)), id(call), id(barrier))
-    hit = rec.merged.get(key)
+    # a call not shown before has no answer kept (its first: most calls meet one stack)
+    hit = rec.merged.get(key) if memo is not None else None
     if hit is not None and hit[0][1] is call and hit[0][2] is barrier:
         out = hit[1]
     else:
@@ -450,5 +468,5 @@ def _merge(rec: Recorder, stack: tuple[Any, ...], call: Call | None) -> list[Any
             out.append(labels[placed].scope)
             placed += 1
         out.append(elem)
-    out.extend(c.scope for c in labels[placed:])
+    out.extend([c.scope for c in labels[placed:]])
     return out
