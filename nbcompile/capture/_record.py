@@ -58,8 +58,7 @@ class Call:
     file: str | None = None
     line: int | None = None
     ancestors: tuple[Call, ...] = ()  # root first, self last
-    # their ids: made when first asked for (see ancestor_ids), for the few calls asked
-    ids: frozenset[int] | None = field(default=None, repr=False)
+    ancestor_ids: frozenset[int] = frozenset()  # their ids
     shown: Call | None = field(default=None, repr=False)  # the innermost of them not transparent
     frame: Any = field(default=None, repr=False)  # keeps the frame alive: ids stay unique
     scope: Any = field(default=None, repr=False)  # its name stack element
@@ -68,14 +67,6 @@ class Call:
     chain: tuple[int, list[Call]] | None = field(default=None, repr=False)
     # (stack, barrier, name stack): the last answer of :func:`interleave` for this call
     memo: tuple[Any, Any, Any] | None = field(default=None, repr=False)
-
-    @property
-    def ancestor_ids(self) -> frozenset[int]:
-        """The ids of :attr:`ancestors` (asked of barriers and scope owners only)."""
-        ids = self.ids
-        if ids is None:
-            ids = self.ids = frozenset(map(id, self.ancestors))
-        return ids
 
 
 @dataclass
@@ -310,6 +301,7 @@ class Recorder:
         call = Call(label, name, kind, parent, file, line)
         call.frame = frame
         call.ancestors = (*parent.ancestors, call) if parent is not None else (call,)
+        call.ancestor_ids = (parent.ancestor_ids if parent else frozenset()) | {id(call)}
         call.shown = call if kind != "transparent" else (parent.shown if parent else None)
         if kind != "transparent":  # a transparent call is never in a name stack
             call.scope = _compat.name_scope(label)
