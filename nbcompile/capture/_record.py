@@ -276,15 +276,7 @@ class Recorder:
                 current = self._library_call(caller, callee, current, below)
         return current
 
-    def _add(
-        self,
-        frame: Any,
-        name: str,
-        kind: str,
-        parent: Call | None,
-        file: str | None = None,
-        line: int | None = None,
-    ) -> Call:
+    def _add(self, frame: Any, name: str, kind: str, parent: Call | None, **where: Any) -> Call:
         if len(self.log.calls) >= MAX_CALLS:
             self.log.capped = len(self.log.calls)
             raise CallsCapped(f"{self.log.capped} calls recorded: recording stops")
@@ -298,9 +290,8 @@ class Recorder:
             label = f"{name}#{n}" if numbered else (name if n == 1 else f"{name}#{n}")
         else:
             label = name
-        call = Call(label, name, kind, parent, file, line)
-        call.frame = frame
-        call.ancestors = (*parent.ancestors, call) if parent is not None else (call,)
+        call = Call(label, name, kind, parent, frame=frame, **where)
+        call.ancestors = (*(parent.ancestors if parent else ()), call)
         call.ancestor_ids = (parent.ancestor_ids if parent else frozenset()) | {id(call)}
         call.shown = call if kind != "transparent" else (parent.shown if parent else None)
         if kind != "transparent":  # a transparent call is never in a name stack
@@ -421,8 +412,7 @@ def interleave(rec: Recorder, stack: tuple[Any, ...], call: Call | None) -> Any:
         if memo is not None and memo[1] is barrier and (memo[0] is stack or same(memo[0], stack)):
             return memo[2]
     key = (tuple(map(id, stack)), id(call), id(barrier))
-    # a call not shown before has no answer kept (its first: most calls meet one stack)
-    hit = rec.merged.get(key) if memo is not None else None
+    hit = rec.merged.get(key)
     if hit is not None and hit[0][1] is call and hit[0][2] is barrier:
         out = hit[1]
     else:
@@ -460,5 +450,5 @@ def _merge(rec: Recorder, stack: tuple[Any, ...], call: Call | None) -> list[Any
             out.append(labels[placed].scope)
             placed += 1
         out.append(elem)
-    out.extend([c.scope for c in labels[placed:]])
+    out.extend(c.scope for c in labels[placed:])
     return out
