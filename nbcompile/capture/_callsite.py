@@ -162,8 +162,18 @@ def calls_model(frame: Any) -> bool:
 
 
 def is_model(owner: Any) -> bool:
-    for klass in type(owner).__mro__:
-        module = getattr(klass, "__module__", "") or ""
-        if module.split(".", 1)[0] in _MODEL_LIBS:
-            return True
-    return False
+    kind = type(owner)
+    hit = _MODEL_TYPES.get(kind)
+    if hit is None:
+        if len(_MODEL_TYPES) >= 4096:
+            _MODEL_TYPES.clear()
+        hit = _MODEL_TYPES[kind] = any(
+            (getattr(klass, "__module__", "") or "").split(".", 1)[0] in _MODEL_LIBS
+            for klass in kind.__mro__
+        )
+    return hit
+
+
+# type -> whether a model library's (asked for each library call's ``self``: tracers mostly);
+# holds the types, so a key is never another type's
+_MODEL_TYPES: dict[type, bool] = {}

@@ -152,9 +152,10 @@ def _users_function(obj: Any, is_user: Callable[[Any], bool]) -> bool:
 
 
 def stack_codes() -> list[Any]:
-    """The code objects of this thread's Python frames, innermost first, ``[0]`` the caller of
-    this function: read by jaxlib's ``Traceback`` without making frame objects."""
-    return _xc.Traceback.get_traceback().raw_frames()[0][1:]
+    """The code objects of this thread's Python frames, innermost first, ``[1]`` the caller of
+    this function (``[0]``: this function): read by jaxlib's ``Traceback`` without making frame
+    objects."""
+    return _xc.Traceback.get_traceback().raw_frames()[0]
 
 
 def name_stack(elems: list[Any]) -> Any:

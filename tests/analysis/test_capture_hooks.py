@@ -16,6 +16,7 @@ The model is this test file's own functions: a test file is the user's code.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import jax
@@ -268,3 +269,23 @@ def test_a_user_function_equal_to_a_library_one_is_still_the_users(tmp_path, bac
         "relay#2", "relay#2",
         "double_sin#1/sin", "double_sin#1",  # the user's copy: a call of its own
     ]  # fmt: skip
+
+
+@backends
+def test_a_library_copy_of_the_users_function_inside_its_call_is_not_the_user(tmp_path, backend):
+    # The user's `relay` calls the library's equal copy of it (through a partial). The
+    # monitoring backend finds the frame the user's relay is calling by looking its code up in
+    # the stack (list.index: equality), where the library's copy, running inside the call, is
+    # nearer the equation; a look-up that stopped at that equal copy would lose the call `f`
+    # the user's relay makes (checked: it fails so).
+    lib, mine = _twins(tmp_path)
+    assert lib["relay"].__code__ == mine["relay"].__code__
+    inner = functools.partial(lib["relay"], lib["double_sin"])
+
+    def relay_model(x):
+        return mine["relay"](inner, x)
+
+    log, traced = _trace(relay_model, X, backend=backend)
+    assert log.complete
+    assert _labels(log) == ["relay_model", "relay#1", "f"]
+    assert _stacks(traced) == ["relay#1/f", "relay#1/f"]  # sin and the product, inside f
