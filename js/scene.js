@@ -473,7 +473,7 @@ function route(byKey, a, holders) {
   if (a.flat) {
     // sideways between two boxes of one row (a residual), from the facing sides: the two
     // children of the innermost facing pair that hold the ends, or of an outer pair (at last of
-    // the common box) where the line would run through another box
+    // the common box) where the line would pass within CLEARANCE of another box
     const sideways = (k) => {
       const p = byKey.get(k < 0 ? a.cu[0] : a.cu[k + 1]), q = byKey.get(k < 0 ? a.cv[0] : a.cv[k + 1]);
       const ltr = p.x <= q.x;
@@ -483,7 +483,7 @@ function route(byKey, a, holders) {
       const line = curve(p, q);
       for (const b of byKey.values()) {
         if (holders.has(b.key)) continue;
-        for (let i = 1; i < line.length; i++) if (segmentHits(line[i - 1], line[i], b)) return false;
+        for (let i = 1; i < line.length; i++) if (segmentHits(line[i - 1], line[i], b, CLEARANCE)) return false;
       }
       return true;
     };
@@ -553,9 +553,16 @@ function curve(p, q) {
   return out;
 }
 
-/** Does the segment pq run strictly inside box b (shrunk by 1 px)? Liang-Barsky clipping. */
-function segmentHits(p, q, b) {
-  const x0 = b.x + 1, y0 = b.y + 1, x1 = b.x + b.w - 1, y1 = b.y + b.h - 1;
+/** How near (px) a sideways line may pass a box it does not join: half the gap the layout keeps
+ * beside a line that runs down (GAP.dummy), so it never seems to touch one, and more than
+ * pathData's whole-pixel rounding moves it (about 1 px). A line that only stayed outside the exact box grazed a corner
+ * by 0.05 px and was drawn 1 px into it (a train step's `blocks_3 (backward)`). */
+const CLEARANCE = GAP.dummy / 2;
+
+/** Does the segment pq come nearer than `margin` px to box b (run strictly inside b grown by
+ * `margin`)? Liang-Barsky clipping. */
+function segmentHits(p, q, b, margin) {
+  const x0 = b.x - margin, y0 = b.y - margin, x1 = b.x + b.w + margin, y1 = b.y + b.h + margin;
   let t0 = 0, t1 = 1;
   const dx = q[0] - p[0], dy = q[1] - p[1];
   for (const [pp, qq] of [[-dx, p[0] - x0], [dx, x1 - p[0]], [-dy, p[1] - y0], [dy, y1 - p[1]]]) {

@@ -725,7 +725,7 @@ def _route(by_key: dict[str, Box], a: SceneEdge, holders: set[str]) -> list[tupl
     if a.flat:
         # sideways between two boxes of one row (a residual), from the facing sides: the two
         # children of the innermost facing pair that hold the ends, or of an outer pair (at last
-        # of the common box) where the line would run through another box
+        # of the common box) where the line would pass within CLEARANCE of another box
         def sideways(k: int) -> list[tuple[float, float]]:
             p = by_key[a.cu[0] if k < 0 else a.cu[k + 1]]
             q = by_key[a.cv[0] if k < 0 else a.cv[k + 1]]
@@ -741,7 +741,7 @@ def _route(by_key: dict[str, Box], a: SceneEdge, holders: set[str]) -> list[tupl
                 if b.key in holders:
                     continue
                 for i in range(1, len(line)):
-                    if _segment_hits(line[i - 1], line[i], b):
+                    if _segment_hits(line[i - 1], line[i], b, CLEARANCE):
                         return False
             return True
 
@@ -825,9 +825,17 @@ def _curve(p: tuple[float, float], q: tuple[float, float]) -> list[tuple[float, 
     return out
 
 
-def _segment_hits(p: tuple[float, float], q: tuple[float, float], b: Box) -> bool:
-    """Does the segment pq run strictly inside box b (shrunk by 1 px)? Liang-Barsky clipping."""
-    x0, y0, x1, y1 = b.x + 1, b.y + 1, b.x + b.w - 1, b.y + b.h - 1
+#: How near (px) a sideways line may pass a box it does not join: half the gap the layout keeps
+#: beside a line that runs down (GAP["dummy"]), so it never seems to touch one, and more than
+#: path_data's whole-pixel rounding moves it (about 1 px). A line that only stayed outside the exact box grazed a corner
+#: by 0.05 px and was drawn 1 px into it (a train step's ``blocks_3 (backward)``).
+CLEARANCE = GAP["dummy"] / 2
+
+
+def _segment_hits(p: tuple[float, float], q: tuple[float, float], b: Box, margin: float) -> bool:
+    """Does the segment pq come nearer than ``margin`` px to box b (run strictly inside b grown
+    by ``margin``)? Liang-Barsky clipping."""
+    x0, y0, x1, y1 = b.x - margin, b.y - margin, b.x + b.w + margin, b.y + b.h + margin
     t0, t1 = 0.0, 1.0
     dx, dy = q[0] - p[0], q[1] - p[1]
     for pp, qq in ((-dx, p[0] - x0), (dx, x1 - p[0]), (-dy, p[1] - y0), (dy, y1 - p[1])):

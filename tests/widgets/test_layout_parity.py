@@ -14,6 +14,8 @@ import pytest
 from nbcompile.report.graphmodel import prepare_graph
 from nbcompile.report.scene import build_scene, initial_expansion
 
+from .test_layout import edges_through, layout_case
+
 REPO = Path(__file__).resolve().parents[2]
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js runs the front end's layout")
@@ -67,7 +69,10 @@ def _same(a: Any, b: Any, path: str = "") -> str | None:
     return f"{path}: {a!r} != {b!r}"
 
 
-def _check(report: dict[str, Any], tmp_path: Path, limit: int = 60, budget: int = 400) -> None:
+def _check(
+    report: dict[str, Any], tmp_path: Path, limit: int = 60, budget: int = 400
+) -> dict[str, Any]:
+    """Both engines lay out ``report`` alike; the front end's scenes (as scene-dump prints them)."""
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report))
     js = json.loads(
@@ -89,6 +94,7 @@ def _check(report: dict[str, Any], tmp_path: Path, limit: int = 60, budget: int 
     assert js.keys() == py.keys()
     assert sum(len(v["edges"]) for v in py.values()) > 0
     assert _same(js, py) is None, _same(js, py)
+    return js
 
 
 def test_fixtures_lay_out_identically(small_report, big_report, tmp_path):
@@ -108,3 +114,17 @@ def test_real_gradient_report_lays_out_identically(tmp_path, relaxed_dtypes):
 
     params = {"w1": jnp.ones((16, 32)), "b1": jnp.zeros(32), "w2": jnp.ones((32, 4))}
     _check(nbcompile.compile(loss, params, jnp.ones((8, 16)), grad=0).report(), tmp_path)
+
+
+def test_front_end_draws_no_edge_through_the_box_beside_a_merged_backward_chunk(tmp_path):
+    """The front end's own scene of the case test_layout keeps (a train step whose backward
+    blocks merge into chunks), checked as drawn: no edge runs through a box it neither starts nor
+    ends in (the layout bench's "edges through boxes" row had these 2), and Python draws the
+    same."""
+    report = layout_case("value_and_grad_net")
+    js = _check(report, tmp_path, limit=60)["compiled"]
+    pg = prepare_graph(report["graphs"]["compiled"], report)
+    rects = {k: (x, y, w, h) for k, x, y, w, h, *_ in js["boxes"]}
+    assert len(rects) > 50 and len(js["edges"]) > 100
+    through = edges_through(pg, rects, [(u, v, pts) for u, v, _n, _up, pts in js["edges"]])
+    assert not through, through
