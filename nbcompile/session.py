@@ -192,16 +192,24 @@ def unlink_evicted(program: Any) -> None:
     cannot be seen: the jitted function is held by the stages alone (not by the user's
     namespace or any other name) and the run by the jitted function alone (not by ``_``,
     ``Out``, ``nbcompile.last()`` or a variable); otherwise the collector frees them when
-    they are let go. Reference counts as CPython 3.11 and 3.13 keep them: ``getrefcount``'s
-    own argument and one local name each.
+    they are let go. The reference counts are compared with those of an object held the same
+    way (one holder and one local name), not with a number: what ``getrefcount`` adds for its
+    own argument changes between CPython versions (checked on 3.11 and 3.13).
     """
     jitted = getattr(getattr(program, "stages", None), "jitted", None)
     run = getattr(jitted, "compilation", None)
     if run is None or getattr(run, "program", None) is not program:
         return
-    # jitted: the stages, this name, the argument; run: jitted's attribute, this name, the argument
-    if sys.getrefcount(jitted) == 3 and sys.getrefcount(run) == 3:
+    probe = _Probe()
+    holder = [probe]  # like the stages holding jitted, and jitted's attribute holding run
+    alone = sys.getrefcount(probe)
+    if sys.getrefcount(jitted) == alone and sys.getrefcount(run) == alone:
         del jitted.compilation
+    del holder
+
+
+class _Probe:
+    """An object held once, to read what one holder and one local name count to."""
 
 
 class Session:
