@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,9 @@ class CompilationCache:
     are a probe's digests (:meth:`alias`: the run's trace without call recording).
     """
 
-    def __init__(self, size: int = 64) -> None:
+    def __init__(self, size: int = 64, on_evict: Callable[[Any], None] | None = None) -> None:
         self.size = size
+        self._on_evict = on_evict  # told each program the cache lets go of (evicted, cleared)
         self._items: OrderedDict[str, Any] = OrderedDict()  # identity -> Program
         self._exact: dict[str, str] = {}  # exact digest -> identity
         self._cells: dict[str, str] = {}  # identity -> the cell_digest it was stored from
@@ -98,9 +100,12 @@ class CompilationCache:
         if key.executable is not None:
             self._executables[key.executable] = identity
         while len(self._items) > self.size:
-            gone, _ = self._items.popitem(last=False)
+            gone, program = self._items.popitem(last=False)
             self._cells.pop(gone, None)
             self._executables = {k: v for k, v in self._executables.items() if v != gone}
+            if self._on_evict is not None:
+                self._on_evict(program)
+            del program
         if len(self._exact) > 4 * self.size:
             self._exact = {k: v for k, v in self._exact.items() if v in self._items}
 
@@ -108,7 +113,11 @@ class CompilationCache:
         return len(self._items)
 
     def clear(self) -> None:
+        programs = list(self._items.values())
         self._items.clear()
+        if self._on_evict is not None:
+            while programs:
+                self._on_evict(programs.pop())
         self._exact.clear()
         self._cells.clear()
         self._executables.clear()

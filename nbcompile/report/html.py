@@ -362,6 +362,28 @@ def _script_safe(js: str) -> str:
     return js.replace("</script", "<\\/script").replace("<!--", "<\\!--")
 
 
+# an element whose text is not HTML: a character reference there is not decoded
+_RAW_TEXT = re.compile(r"<(script|style)\b.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
+
+
+def _ascii_html(text: str) -> str:
+    """``text`` with each non-ASCII character outside ``<script>`` / ``<style>`` written as a
+    character reference (``→`` as ``&#8594;``): the browser shows the same page. A Python
+    string holding even one character past U+00FF takes two bytes per character, and IPython
+    keeps every output's bundle for the session (IPython >= 9, ``history_manager.outputs``):
+    a few arrows in a card made each ~32 KB fallback cost ~64 KB for as long as the kernel runs.
+    """
+    if text.isascii():
+        return text
+    out, at = [], 0
+    for raw in _RAW_TEXT.finditer(text):
+        out.append(text[at : raw.start()].encode("ascii", "xmlcharrefreplace").decode("ascii"))
+        out.append(raw.group(0))
+        at = raw.end()
+    out.append(text[at:].encode("ascii", "xmlcharrefreplace").decode("ascii"))
+    return "".join(out)
+
+
 def _render(
     report: dict[str, Any],
     *,
@@ -377,7 +399,7 @@ def _render(
         static = diff_html(report)
     else:
         static = fallback_html(report)
-    out = [f"<div {attrs}>", f"<div data-nbc-fallback>{static}</div>"]
+    out = [f"<div {attrs}>", f"<div data-nbc-fallback>{_ascii_html(static)}</div>"]
     if interactive:
         out.append("<div data-nbc-mount></div>")
         if renderer:

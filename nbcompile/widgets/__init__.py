@@ -69,13 +69,25 @@ class CompilationView(anywidget.AnyWidget):
     displayed widget alive for as long as the kernel runs, so each output would otherwise hold
     its whole report. ``view.report`` unpacks it (and setting it packs the new report)."""
 
-    _esm = _esm()
+    # anywidget's own traits, declared here as synced traits of the class: anywidget adds any it
+    # does not find to each new instance (``add_traits``), and traitlets does that by making
+    # the instance a new subclass, which ipywidgets then keeps with the view for the kernel's
+    # lifetime (~10 KB of class a displayed cell). Same names and values as anywidget's.
+    _esm = traitlets.Unicode(_esm()).tag(sync=True)
+    _anywidget_id = traitlets.Unicode(f"{__module__}.CompilationView").tag(sync=True)
     packed = traitlets.Dict().tag(sync=True)
     tab = traitlets.Unicode("graph").tag(sync=True)
     selected = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, report: dict[str, Any], **kwargs: Any) -> None:
         super().__init__(packed=pack_report(report), **kwargs)
+
+    def add_traits(self, **traits: Any) -> None:
+        """Only traits the class lacks are added (a new class per instance for them): checked
+        with anywidget 0.11.0, whose ``__init__`` adds ``_anywidget_id`` to every instance."""
+        new = {name: trait for name, trait in traits.items() if not self.has_trait(name)}
+        if new:
+            super().add_traits(**new)
 
     @property
     def report(self) -> dict[str, Any]:

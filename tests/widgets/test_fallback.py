@@ -4,6 +4,7 @@ section, each picture an SVG image with its figures' source, the diff view, size
 from __future__ import annotations
 
 import base64
+import html as htmllib
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -126,7 +127,8 @@ def test_pictures_draw_each_tab_with_their_sources(rich):
 
 @pytest.mark.profiler  # the `rich` fixture profiles: before any TPU compile
 def test_source_tab_switches_heat_measures(rich):
-    html = render_html(rich["report"], interactive=False)
+    # as the browser reads it: non-ASCII characters are character references (html.py)
+    html = htmllib.unescape(render_html(rich["report"], interactive=False))
     table = html[html.index('data-testid="nbc-source-table"') :]
     assert "flops share (estimate)" in table and "time (measured)" in table
     assert "bytes at peak (XLA)" in table

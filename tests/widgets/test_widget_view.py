@@ -70,6 +70,23 @@ def test_a_live_view_keeps_only_the_packed_report(small_report):
     assert view.report["name"] == "renamed"
 
 
+def test_views_share_one_class(small_report):
+    """anywidget adds the traits it needs (``_esm``, ``_anywidget_id``) to each instance that
+    lacks them, and traitlets adds traits by making the instance a new subclass, which
+    ipywidgets keeps with the view for the kernel's lifetime (~10 KB per displayed cell). The
+    view declares them on its class: no class per view, the same synced state."""
+    views = [CompilationView(small_report) for _ in range(3)]
+    try:
+        assert all(type(view) is CompilationView for view in views)
+        state = views[0].get_state()
+        assert state["_anywidget_id"] == "nbcompile.widgets.CompilationView"
+        assert state["_esm"] == widgets._esm()
+        assert {"_esm", "_anywidget_id"} <= set(views[1].keys)
+    finally:
+        for view in views:
+            view.close()
+
+
 def test_tab_is_validated(small_report):
     view = CompilationView(small_report)
     with pytest.raises(Exception, match="tab must be one of"):
@@ -78,7 +95,7 @@ def test_tab_is_validated(small_report):
 
 def test_widget_front_end_is_bundled():
     static = Path(widgets.__file__).parent / "static"
-    esm, script = str(CompilationView._esm), renderer_script()
+    esm, script = CompilationView._esm.default_value, renderer_script()
     assert script is not None
     # each output carries the built front end gzip'd behind a loader (the same code, ~half
     # the bytes), and the loader gives back exactly the built file
@@ -283,6 +300,32 @@ def test_html_fallback_has_data_uri_pictures_and_no_network(small_report):
     assert "<script" not in static and IMG.search(static)
     later = render_html(small_report)  # a later output: the page already has the renderer
     assert len(later) < len(html) - 10_000 and "window.nbcompileView" in later
+
+
+def test_html_fallback_is_ascii(small_report):
+    """IPython (>= 9) keeps every output's bundle for the session, and a Python string with one
+    character past U+00FF takes two bytes for each of its characters: the fallback's arrows and
+    dots doubled what each displayed cell kept (32 -> 64 KB in the growth benchmark). They are
+    written as character references, which the browser shows as the same characters; text in
+    ``<script>`` / ``<style>`` (not HTML: a reference there is not decoded) is left alone."""
+    import html as htmllib
+
+    from nbcompile.report.fallback import fallback_html
+
+    static = fallback_html(small_report)
+    assert not static.isascii()  # the fixture's picture has "·", "→", "—" to write otherwise
+    first = render_html(small_report, renderer=renderer_script())
+    pages = (first, render_html(small_report), render_html(small_report, interactive=False))
+    assert all(page.isascii() for page in pages)
+    from nbcompile.report.html import _ascii_html
+
+    assert all(_ascii_html(static) in page for page in pages)
+    assert htmllib.unescape(_ascii_html(static)) == htmllib.unescape(static)
+    raw = '<p title="é">a→b</p><script>var s="→"</script><STYLE>p{content:"—"}</STYLE>é'
+    assert _ascii_html(raw) == (
+        '<p title="&#233;">a&#8594;b</p><script>var s="→"</script>'
+        '<STYLE>p{content:"—"}</STYLE>&#233;'
+    )
 
 
 def test_standalone_page(small_report):
