@@ -217,18 +217,14 @@ def stream(nbytes, budget=0.2):
 
 peaks = calibrate()
 caches = cache_sizes()
-big = max(2**26, 2 * max(caches.values(), default=0))   # the calibration's size: past the caches
+# the calibration's size: past the caches, with room for cache a virtual machine does not report
+big = min(2**30, max(2**28, 4 * max(caches.values(), default=0)))
 sizes = sorted({2**e for e in range(14, 27, 2) if 2**e < big} | {big})
 sweep = {}
 for nbytes in sizes:
     sweep[nbytes] = stream(nbytes)
     fits = next((name for name, size in caches.items() if nbytes <= size), "memory")
     print(f"{nbytes / 2**10:10.0f} KiB {sweep[nbytes] / 1e9:7.1f} GB/s   fits in {fits}")
-# a virtual machine may sit on more cache than it reports (a quiet 2-core VM here read 148 GB/s
-# at 64 MiB, its "memory" size): four times further, the array is past any cache
-huge = 4 * big
-sweep[huge] = stream(huge)
-print(f"{huge / 2**10:10.0f} KiB {sweep[huge] / 1e9:7.1f} GB/s   past any cache")
 for _ in range(3):  # beaten: the cached figure was measured on a busier machine
     if sweep[big] <= 1.05 * peaks.bytes_per_s.value:
         break
@@ -242,8 +238,8 @@ print(f"calibrate(): {peaks.bytes_per_s.value / 1e9:.1f} GB/s past the caches "
 
 # %% code
 in_cache = [b for b in sweep if b <= 2**20]
-assert sweep[huge] < max(sweep[b] for b in in_cache) / 2, ("GB/s by size", sweep)  # claim: bandwidth-drops
-assert big > 2 * max(caches.values(), default=0) - 1, ("the largest array fits a cache", big, caches)
+assert sweep[big] < max(sweep[b] for b in in_cache) / 2, ("GB/s by size", sweep)  # claim: bandwidth-drops
+assert big >= 4 * max(caches.values(), default=0), ("the largest array fits a cache", big, caches)
 # the calibration is an upper bound, and this loop measures what it measured: on a machine busy
 # now it can read well below it, never the sixteenth a fresh-buffer loop reads. Above it by at
 # most the spread of two measurements of this one kernel taken seconds apart on a shared

@@ -227,8 +227,8 @@ def test_cpu_peaks_are_measured_once_and_read_back_from_json(tmp_path, monkeypat
     monkeypatch.setenv("NBCOMPILE_CACHE_DIR", str(tmp_path))
     calls = []
 
-    def fake_measure():
-        calls.append(1)
+    def fake_measure(patience=1.0):
+        calls.append(patience)
         return {
             "version": _peaks._VERSION,
             "cpu": "X",
@@ -243,7 +243,7 @@ def test_cpu_peaks_are_measured_once_and_read_back_from_json(tmp_path, monkeypat
     monkeypatch.setattr(_peaks, "_measure_cpu", fake_measure)
     _, raw = _peaks.cpu_peaks()
     second, raw2 = _peaks.cpu_peaks()
-    assert calls == [1] and not raw["cached"] and raw2["cached"]
+    assert calls == [1.0] and not raw["cached"] and raw2["cached"]
     assert second.flops_per_s.value == 3e10 and second.flops_per_s.source == "measured"
     (path,) = tmp_path.glob("peaks/*.json")
     assert json.loads(path.read_text())["bytes_per_s"] == 2e10
@@ -330,7 +330,7 @@ def test_a_measurement_never_lowers_a_cached_peak(tmp_path, monkeypatch):
             _fake_record(2e10, 2e10, [[1 << 16, 5e10], [1 << 25, 2e10]], "second"),
         ]
     )
-    monkeypatch.setattr(_peaks, "_measure_cpu", lambda: next(runs))
+    monkeypatch.setattr(_peaks, "_measure_cpu", lambda patience=1.0: next(runs))
     _peaks.cpu_peaks()
     merged, raw = _peaks.cpu_peaks(refresh=True)
     assert merged.flops_per_s.value == 3e10 and "measured first" in merged.flops_per_s.detail
@@ -356,7 +356,13 @@ def test_a_kernel_that_beats_its_roof_has_it_measured_again_then_refused(tmp_pat
     low = _fake_record(1e10, 1e10, [], "busy")
     high = _fake_record(5e10, 1e10, [], "quiet")
     runs = iter([low, high, low, low, low])
-    monkeypatch.setattr(_peaks, "_measure_cpu", lambda: next(runs))
+    patience = []
+
+    def measure(p=1.0):
+        patience.append(p)
+        return next(runs)
+
+    monkeypatch.setattr(_peaks, "_measure_cpu", measure)
     peaks = _peaks.cpu_peaks()[0]
     kernel = [("dot.1", 3e10, 1e9, 1e6)]  # 3x the FLOP/s peak measured on a busy machine
     assert _peaks.upper_bound(peaks, [("ok", 1e10, 1e9, 1e6)]) == (peaks, [])
@@ -365,5 +371,7 @@ def test_a_kernel_that_beats_its_roof_has_it_measured_again_then_refused(tmp_pat
     faster = [("dot.1", 9e10, 1e9, 1e6)]  # beats even the higher figure: refused
     refused, notes = _peaks.upper_bound(again, faster)
     assert refused is None and notes[-1].startswith("refused: dot.1")
+    # each try measures for longer than the last: more chances of a quiet moment
+    assert patience == [1.0, 1.0, 1.0, 2.0, 4.0]
     spec = spec_peaks("tpu", "v5e")
     assert _peaks.upper_bound(spec, faster) == (spec, [])  # a datasheet is not re-measured

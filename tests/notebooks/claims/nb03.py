@@ -90,7 +90,7 @@ CLAIMS = [
         cause="big > max(caches.values(), default=0)",
         ablation=Ablation(
             {
-                "big = max(2**26, 2 * max(caches.values(), default=0))": "big = 2**19",
+                "big = min(2**30, max(2**28, 4 * max(caches.values(), default=0)))": "big = 2**19",
                 # an in-cache sweep beats the memory calibration: no re-measuring it
                 "for _ in range(3):  # beaten": "for _ in range(0):  # beaten",
             },
@@ -109,13 +109,15 @@ CLAIMS = [
             {
                 "    for _ in range(6):\n        y = jnp.maximum(y * 1.1 - 0.1, 0.05 * y)\n": (
                     "    for _ in range(6):\n        y = jnp.maximum(y * 1.1 - 0.1, 0.05 * y)\n"
-                    "    y = y @ y\n"
+                    "        y = y @ y\n"
                 ),
                 'assert unfused_chain.cost["flops"] / moved < peaks.ridge': (
                     'assert True or unfused_chain.cost["flops"] / moved < peaks.ridge'
                 ),
             },
-            why="a 1024³ matrix product added to the chain: its time is arithmetic, not bytes",
+            why="a 1024³ matrix product added to each step of the chain: its time is arithmetic, not "
+            "bytes (one product alone came to 2.43x the memory prediction, inside the window, once "
+            "the memory bandwidth was measured past a VM's unreported cache)",
             only=(
                 "y = jnp.asarray(rng",
                 "%%compile\ndef chain",
