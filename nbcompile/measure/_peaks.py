@@ -283,9 +283,7 @@ def _measure_cpu(patience: float = 1.0) -> dict[str, Any]:
     stream = 4 * _stream_elements()  # bytes: well past the caches
     bw, streams = stream_bandwidth(stream, 0.3 * patience)
     # per cache level: [capacity, bytes/s over an array of half of one core's share]
-    bandwidths = [
-        [cap, stream_bandwidth(size // 2, 0.15 * patience)[0]] for cap, size in _caches()
-    ]
+    bandwidths = [[cap, stream_bandwidth(size // 2, 0.15 * patience)[0]] for cap, size in _caches()]
     return {
         "version": _VERSION,
         "cpu": _cpu_model(),
