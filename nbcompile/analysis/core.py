@@ -9,6 +9,7 @@ Anything a backend cannot give stays None, and a note says why.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -296,14 +297,49 @@ def _static_cost_estimate(unit_costs: dict[str, dict[str, Any]]) -> dict[str, An
     }
 
 
-def _xla_figures(compiled: Any, notes: list[str]) -> tuple[Any, Any]:
-    """XLA's cost and memory analyses, normalised; JAX returns None where a backend gives
-    none, and then a note says so (the view shows "not reported", never a made-up figure)."""
+def _xla_figures(compiled: Any) -> tuple[Any, Any, list[str]]:
+    """XLA's cost and memory analyses, normalised, and notes; JAX returns None where a backend
+    gives none, and then a note says so (the view shows "not reported", never a made-up
+    figure)."""
+    notes = []
     cost, memory = compiled.cost_analysis(), compiled.memory_analysis()
     for name, value in (("cost analysis (flops, bytes)", cost), ("memory analysis", memory)):
         if value is None:
             notes.append(f"XLA reports no {name} for this backend")
-    return normalise_cost(cost), normalise_memory(memory)
+    return normalise_cost(cost), normalise_memory(memory), notes
+
+
+class _Beside:
+    """``fn(*args)`` run in a thread from now; :meth:`result` waits for it and returns what it
+    returned, or raises what it raised (in the caller's thread, as a call there would).
+    ``seconds``: the time it took by ``timer``, read in its thread (``time.thread_time``: its
+    own CPU time)."""
+
+    def __init__(self, timer: Callable[[], float], fn: Callable[..., Any], *args: Any) -> None:
+        self._out: tuple[Any, BaseException | None] = (None, None)
+        self._timer = timer
+        self.seconds = 0.0
+        self._thread = threading.Thread(
+            target=self._run, args=(fn, args), name="nbcompile-xla-figures", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        t0 = self._timer()
+        try:
+            self._out = (fn(*args), None)
+        except BaseException as exc:  # raised in the caller's thread by result()
+            self._out = (None, exc)
+        finally:
+            self.seconds = self._timer() - t0
+
+    def result(self) -> Any:
+        self._thread.join()
+        value, exc = self._out
+        self._out = (None, None)
+        if exc is not None:
+            raise exc
+        return value
 
 
 def _stablehlo_ops(lowered: Any) -> int | None:
@@ -419,6 +455,10 @@ def _analyse(artifacts: Artifacts) -> Analysis:
     notes: list[str] = []
     clock = _Clock(artifacts.progress)
     grad = artifacts.grad_argnums is not None
+    # XLA's cost and memory analyses are C++ that lets go of the GIL (~65 ms at 12-layer size,
+    # memory_analysis ~50 of them): run beside the Python reading of the program below
+    compiled = artifacts.compiled
+    figures = _Beside(clock.timer, _xla_figures, compiled) if compiled is not None else None
     part = _traced_part(artifacts, grad)
     source, kinds, traced = part.locator, part.kinds, part.traced
     clock.lap("traced")
@@ -457,8 +497,12 @@ def _analyse(artifacts: Artifacts) -> Analysis:
     clock.lap("folding")
     gradient = analyse_gradient(artifacts.grad_argnums, traced, info) if grad else None
     clock.lap("gradient")
-    compiled = artifacts.compiled
-    cost, memory = _xla_figures(compiled, notes) if compiled is not None else (None, None)
+    cost, memory = (None, None)
+    if figures is not None:
+        cost, memory, missing = figures.result()
+        notes.extend(missing)
+        # their own time, in their thread (the "xla" stage is the wait for them, if any)
+        clock.timings["analyse.xla_beside"] = figures.seconds
     if cost is None and info is not None and info.unit_costs:
         cost = _static_cost_estimate(info.unit_costs)
         notes.append(
