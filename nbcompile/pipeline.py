@@ -20,6 +20,7 @@ from typing import Any
 import jax
 
 from ._compat import reuse_executable
+from .analysis.passes_log import PassLogWatcher
 from .capture.models import Adapted
 from .capture.names import positional_names
 from .capture.source import SourceInfo
@@ -449,6 +450,7 @@ def compile_program(
         progress=progress,
         dump=passes,
         beside_compile=_traced_beside(source, label, grad=False),
+        watch_dump=PassLogWatcher if passes else None,
         **common,
     )
     grad = None

@@ -157,18 +157,20 @@ def read_dump(
     *,
     own: bool = False,
     passes: bool = True,
+    early: Any = None,
 ) -> MetalDump:
     """The :class:`MetalDump` of the compile that dumped to ``folder`` (its other modules'
     files are deleted first: :func:`_keep_program_module`); ``started`` / ``finished`` are that
     compile's clock, ``own`` whether it was the program's own compile, ``passes`` whether a
-    pass log was asked for. NBC610 when XLA did not write the dump whole (a full disk)."""
+    pass log was asked for, ``early`` a :class:`~nbcompile.analysis.passes_log.PassLogWatcher`
+    that read part of it while XLA compiled. NBC610 when XLA did not write the dump whole (a full disk)."""
     root = Path(folder)
     _keep_program_module(root)
     objects = {p.name: p.read_bytes() for p in sorted(root.glob("*obj-file.*.o"))}
     damaged = check_dump(root, objects)
     if damaged:
         raise dump_cut_short(root, damaged)
-    log = read_pass_log(str(root)) if passes else None
+    log = read_pass_log(str(root), early) if passes else None
     ptx = {p.name: p.read_text() for p in sorted(root.glob("*.ptx"))}
     return MetalDump(
         platform=platform,
@@ -194,7 +196,14 @@ def read_stages_dump(stages: Any) -> MetalDump | None:
     try:
         if stages.compiled is None:
             return None
-        return read_dump(dump.path, stages.target.platform, dump.started, dump.finished, own=True)
+        return read_dump(
+            dump.path,
+            stages.target.platform,
+            dump.started,
+            dump.finished,
+            own=True,
+            early=dump.early,
+        )
     finally:
         dump.remove()
 

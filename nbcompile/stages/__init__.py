@@ -140,6 +140,7 @@ class XlaDump:
     folder: tempfile.TemporaryDirectory[str]
     started: float
     finished: float
+    early: Any = None  # what ``compile_stages(watch_dump=...)`` made of the folder, stopped
 
     @property
     def path(self) -> str:
@@ -272,6 +273,7 @@ def run_stages(
     progress: Progress | None = None,
     dump: bool = False,
     beside_compile: Callable[[Any, Any, str], Any] | None = None,
+    watch_dump: Callable[[str], Any] | None = None,
 ) -> Stages:
     """Trace, lower and compile ``jitted(*placement.args, **placement.kwargs)`` for ``target``:
     :func:`lower_stages` then :func:`compile_stages` (see both)."""
@@ -286,6 +288,7 @@ def run_stages(
         progress=progress,
         dump=dump,
         beside_compile=beside_compile,
+        watch_dump=watch_dump,
     )
 
 
@@ -361,6 +364,7 @@ def compile_stages(
     progress: Progress | None = None,
     dump: bool = False,
     beside_compile: Callable[[Any, Any, str], Any] | None = None,
+    watch_dump: Callable[[str], Any] | None = None,
 ) -> Stages:
     """Compile what :func:`lower_stages` lowered (nothing for a lowered-only target), filling
     ``stages`` in (``compiled``, the ``compile`` timing, XLA's compile count) and returning it.
@@ -374,6 +378,9 @@ def compile_stages(
     ``beside_compile(closed_jaxpr, calls, pre_optimisation_text)`` (optional) is analysis work
     that needs no compile: run in :class:`~nbcompile._compat.EarlyHlo`'s thread
     while XLA compiles, if there is time; ``Stages.early_hlo.beside()`` gives its result.
+    ``watch_dump(folder)`` (optional, with ``dump``) starts reading the dump while XLA writes
+    it; what it returns is stopped (``.stop()``) when the compile returns, and kept as
+    ``Stages.dump.early``.
 
     Raises :class:`~nbcompile.errors.CompileError` naming the visible cell line and what to do.
     """
@@ -410,9 +417,14 @@ def compile_stages(
                     folder = _dump_folder(notes) if dump else None
                     if folder is not None:
                         options = {"xla_dump_to": folder.name, **xla_dump_options(target.platform)}
+                        watcher = watch_dump(folder.name) if watch_dump is not None else None
                         clock = time.time()
-                        compiled = lowered.compile(compiler_options=options)
-                        written = XlaDump(folder, clock, time.time())
+                        try:
+                            compiled = lowered.compile(compiler_options=options)
+                        finally:
+                            if watcher is not None:
+                                watcher.stop()
+                        written = XlaDump(folder, clock, time.time(), early=watcher)
                         adopt_executable(lowered, compiled)
                     else:
                         compiled = lowered.compile()
