@@ -30,7 +30,6 @@ import bisect
 import difflib
 import re
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -423,20 +422,16 @@ class PassLogWatcher:
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self.reader: _Reader | None = None
-        self.cpu_seconds = 0.0
         self._over = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nbcompile-pass-log", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        start = time.thread_time()
         try:
             while not self._over.wait(self.POLL):
                 self._catch_up()
         except Exception:  # read again where it is needed, and raised there if it must be
             self.reader = None
-        finally:
-            self.cpu_seconds = time.thread_time() - start
 
     def _catch_up(self) -> None:
         module, files = step_files(self.folder)

@@ -45,8 +45,8 @@ __all__ = ["GPU_SPECS", "TPU_SPECS", "Peak", "Peaks", "cpu_peaks", "spec_peaks"]
 # CPU device (in a multi-process JAX, devices('cpu')[0] can be another process's: nothing
 # ran); 6: the fastest call, not the fastest tenth's slowest; 7: the stream over 256 MiB or
 # four times the largest reported cache (a 2-core VM reporting a 32 MiB L3 read 148 GB/s at
-# 64 MiB on a quiet day, 50 GB/s from 256 MiB on), and levels past the reported caches. Bump when the measurement changes: old
-# cache files are then measured again.
+# 64 MiB on a quiet day, 50 GB/s from 256 MiB on), and levels past the reported caches. Bump
+# when the measurement changes: old cache files are then measured again.
 _VERSION = 7
 #: a rate this much above its roof is the noise of two measurements, not a roof beaten
 TOLERANCE = 1.05

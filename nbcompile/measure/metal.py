@@ -163,7 +163,8 @@ def read_dump(
     files are deleted first: :func:`_keep_program_module`); ``started`` / ``finished`` are that
     compile's clock, ``own`` whether it was the program's own compile, ``passes`` whether a
     pass log was asked for, ``early`` a :class:`~nbcompile.analysis.passes_log.PassLogWatcher`
-    that read part of it while XLA compiled. NBC610 when XLA did not write the dump whole (a full disk)."""
+    that read part of it while XLA compiled. NBC610 when XLA did not write the dump whole (a
+    full disk)."""
     root = Path(folder)
     _keep_program_module(root)
     objects = {p.name: p.read_bytes() for p in sorted(root.glob("*obj-file.*.o"))}

@@ -104,4 +104,3 @@ def test_compile_with_passes_watches_its_own_dump_and_stops_with_the_compile(mon
     (watcher,) = made
     assert not watcher._thread.is_alive()  # stopped when the compile returned
     assert c.passes is not None and len(c.passes.steps) > 4
-    assert c.passes.module == (watcher.reader.module if watcher.reader else c.passes.module)
