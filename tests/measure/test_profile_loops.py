@@ -41,7 +41,12 @@ def heavy():
 def test_the_heavy_iteration_is_measured_as_heavy(heavy):
     c, p = heavy
     (t,) = p.loops
-    assert t.loop is c.loops[0] and t.note is None, t.note
+    # the light iterations are four ~4 µs kernels on a fast machine: the profiler's honest
+    # "short iterations" note may then be there (CI saw 4.1 µs per kernel), nothing else
+    assert t.loop is c.loops[0], t.loop
+    # (a note that came before it would lead; the unrolling note would follow "--bench")
+    assert t.note is None or t.note.startswith("short iterations ("), t.note
+    assert t.note is None or t.note.endswith("with --bench"), t.note
     assert len(t.iterations) == 6, p.text()
     others = [s for i, s in enumerate(t.iterations) if i != 3]
     assert t.iterations[3] >= 3 * statistics.median(others), p.text()
