@@ -14,6 +14,7 @@ import inspect
 import itertools
 import linecache
 import re
+import types
 from typing import Any
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "call_at",
     "call_name",
     "callee",
+    "calls_callable_model",
     "calls_model",
     "is_model",
     "is_model_method",
@@ -158,6 +160,27 @@ def calls_model(frame: Any) -> bool:
     if code.co_flags & inspect.CO_VARARGS and not (code.co_argcount or code.co_kwonlyargcount):
         args = frame.f_locals.get(code.co_varnames[0])
         return isinstance(args, tuple) and bool(args) and is_model(args[0])
+    return False
+
+
+def calls_callable_model(fn: Any, arg0: Any) -> bool:
+    """:func:`calls_model` told from what a call calls and its first argument, before the
+    callee runs (the ``sys.monitoring`` ``CALL`` event): a module called (its own
+    ``__call__``), a module's method, or a function given the module first as ``self`` or as
+    the first of ``*args`` only."""
+    if is_model(fn):
+        return True
+    kind = type(fn)
+    if kind is types.MethodType:
+        fn, arg0 = fn.__func__, fn.__self__
+        kind = type(fn)
+    if kind is not types.FunctionType:
+        return False
+    code = fn.__code__
+    if code.co_argcount and code.co_varnames[0] == "self":
+        return is_model(arg0)
+    if code.co_flags & inspect.CO_VARARGS and not (code.co_argcount or code.co_kwonlyargcount):
+        return is_model(arg0)
     return False
 
 

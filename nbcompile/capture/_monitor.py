@@ -1,4 +1,8 @@
-"""The call capture's Python 3.12+ backend: ``sys.monitoring`` events for the user's code only.
+"""The call capture's Python 3.12 backend: ``sys.monitoring`` events for the user's code only.
+
+(Python 3.13+ runs ``_events.py``, which keeps the labels in JAX's context with no hook at each
+equation; this one stays for 3.12, where ``f(*args)`` fires no ``CALL`` event, and is tested on
+3.13 against the others.)
 
 ``PY_START`` fires for every function that starts; for a code object that is not the user's
 (:func:`~nbcompile.capture.userfiles.is_user_file`) the callback answers ``DISABLE``, so after

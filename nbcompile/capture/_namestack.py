@@ -27,6 +27,7 @@ __all__ = [
     "name_stack_hooks",
     "plain_name_stack_hooks",
     "stack_codes",
+    "transformed_callable",
     "transformed_function",
 ]
 
@@ -65,6 +66,31 @@ def transformed_function(frame: Any) -> Any:
     while isinstance(fn, functools.partial):
         fn = fn.func
     return fn if isinstance(fn, types.FunctionType) else None
+
+
+def transformed_callable(fn: Any) -> Any:
+    """:func:`transformed_function` told from the object called, before the call runs: the
+    user's ``layer`` for ``jax.jit(layer)`` (its ``__wrapped__``), ``jax.checkpoint(layer)``
+    and ``jax.vmap(layer)`` (JAX's ``api_boundary`` wrapper of the wrappers named there) and a
+    ``jax.custom_vjp``/``custom_jvp`` ``layer`` (its ``fun``); None for any other object."""
+    kind = type(fn)
+    if kind is types.FunctionType:
+        if fn.__code__.co_name != "reraise_with_filtered_traceback":
+            return None
+        inner = _closure_value(fn, "fun")
+        inner_code = getattr(inner, "__code__", None)
+        if inner_code is None or inner_code.co_name not in _TRANSFORM_WRAPPERS:
+            return None
+        found = _closure_value(inner, "fun")
+    elif kind.__name__ == "PjitFunction":
+        found = getattr(fn, "__wrapped__", None)
+    elif kind.__name__ in ("custom_vjp", "custom_jvp"):
+        found = getattr(fn, "fun", None)
+    else:
+        return None
+    while isinstance(found, functools.partial):
+        found = found.func
+    return found if isinstance(found, types.FunctionType) else None
 
 
 def _closure_value(fn: Any, name: str) -> Any:

@@ -1,12 +1,14 @@
-"""The call recorder's core, shared by both backends: calls, labels, name stacks.
+"""The call recorder's core, shared by the backends: calls, labels, name stacks.
 
-A backend (``_frames.py`` on Python 3.11, ``_monitor.py`` on 3.12+) answers one question at
+The Python 3.13 backend (``_events.py``) records with :meth:`Recorder.new_call` only (it keeps
+the labels in JAX's context itself). The others (``_frames.py`` on Python 3.11, ``_monitor.py``
+on 3.12) answer one question at
 each moment JAX stamps an equation, pushes a scope or starts a nested program: which user frame
 runs innermost and which library call it is making (``child``: the callee's frame; None where
 it makes none the user named). :meth:`Recorder.at` turns that into the innermost *call*,
 recording the calls new on the way (numbered per function under their caller: ``block#3``;
 library calls named as written: ``gelu``); :func:`interleave` writes the running calls' labels
-into JAX's name stack where they were entered. Both backends feed the same frames to the same
+into JAX's name stack where they were entered. Those two feed the same frames to the same
 code, so their output is the same.
 """
 
@@ -277,6 +279,25 @@ class Recorder:
         return current
 
     def _add(self, frame: Any, name: str, kind: str, parent: Call | None, **where: Any) -> Call:
+        call = self.new_call(name, kind, parent, **where)
+        call.frame = frame
+        call.ancestors = (*(parent.ancestors if parent else ()), call)
+        call.ancestor_ids = (parent.ancestor_ids if parent else frozenset()) | {id(call)}
+        if kind != "transparent":  # a transparent call is never in a name stack
+            call.scope = _compat.name_scope(call.label)
+        self.by_frame[id(frame)] = call
+        return call
+
+    def new_call(
+        self,
+        name: str,
+        kind: str,
+        parent: Call | None,
+        file: str | None = None,
+        line: int | None = None,
+    ) -> Call:
+        """A call recorded: numbered under the innermost of its ancestors that is not
+        transparent (``block#3``; a library call's second ``gelu#2``), and logged."""
         if len(self.log.calls) >= MAX_CALLS:
             self.log.capped = len(self.log.calls)
             raise CallsCapped(f"{self.log.capped} calls recorded: recording stops")
@@ -290,13 +311,8 @@ class Recorder:
             label = f"{name}#{n}" if numbered else (name if n == 1 else f"{name}#{n}")
         else:
             label = name
-        call = Call(label, name, kind, parent, frame=frame, **where)
-        call.ancestors = (*(parent.ancestors if parent else ()), call)
-        call.ancestor_ids = (parent.ancestor_ids if parent else frozenset()) | {id(call)}
+        call = Call(label, name, kind, parent, file, line)
         call.shown = call if kind != "transparent" else (parent.shown if parent else None)
-        if kind != "transparent":  # a transparent call is never in a name stack
-            call.scope = _compat.name_scope(label)
-        self.by_frame[id(frame)] = call
         self.log.calls.append(call)
         return call
 
@@ -386,6 +402,19 @@ def user_code(code: Any) -> bool:
     found = is_user_code(code)
     _CODES[id(code)] = (code, found)  # holds the code: the id stays its own
     return found
+
+
+def function_name(code: Any) -> str:
+    """:func:`_function_name`, remembered by the code object."""
+    hit = _NAMES.get(id(code))
+    if hit is None or hit[0] is not code:
+        if len(_NAMES) >= 4096:
+            _NAMES.clear()
+        hit = _NAMES[id(code)] = (code, _function_name(code))  # holds the code: its id
+    return hit[1]
+
+
+_NAMES: dict[int, tuple[Any, str]] = {}
 
 
 def _function_name(code: Any) -> str:

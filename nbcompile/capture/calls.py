@@ -19,13 +19,16 @@ into the HLO ``op_name`` metadata, so every later view sees the same calls. Only
 changes: the program and its numerics are the same. What was recorded is kept as
 :class:`CallLog` (``Stages.calls``); ``analysis/calls.py`` turns it into groups.
 
-Two backends find the frames, one recorder (``_record.py``) turns them into calls, so both give
-the same calls, labels and name stacks: on Python 3.12+ ``sys.monitoring`` events for the
-user's code only (``_monitor.py``; about 1.1x the trace of the GPT-2 small train step, measured
-on a busy 2-core machine), on 3.11 JAX's traceback of each equation (``_frames.py``; about
-1.2x). At most ``_record.MAX_CALLS`` calls are recorded per trace (``CallLog.capped``). The 3.11 backend also runs on 3.12+ where the
-monitoring tool ids are taken (a debugger or profiler holding them) or when asked for
-(``record_calls(backend="frames")``, ``NBCOMPILE_CALL_CAPTURE=frames``).
+Three backends, one recorder (``_record.py``) of calls and labels, so all give the same calls,
+labels and name stacks (``tests/analysis/test_capture_backends.py``, ``test_capture_edges.py``):
+on Python 3.13+ ``sys.monitoring`` events for the user's code keep the running calls' labels in
+JAX's own name-stack context, with nothing done per equation (``_events.py``); on 3.12 the same
+events find the innermost user frame at each equation (``_monitor.py``); on 3.11 JAX's traceback
+of each equation does (``_frames.py``; about 1.2x the trace of the GPT-2 small train step). At
+most ``_record.MAX_CALLS`` calls are recorded per trace (``CallLog.capped``). The traceback
+backend also runs on 3.12+ where the monitoring tool ids are taken (a debugger or profiler
+holding them) or when asked for (``record_calls(backend="frames")``,
+``NBCOMPILE_CALL_CAPTURE=frames``).
 
 Not calls: the compiled function itself (the root), lambdas and comprehensions, methods of
 Flax/Equinox/Keras modules (their module paths name them already), operators and attribute reads
@@ -40,7 +43,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from . import _frames, _monitor, _namestack
+from . import _events, _frames, _monitor, _namestack
 from ._record import Call, CallLog, user_code
 
 __all__ = ["BACKENDS", "Call", "CallLog", "backend_for", "record_calls"]
@@ -84,7 +87,7 @@ def record_calls(
     which = backend_for(backend)
     recorder = _frames.record
     if which == "monitoring":
-        recorder = _monitor.record
+        recorder = _events.record if _events.available() else _monitor.record
     _ACTIVE.on = True
     # the user's functions are traced afresh, and what this trace made of them is not left
     # to another trace (see _namestack.forget_traces)
