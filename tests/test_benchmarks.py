@@ -53,6 +53,8 @@ def _planned() -> list[tuple[str, str, int | None]]:
     # layout: not in the quick plan (QUICK.layout is empty)
     for model, pairs, _ in QUICK.capture:
         out += [("call capture", model, pairs), ("call capture CPU", model, pairs)]
+        # the same pairs with the collector on, informative (benchmarks/_capture_rows.py)
+        out += [("call capture, collector on", model, max(3, pairs // 2))]
     for model, pairs, _, reps, _, _ in QUICK.passes:
         out += [
             ("--passes overhead", model, pairs),

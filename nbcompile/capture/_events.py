@@ -350,6 +350,7 @@ def record(root: Any, timed: bool = False) -> Iterator[CallLog]:
     ev = _Events(rec, thread)
     armed: dict[int, Any] = {}
     callbacks = _callbacks(ev, mon, tool, armed, timed)
+    entry = ev.context.context  # JAX's context as the recording starts
     try:
         for event, fn in callbacks.items():
             mon.register_callback(tool, event, fn)
@@ -365,6 +366,8 @@ def record(root: Any, timed: bool = False) -> Iterator[CallLog]:
             ev.pop(node)
         ev.stack.clear()
         ev.last = None
+        if type(ev.context.context) is _Observed:  # never left behind (a context left
+            ev.context.context = entry  # unbalanced by a failure): JAX's, as found
         rec.finish()
 
 

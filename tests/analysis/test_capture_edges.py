@@ -191,3 +191,32 @@ def test_a_builtin_calling_back_library_code_is_one_call_as_written(monkeypatch)
         ("halves#3", "call", "summed"),
         ("tanh", "library", "halves#3"),
     ]
+
+
+def broken_inside(x):
+    def body(c, _):
+        c = jnp.tanh(c)
+        if c.shape[0] == 8:
+            raise RuntimeError("the user's bug, inside a scan inside a named scope")
+        return c, None
+
+    with jax.named_scope("outer"):
+        return jax.lax.scan(body, x, None, length=3)[0]
+
+
+@pytest.mark.parametrize("backend", ["frames", "monitoring"])
+def test_a_trace_that_fails_leaves_jax_context_as_found(backend):
+    from jax._src import source_info_util
+
+    before = source_info_util._source_info_context.context
+    jitted = make_jitted(broken_inside)
+    with pytest.raises(RuntimeError, match="the user's bug"), record_calls(backend=backend):
+        jitted.trace(X)
+    assert source_info_util._source_info_context.context is before
+    assert str(source_info_util.current_name_stack()) == ""
+    # and the next trace is labelled afresh, with nothing of the failed one
+    jitted = make_jitted(caught)
+    with record_calls(backend=backend) as log:
+        traced = jitted.trace(X)
+    assert log.complete
+    assert [str(e.source_info.name_stack) for e in traced.jaxpr.eqns][-2:] == ["sin", ""]
