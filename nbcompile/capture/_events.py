@@ -58,7 +58,7 @@ from jax._src import source_info_util as _siu
 from . import _namestack, _record
 from ._callsite import call_at, calls_callable_model, is_model_method, named
 from ._monitor import _release_tool, _take_tool
-from ._record import CallLog, CallsCapped, Recorder
+from ._record import CallLog, Recorder
 
 __all__ = ["available", "record"]
 
@@ -587,6 +587,3 @@ _GENERATOR = 0x20 | 0x100 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ASYNC_GENERA
 # while a call of them from the user's code runs (2,194 returns a GPT-2 small train step's
 # trace made there, 1 of them the user's call's, when they stayed on).
 _EVERYWHERE = frozenset({"reraise_with_filtered_traceback"})
-
-
-_ = CallsCapped  # raised by Recorder._add inside the hooks: caught there as any failure
