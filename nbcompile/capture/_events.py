@@ -31,9 +31,13 @@ entered: what the other backends compute.
 
 Those moments are seen without replacing any function of JAX's: the context pushed is JAX's
 own ``SourceInfo`` class, extended (``_Observed``), and JAX derives each equation's source info
-and each scope's context from the context through its ``replace`` method. Where JAX replays
-equations under their recorded source info (``jvp``/``transpose``), nothing is pushed or
-recorded, as in the other backends. Only the tracing thread is watched.
+and each scope's context from the context through its ``replace`` method. Once the call
+running innermost is recorded, there is nothing more to see until another call starts (which
+pushes an observed context of its own): JAX's plain ``SourceInfo``, with the same name stack,
+takes the observed one's place, and JAX stamps the call's other equations and derives its
+scopes at its own cost (most of a trace's ~9,000 stamps, GPT-2 small's train step). Where JAX
+replays equations under their recorded source info (``jvp``/``transpose``), nothing is pushed
+or recorded, as in the other backends. Only the tracing thread is watched.
 
 One difference in what is recorded: a builtin that calls back library code several times
 (``sum(arrays)`` adds with the arrays' ``__add__``) is one call here, as written; the backends
@@ -70,30 +74,6 @@ def available() -> bool:
     return sys.version_info >= (3, 13)
 
 
-class _Element:
-    """A call's element in JAX's name stack: prints the call's label once it is recorded (JAX
-    prints name stacks at lowering), nothing while it is not, or when the call is transparent.
-    ``name`` is what ``source_info_util.Scope`` has (read by ``_models_scopes.scope_path``)."""
-
-    __slots__ = ("call",)
-
-    def __init__(self, call: _record.Call | None) -> None:
-        self.call = call
-
-    @property
-    def name(self) -> str:
-        call = self.call
-        return call.label if call is not None and call.kind != "transparent" else ""
-
-    def wrap(self, stack: list[str]) -> None:  # as ``source_info_util.Scope.wrap``
-        call = self.call
-        if call is not None and call.kind != "transparent":
-            stack.append(call.label)
-
-    def __repr__(self) -> str:
-        return f"Call({self.name!r})"
-
-
 class _Observed(_siu.SourceInfo):
     """JAX's name-stack context while a user call runs: JAX's own ``SourceInfo``, which tells
     the recording each time JAX derives from it. JAX stamps an equation with
@@ -112,22 +92,63 @@ class _Observed(_siu.SourceInfo):
         if traceback is not None:
             if name_stack is not None:  # a replay: as JAX
                 return _PLAIN(traceback, name_stack)
-            # an equation stamped now (most moments: the innermost call is the last one seen)
+            # an equation stamped now: record the innermost call, and once it is recorded,
+            # JAX's plain context takes this one's place (it has nothing more to tell until
+            # another call starts, which pushes a context of its own): JAX stamps the call's
+            # other equations at its own cost
             stack = ev.stack
-            if stack and stack[-1] is not ev.last and ev.live:
-                ev.observe()
+            if stack and ev.live:
+                top = stack[-1]
+                if top is not ev.last:
+                    ev.observe()
+                if top.call is not None:
+                    ctx = ev.context
+                    if ctx.context is self:
+                        plain = ctx.context = _PLAIN(None, self.name_stack)
+                        if top.pushed is self:
+                            top.pushed = plain
             return _PLAIN(traceback, self.name_stack)
+        name_stack = self.name_stack if name_stack is None else name_stack
         if ev.live:  # a scope pushed, a nested program's own name stack
             ev.observe()
-        return _Observed(None, self.name_stack if name_stack is None else name_stack, ev)
+            stack = ev.stack
+            if stack and stack[-1].call is not None:  # recorded: as above
+                return _PLAIN(None, name_stack)
+        derived = _new(_Observed)
+        derived.traceback, derived.name_stack, derived.events = None, name_stack, ev
+        return derived
 
 
 _PLAIN = _siu.SourceInfo
+_new = object.__new__
+_NameStack = _siu.NameStack
+_STACK_SLOT = _siu.NameStack.__dict__.get("stack")
+
+
+# JAX's ``NameStack(elements)`` is a frozen dataclass: its ``__init__`` runs Python for each
+# call pushed. Its field is a slot (JAX 0.10.2 to 0.12): set through the slot where it is one.
+_SET_STACK = _STACK_SLOT.__set__ if type(_STACK_SLOT) is types.MemberDescriptorType else None
+
+
+def _name_stack(elements: tuple[Any, ...]) -> Any:
+    if _SET_STACK is None:
+        return _siu.NameStack(elements)
+    stack = _new(_siu.NameStack)
+    _SET_STACK(stack, elements)
+    return stack
+
+
 get_ident = threading.get_ident  # (a module global: read at each moment JAX derives a context)
 
 
 class _Node:
-    """A call running on the tracing thread: a user frame, or a library call one is making."""
+    """A call running on the tracing thread: a user frame, or a library call one is making.
+
+    It is also the call's element in JAX's name stack (one object less per call): it prints
+    the call's label once it is recorded (JAX prints name stacks at lowering), nothing while it
+    is not, or when the call is transparent. ``name`` is what ``source_info_util.Scope`` has
+    (read by ``_models_scopes.scope_path``). What it holds of the running program (frames, the
+    objects called) it lets go of as the call ends."""
 
     __slots__ = (
         "arg0",
@@ -135,10 +156,10 @@ class _Node:
         "call",
         "callee",
         "code",
-        "element",
         "fn",
         "frame",
         "held",
+        "in_stack",
         "lasti",
         "lib",
         "parent",
@@ -154,11 +175,24 @@ class _Node:
         self.callee: Any = None  # lib: the code object called where a Python function's
         self.held = False  # lib: its callee's return events are on for this call only
         self.arg0: Any = None
-        self.element: _Element | None = None  # None: nothing pushed
+        self.in_stack = False  # it is on the name stack (pushed as an element)
         self.saved: Any = None  # the context before the push, and the one pushed
         self.pushed: Any = None
         self.call: _record.Call | None = None  # once recorded
         self.below = False  # lib: a named user function ran under it
+
+    @property
+    def name(self) -> str:
+        call = self.call
+        return call.label if call is not None and call.kind != "transparent" else ""
+
+    def wrap(self, stack: list[str]) -> None:  # as ``source_info_util.Scope.wrap``
+        call = self.call
+        if call is not None and call.kind != "transparent":
+            stack.append(call.label)
+
+    def __repr__(self) -> str:
+        return f"Call({self.name!r})"
 
 
 class _Events:
@@ -173,7 +207,6 @@ class _Events:
         self.let_go: Any = None  # (set by _callbacks) a held callee's call ended
         self.holds: dict[int, list[Any]] = {}
         self.context = _siu._source_info_context
-        self.name_stack = _siu.NameStack
 
     # the context
 
@@ -191,9 +224,15 @@ class _Events:
             base = beside.saved
         stack = base.name_stack
         if element:
-            node.element = _Element(node.call)
-            stack = self.name_stack((*stack.stack, node.element))
-        pushed = _Observed(None, stack, self)
+            node.in_stack = True
+            if _SET_STACK is None:
+                stack = _siu.NameStack((*stack.stack, node))
+            else:
+                elements, stack = (*stack.stack, node), _new(_NameStack)
+                _SET_STACK(stack, elements)
+        # (JAX's classes made without their Python ``__init__``: this runs for every call)
+        pushed = _new(_Observed)
+        pushed.traceback, pushed.name_stack, pushed.events = None, stack, self
         ctx.context = pushed
         node.saved, node.pushed = now, pushed
 
@@ -214,11 +253,10 @@ class _Events:
         now = ctx.context
         if now is pushed:
             ctx.context = node.saved
-        elif node.element is not None:
-            element = node.element
+        elif node.in_stack:
             stack = now.name_stack.stack
-            if any(e is element for e in stack):
-                kept = self.name_stack(tuple(e for e in stack if e is not element))
+            if any(e is node for e in stack):
+                kept = _name_stack(tuple(e for e in stack if e is not node))
                 ctx.context = (
                     _Observed(None, kept, self)
                     if type(now) is _Observed
@@ -268,8 +306,6 @@ class _Events:
             up = n.parent
             parent = up.call if up is not None else None
             n.call = self.library_call(n, parent) if n.lib else self.user_call(n, up, parent)
-            if n.element is not None:
-                n.element.call = n.call
 
     def user_call(self, node: _Node, up: _Node | None, parent: _record.Call | None) -> _record.Call:
         """The call a user function's frame is (``up``: the call running it)."""
@@ -366,8 +402,12 @@ def record(root: Any, timed: bool = False) -> Iterator[CallLog]:
             ev.pop(node)
         ev.stack.clear()
         ev.last = None
-        if type(ev.context.context) is _Observed:  # never left behind (a context left
-            ev.context.context = entry  # unbalanced by a failure): JAX's, as found
+        now = ev.context.context
+        if now is not entry and (  # never left behind (a context left unbalanced by a
+            type(now) is _Observed  # failure): JAX's, as found
+            or any(type(e) is _Node for e in now.name_stack.stack)
+        ):
+            ev.context.context = entry
         rec.finish()
 
 

@@ -220,3 +220,41 @@ def test_a_trace_that_fails_leaves_jax_context_as_found(backend):
         traced = jitted.trace(X)
     assert log.complete
     assert [str(e.source_info.name_stack) for e in traced.jaxpr.eqns][-2:] == ["sin", ""]
+
+
+_SEEN: list[tuple[object, object]] = []
+
+
+def stamps_twice(x):
+    from jax._src import source_info_util
+
+    first = source_info_util._source_info_context.context  # (attribute reads: no call)
+    y = x * 2.0
+    y = y + 1.0
+    then = source_info_util._source_info_context.context
+    _SEEN.append((first, then))
+    return y
+
+
+def caller_of_stamps(x):
+    return stamps_twice(x) * 3.0
+
+
+@pytest.mark.skipif(not _events.available(), reason="the events backend needs Python 3.13")
+def test_jax_stamps_a_recorded_calls_later_equations_itself():
+    """The events backend observes JAX's context only until the call running is recorded (its
+    first equation): then JAX's plain ``SourceInfo``, with the same name stack, takes its place,
+    and JAX stamps the call's other equations at its own cost (the capture row's target)."""
+    from jax._src import source_info_util
+
+    _SEEN.clear()
+    with record_calls(backend="monitoring") as log:
+        traced = make_jitted(caller_of_stamps).trace(X)
+    assert log.complete
+    ((first, then),) = _SEEN
+    assert type(first) is _events._Observed  # the call's own context, before its first equation
+    assert type(then) is source_info_util.SourceInfo  # JAX's own, after it
+    assert then.name_stack.stack == first.name_stack.stack  # the same labels
+    # and the equations are labelled as the traceback backend labels them
+    names = [str(e.source_info.name_stack) for e in traced.jaxpr.eqns]
+    assert names == ["stamps_twice#1", "stamps_twice#1", ""]
