@@ -105,7 +105,10 @@ def read(prefix: str, variants: list[str]) -> str:
             counts.append(int(m.group(1)))
     # the dumps before instrumentation was on are empty (0) or tiny; the traces are the large
     # ones, in order
-    traces = [c for c in counts if c > 10 * min(c for c in counts if c > 0)]
+    counted = [c for c in counts if c > 0]
+    if not counted:
+        raise SystemExit(f"no dump under {prefix}.* holds a count: was the run finished?")
+    traces = [c for c in counts if c > 10 * min(counted)]
     if len(traces) != len(variants):
         raise SystemExit(f"{len(traces)} trace dumps under {prefix}.*, {len(variants)} variants")
     base = dict(zip(variants, traces, strict=True)).get("off")

@@ -35,6 +35,11 @@ def test_reading_pairs_each_trace_dump_with_its_variant(tmp_path):
     assert "+32.9 M" in lines[3]
     with pytest.raises(SystemExit, match="5 trace dumps"):
         probe.read(str(prefix), ["off", "full"])
+    # a run cut off before its first dump was written: said so, naming where it looked
+    empty = tmp_path / "empty.7"
+    _dump(tmp_path / "empty.7.1", 0)
+    with pytest.raises(SystemExit, match=r"no dump under .*empty\.7\.\* holds a count"):
+        probe.read(str(empty), ["off", "full"])
 
 
 def _model(x):

@@ -89,31 +89,41 @@ class _Observed(_siu.SourceInfo):
 
     def replace(self, *, traceback: Any = None, name_stack: Any = None) -> Any:
         ev = self.events
+        # (JAX's ``SourceInfo``s are made without their Python ``__init__``: this runs at the
+        # first stamp of every call)
+        out = _new(_PLAIN)
         if traceback is not None:
+            out.traceback = traceback
             if name_stack is not None:  # a replay: as JAX
-                return _PLAIN(traceback, name_stack)
+                out.name_stack = name_stack
+                return out
             # an equation stamped now: record the innermost call, and once it is recorded,
             # JAX's plain context takes this one's place (it has nothing more to tell until
             # another call starts, which pushes a context of its own): JAX stamps the call's
             # other equations at its own cost
+            out.name_stack = name_stack = self.name_stack
             stack = ev.stack
             if stack and ev.live:
                 top = stack[-1]
-                if top is not ev.last:
+                if top.call is None:
                     ev.observe()
                 if top.call is not None:
                     ctx = ev.context
                     if ctx.context is self:
-                        plain = ctx.context = _PLAIN(None, self.name_stack)
+                        plain = _new(_PLAIN)
+                        plain.traceback, plain.name_stack = None, name_stack
+                        ctx.context = plain
                         if top.pushed is self:
                             top.pushed = plain
-            return _PLAIN(traceback, self.name_stack)
-        name_stack = self.name_stack if name_stack is None else name_stack
+            return out
+        if name_stack is None:
+            name_stack = self.name_stack
         if ev.live:  # a scope pushed, a nested program's own name stack
             ev.observe()
             stack = ev.stack
             if stack and stack[-1].call is not None:  # recorded: as above
-                return _PLAIN(None, name_stack)
+                out.traceback, out.name_stack = None, name_stack
+                return out
         derived = _new(_Observed)
         derived.traceback, derived.name_stack, derived.events = None, name_stack, ev
         return derived
@@ -165,6 +175,7 @@ class _Node:
         "parent",
         "pushed",
         "saved",
+        "site",
     )
 
     def __init__(self, lib: bool, frame: Any, code: Any, parent: _Node | None) -> None:
@@ -175,6 +186,7 @@ class _Node:
         self.callee: Any = None  # lib: the code object called where a Python function's
         self.held = False  # lib: its callee's return events are on for this call only
         self.arg0: Any = None
+        self.site: tuple[Any, str | None, int, bool] | None = None  # lib: see _Events.sites
         self.in_stack = False  # it is on the name stack (pushed as an element)
         self.saved: Any = None  # the context before the push, and the one pushed
         self.pushed: Any = None
@@ -203,7 +215,12 @@ class _Events:
         self.stack: list[_Node] = []
         self.last: _Node | None = None  # the node recorded at the last stamp
         self.live = True  # False once the recording ends or stops
-        self.sites: dict[tuple[int, int], tuple[Any, str | None, int | None]] = {}
+        # (id(code), offset) -> (code, the name written for what the call there calls, its
+        # line, code is a method's): filled as the call is made (its frame's line is the
+        # call's); the code is held, so its id stays its own
+        self.sites: dict[tuple[int, int], tuple[Any, str | None, int, bool]] = {}
+        # id(code) -> (code, name in labels, a method's, a lambda's or comprehension's)
+        self.functions: dict[int, tuple[Any, str, bool, bool]] = {}
         self.let_go: Any = None  # (set by _callbacks) a held callee's call ended
         self.holds: dict[int, list[Any]] = {}
         self.context = _siu._source_info_context
@@ -225,6 +242,8 @@ class _Events:
         stack = base.name_stack
         if element:
             node.in_stack = True
+            # (``_name_stack`` inlined: a Python call per call pushed was 1.0 M of the 74 M
+            # instructions the capture adds to GPT-2 small's trace, callgrind)
             if _SET_STACK is None:
                 stack = _siu.NameStack((*stack.stack, node))
             else:
@@ -297,6 +316,13 @@ class _Events:
 
     def record(self, node: _Node) -> None:
         """Record ``node``'s call and those of its running callers not recorded yet."""
+        up = node.parent
+        if up is None or up.call is not None:  # (most calls: their caller is recorded)
+            parent = up.call if up is not None else None
+            node.call = (
+                self.library_call(node, parent) if node.lib else self.user_call(node, up, parent)
+            )
+            return
         chain = []
         n: _Node | None = node
         while n is not None and n.call is None:
@@ -310,22 +336,26 @@ class _Events:
     def user_call(self, node: _Node, up: _Node | None, parent: _record.Call | None) -> _record.Call:
         """The call a user function's frame is (``up``: the call running it)."""
         rec, frame, code = self.rec, node.frame, node.code
-        name = _record.function_name(code)
-        method = code.co_argcount and code.co_varnames[0] == "self"
+        info = self.functions.get(id(code))
+        if info is None or info[0] is not code:
+            name = _record.function_name(code)
+            info = self.functions[id(code)] = (code, name, _method(code), name.startswith("<"))
+        name = info[1]
         if (
             parent is None  # the compiled function itself
-            or name.startswith("<")
+            or info[3]
             or parent.wraps is code  # run by the transformation its call is
-            or (method and is_model_method(frame))
+            or (info[2] and is_model_method(frame))
         ):
             return rec.new_call(name, "transparent", parent, code.co_filename, code.co_firstlineno)
         if up is not None:
             # run right from its caller's frame: named as that call site names it (a model's
-            # list item: ``layers_2 (act)``), as the recorder does
+            # list item: ``layers_2 (act)``, only where the caller is a method), as the
+            # recorder does
             caller = up.frame if not up.lib else _callee_frame(up, frame)
-            if caller is not None and frame.f_back is caller:
+            if caller is not None and frame.f_back is caller and _method(caller.f_code):
                 called = call_at(caller.f_code, caller.f_lasti)[0]
-                if called and _method(caller.f_code):
+                if called:
                     name = rec.items.name(caller, called) or name
         return rec.new_call(name, "call", parent, code.co_filename, code.co_firstlineno)
 
@@ -339,22 +369,26 @@ class _Events:
                 call = rec.new_call(name, "call", parent, code.co_filename, code.co_firstlineno)
                 call.wraps = code
                 return call
-        name, line = self.site(node.code, node.lasti, caller)
+        _code, name, line, method = node.site or self.site(node.code, node.lasti, caller)
         if name is None or node.below or calls_callable_model(node.fn, node.arg0):
             label = name or getattr(node.fn, "__name__", None) or type(node.fn).__name__
             return rec.new_call(label, "transparent", parent)
-        if _method(node.code):
+        if method:
             name = rec.items.name(caller, name) or name
         return rec.new_call(name, "library", parent, node.code.co_filename, line)
 
-    def site(self, code: Any, lasti: int, frame: Any) -> tuple[str | None, int | None]:
-        """(the name written, the line) of the call at ``lasti`` in ``code``, which ``frame``
-        runs now; kept per call site for the recording."""
+    def site(self, code: Any, lasti: int, frame: Any) -> tuple[Any, str | None, int, bool]:
+        """The call at ``lasti`` in ``code``, which ``frame`` runs now: (code, the name
+        written, the line, ``code`` is a method's); kept per call site."""
         hit = self.sites.get((id(code), lasti))
         if hit is None or hit[0] is not code:
-            # (the code is held: its id stays its own)
-            hit = self.sites[(id(code), lasti)] = (code, call_at(code, lasti)[0], frame.f_lineno)
-        return hit[1], hit[2]
+            hit = self.sites[(id(code), lasti)] = (
+                code,
+                call_at(code, lasti)[0],
+                frame.f_lineno,
+                _method(code),
+            )
+        return hit
 
 
 def _method(code: Any) -> bool:
@@ -418,7 +452,7 @@ def _callbacks(
     raising. A failure stops the recording (``_Events.stop``): nothing is pushed after it, and
     the calls running still end as they return; a failure in ending one takes every element
     off at once."""
-    stack, rec = ev.stack, ev.rec
+    stack, rec, sites = ev.stack, ev.rec, ev.sites
     thread = ev.thread
     codes, user_code = _record._CODES, _record.user_code
     getframe = sys._getframe
@@ -501,8 +535,13 @@ def _callbacks(
     def ended(frame: Any) -> None:
         # (a generator of the user's that yields ends its call: resumed, it is a new one, as
         # the other backends see it)
-        end_calls_of(frame)
-        if stack and stack[-1].frame is frame and not stack[-1].lib:
+        top = stack[-1]
+        if top.lib and top.frame is frame:  # (where a library call's end was missed)
+            end_calls_of(frame)
+            if not stack:
+                return
+            top = stack[-1]
+        if top.frame is frame and not top.lib:
             pop(stack.pop())
 
     def callee_ended(code: Any) -> bool:
@@ -548,7 +587,7 @@ def _callbacks(
         if not stack or get_ident() != thread:
             return
         try:
-            if callee_ended(code):
+            if stack[-1].callee is code and callee_ended(code):
                 return
             hit = codes.get(id(code))
             if hit[1] if hit is not None and hit[0] is code else user_code(code):
@@ -586,14 +625,18 @@ def _callbacks(
             inner = fn.__func__ if kind is _METHOD else fn
             callee = inner.__code__ if type(inner) is _FUNCTION else None
             if callee is not None:
-                if user_code(callee):
+                hit = codes.get(id(callee))
+                if hit[1] if hit is not None and hit[0] is callee else user_code(callee):
                     return  # a user function: its own start makes its call
                 if callee.co_flags & _GENERATOR:
                     return  # runs as it is iterated, not in this call
-            if call_at(code, offset)[0] is None and _namestack.transformed_callable(fn) is None:
+            site = sites.get((id(code), offset))
+            if site is None or site[0] is not code:
+                site = ev.site(code, offset, frame)
+            if site[1] is None and _namestack.transformed_callable(fn) is None:
                 return  # names nothing (``fns[0](x)``): its equations are the caller's
             node = _Node(True, frame, code, top)
-            node.lasti, node.fn, node.arg0, node.callee = offset, fn, arg0, callee
+            node.lasti, node.fn, node.arg0, node.callee, node.site = offset, fn, arg0, callee, site
             if callee is not None and id(callee) not in armed:
                 # a Python function: its return ends the call (anything else's: C_RETURN)
                 if callee.co_name in _EVERYWHERE:

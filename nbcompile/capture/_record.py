@@ -298,22 +298,28 @@ class Recorder:
     ) -> Call:
         """A call recorded: numbered under the innermost of its ancestors that is not
         transparent (``block#3``; a library call's second ``gelu#2``), and logged."""
-        if len(self.log.calls) >= MAX_CALLS:
-            self.log.capped = len(self.log.calls)
+        calls = self.log.calls
+        if len(calls) >= MAX_CALLS:
+            self.log.capped = len(calls)
             raise CallsCapped(f"{self.log.capped} calls recorded: recording stops")
-        visible = parent
-        while visible is not None and visible.kind == "transparent":
-            visible = visible.parent
-        if kind != "transparent":
-            key = (id(visible), name)
-            n = self.counts[key] = self.counts.get(key, 0) + 1
-            numbered = kind == "call" and not name.endswith(")")  # ``layers_2 (act)``: a place
-            label = f"{name}#{n}" if numbered else (name if n == 1 else f"{name}#{n}")
+        if kind == "transparent":
+            call = Call(name, name, kind, parent, file, line)
+            call.shown = parent.shown if parent is not None else None
         else:
-            label = name
-        call = Call(label, name, kind, parent, file, line)
-        call.shown = call if kind != "transparent" else (parent.shown if parent else None)
-        self.log.calls.append(call)
+            visible = parent
+            while visible is not None and visible.kind == "transparent":
+                visible = visible.parent
+            key = (id(visible), name)
+            counts = self.counts
+            n = counts[key] = counts.get(key, 0) + 1
+            # a call of the user's is numbered from the first (``layers_2 (act)``: a place,
+            # not numbered); a library call from the second
+            if n > 1 or (kind == "call" and not name.endswith(")")):
+                call = Call(f"{name}#{n}", name, kind, parent, file, line)
+            else:
+                call = Call(name, name, kind, parent, file, line)
+            call.shown = call
+        calls.append(call)
         return call
 
     def _user_call(self, frame: Any, parent: Call | None) -> Call:
