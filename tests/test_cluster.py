@@ -4,7 +4,7 @@ engines, each a JAX process (CPU, gloo collectives), and cells run on both as un
 Two clusters in all (each start-up costs CPU): one for a program sharded across the processes
 (same value on both, ``c.processes``, a collective crossing processes, the views), a program
 that differs on process 1 (NBC800 on both, naming the line) and ``--profile`` side by side
-while a thread keeps process 1 busy; one for a process that dies during a compile (NBC801 on
+while a host callback makes process 1 late; one for a process that dies during a compile (NBC801 on
 the other within the stated wait). Every wait is bounded and the engines are always stopped.
 The first tests need no cluster: the fingerprint comparison, ``crosses_processes`` on HLO text,
 the side-by-side profiles from summaries, and one process recording no processes.
@@ -362,53 +362,45 @@ def test_a_process_that_dies_during_a_compile_gives_the_other_nbc801() -> None:
 
 @cluster
 def test_profile_on_every_process_side_by_side_shows_the_busy_process(rc: Any) -> None:
-    """A thread keeps process 1's CPU busy (numpy matrix products) during ``--profile``: its
-    kernels are slower, process 0 waits longer in the all-reduce across processes. Each
-    process is pinned to a core of its own for the test (otherwise the two processes and the
-    burner share both cores and the burner slows both: seen on a 2-core machine)."""
+    """Process 1 is late by a fixed ``LATE`` seconds in every call: a host callback ahead of the
+    all-reduce sleeps there on process 1 only (the program is the same on both; the callback's
+    Python differs), so process 0 waits in the all-reduce and process 1 is the slowest. A
+    burner thread on process 1 did this before and lost to outside load on a busy machine (a
+    program busy on process 0's core made process 0 the slower: 1 of 2 runs with one such
+    program, 2 of 3 with three); a sleep is a delay no CPU contention takes away. The callback
+    runs in a ``shard_map`` so that it runs on every device (under automatic sharding it runs
+    on one device and its result crosses processes in a collective of its own)."""
     px(
         rc,
         """
-        import os, threading
-        _all_cores = sorted(os.sched_getaffinity(0))
+        import time
+        LATE = 0.3  # seconds process 1 sleeps in each call, far above the compute's time
 
-        def _pin(cores):
-            for tid in os.listdir("/proc/self/task"):
-                try:
-                    os.sched_setaffinity(int(tid), cores)
-                except OSError:
-                    pass
+        def _late(x):
+            if jax.process_index() == 1:
+                time.sleep(LATE)
+            return np.asarray(x)
 
-        if len(_all_cores) >= 2:
-            _pin({_all_cores[jax.process_index() % len(_all_cores)]})
         heavy = jax.make_array_from_process_local_data(
             NamedSharding(mesh, P("data")),
             np.random.default_rng(jax.process_index()).normal(size=(512, 512)).astype(np.float32),
         )
         w = jax.device_put(np.eye(512, dtype=np.float32) * 0.5, NamedSharding(mesh, P()))
-        stop = threading.Event()
-
-        def burn():
-            a = np.random.default_rng(0).random((600, 600))
-            while not stop.is_set():
-                a @ a
-
-        if jax.process_index() == 1:
-            threading.Thread(target=burn, daemon=True).start()
         """,
     )
     cell = """
+    def late(x):
+        return jax.pure_callback(_late, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
     def layers(w, x):
+        x = jax.shard_map(late, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(x)
         for _ in range(8):
             x = jnp.tanh(x @ w)
         return (x**2).mean()
 
     layers(w, heavy)
     """
-    try:
-        outcomes = compile_everywhere(rc, cell, line="--profile 10", timeout=240)
-    finally:
-        px(rc, "stop.set(); _pin(set(_all_cores))")
+    outcomes = compile_everywhere(rc, cell, line="--profile 10", timeout=240)
     assert outcomes == ["ok", "ok"], outcomes
     side = pull(rc, "nbcompile.last().profile.processes.to_json()")
     assert side[0] == side[1]  # the same summaries on every process
@@ -420,6 +412,8 @@ def test_profile_on_every_process_side_by_side_shows_the_busy_process(rc: Any) -
     assert [k["opcode"] for k in crossing] == ["all-reduce"] and crossing[0]["slowest"] == 0
     compute = [k for k in kernels if not k["crosses_processes"]]
     assert compute and all(None not in k["seconds"] for k in compute)  # measured on both
+    (callback,) = [k for k in compute if k["opcode"] == "custom-call"]
+    assert callback["slowest"] == 1 and callback["seconds"][1] >= 0.3  # the sleep, on 1 only
     views = pull(rc, "repr(nbcompile.last())")
     assert "profile on every process" in views[0] and "← slowest" in views[0]
     assert len(views[1].splitlines()) == 1
