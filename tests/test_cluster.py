@@ -361,7 +361,7 @@ def test_a_process_that_dies_during_a_compile_gives_the_other_nbc801() -> None:
 
 
 @cluster
-def test_profile_on_every_process_side_by_side_shows_the_busy_process(rc: Any) -> None:
+def test_profile_on_every_process_side_by_side_shows_the_late_process(rc: Any) -> None:
     """Process 1 is late by a fixed ``LATE`` seconds in every call: a host callback ahead of the
     all-reduce sleeps there on process 1 only (the program is the same on both; the callback's
     Python differs), so process 0 waits in the all-reduce and process 1 is the slowest. A
