@@ -91,8 +91,8 @@ class _Observed(_siu.SourceInfo):
         ev = self.events
         # (JAX's ``SourceInfo``s are made without their Python ``__init__``: this runs at the
         # first stamp of every call)
-        out = _new(_PLAIN)
         if traceback is not None:
+            out = _new(_PLAIN)
             out.traceback = traceback
             if name_stack is not None:  # a replay: as JAX
                 out.name_stack = name_stack
@@ -122,6 +122,7 @@ class _Observed(_siu.SourceInfo):
             ev.observe()
             stack = ev.stack
             if stack and stack[-1].call is not None:  # recorded: as above
+                out = _new(_PLAIN)
                 out.traceback, out.name_stack = None, name_stack
                 return out
         derived = _new(_Observed)
@@ -186,7 +187,7 @@ class _Node:
         self.callee: Any = None  # lib: the code object called where a Python function's
         self.held = False  # lib: its callee's return events are on for this call only
         self.arg0: Any = None
-        self.site: tuple[Any, str | None, int, bool] | None = None  # lib: see _Events.sites
+        self.site: Any = None  # lib: its call site, as in _Events.sites
         self.in_stack = False  # it is on the name stack (pushed as an element)
         self.saved: Any = None  # the context before the push, and the one pushed
         self.pushed: Any = None
@@ -369,7 +370,7 @@ class _Events:
                 call = rec.new_call(name, "call", parent, code.co_filename, code.co_firstlineno)
                 call.wraps = code
                 return call
-        _code, name, line, method = node.site or self.site(node.code, node.lasti, caller)
+        _code, name, line, method = node.site  # (set as the call was made: ``called``)
         if name is None or node.below or calls_callable_model(node.fn, node.arg0):
             label = name or getattr(node.fn, "__name__", None) or type(node.fn).__name__
             return rec.new_call(label, "transparent", parent)

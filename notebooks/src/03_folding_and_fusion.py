@@ -239,7 +239,10 @@ print(f"calibrate(): {peaks.bytes_per_s.value / 1e9:.1f} GB/s past the caches "
 # %% code
 in_cache = [b for b in sweep if b <= 2**20]
 assert sweep[big] < max(sweep[b] for b in in_cache) / 2, ("GB/s by size", sweep)  # claim: bandwidth-drops
-assert big >= 4 * max(caches.values(), default=0), ("the largest array fits a cache", big, caches)
+# past the largest cache: four times it, or the 1 GiB the sweep (and calibrate()) stop at, where
+# a CPU reports a larger cache (a 260 MiB L3 here on 2026-12-05)
+assert big > max(caches.values(), default=0), ("the largest array fits a cache", big, caches)
+assert big >= min(2**30, 4 * max(caches.values(), default=0)), ("the sweep stops short", big, caches)
 # the calibration is an upper bound, and this loop measures what it measured: on a machine busy
 # now it can read well below it, never the sixteenth a fresh-buffer loop reads. Above it by at
 # most the spread of two measurements of this one kernel taken seconds apart on a shared
