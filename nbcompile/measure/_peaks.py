@@ -52,6 +52,11 @@ _VERSION = 7
 TOLERANCE = 1.05
 #: measurements (the highest kept) before a roof a kernel beats is refused
 REMEASURE = 3
+#: seconds after a refusal during which a roof beaten again is refused without measuring again
+#: (the three measurements just made are this machine's state; each costs seconds)
+REFUSED_FOR = 600.0
+#: (the refused peaks' figures, time.monotonic() of the refusal) in this process, or None
+_refused: tuple[tuple[float, ...], float] | None = None
 #: square f32 matmuls measured for the FLOP/s peak (the fastest counts)
 MATMUL_SIZES = (256, 512, 1024)
 
@@ -480,19 +485,35 @@ def beaten(
     return None
 
 
+def _figures(peaks: Peaks) -> tuple[float, ...]:
+    return (peaks.flops_per_s.value, peaks.bytes_per_s.value, *(bw for _, bw in peaks.bandwidths))
+
+
 def upper_bound(
     peaks: Peaks, rates: list[tuple[str, float, float, float | None]]
 ) -> tuple[Peaks | None, list[str]]:
     """Check that measured ``peaks`` bound every kernel's ``(name, flops/s, bytes/s,
     working-set bytes)``; when one beats them, measure again (keeping the higher figures) and
-    check again, up to :data:`REMEASURE` times. Returns the peaks that bound every kernel — or None, refused, when a kernel
-    still beats them — and notes saying what happened. Datasheet peaks are returned as they
-    are (a kernel cannot be measured above them here)."""
+    check again, up to :data:`REMEASURE` times. Returns the peaks that bound every kernel — or
+    None, refused, when a kernel still beats them — and notes saying what happened. Peaks
+    refused in this process less than :data:`REFUSED_FOR` seconds ago are refused again at once
+    (a ``--profile`` re-run does not wait for three more measurements). Datasheet peaks are
+    returned as they are (a kernel cannot be measured above them here)."""
     if peaks.flops_per_s.source != "measured":
         return peaks, []
     first = next(((n, w) for n, f, b, s in rates if (w := beaten(peaks, f, b, s))), None)
     if first is None:
         return peaks, []
+    global _refused
+    if _refused is not None and _refused[0] == _figures(peaks):
+        ago = time.monotonic() - _refused[1]
+        if ago < REFUSED_FOR:  # these peaks were measured again just now and refused: not again
+            return None, [
+                f"refused: {first[0]} ran at {first[1]}; these peaks were measured again "
+                f"{REMEASURE} times {ago:.0f} s ago in this session and did not bound the "
+                f"kernels then, so they are no upper bound on this machine now; no roofline "
+                f"(measured again after {REFUSED_FOR / 60:.0f} min)"
+            ]
     notes = [f"{first[0]} ran at {first[1]} measured before: the peaks were measured again"]
     # a busy moment measures low: a few tries, the highest kept, each twice as long as the last
     # (more chances of a quiet moment: the fastest call counts)
@@ -501,6 +522,7 @@ def upper_bound(
         still = next(((n, w) for n, f, b, s in rates if (w := beaten(peaks, f, b, s))), None)
         if still is None:
             return peaks, notes
+    _refused = (_figures(peaks), time.monotonic())
     notes.append(
         f"refused: {still[0]} still ran at {still[1]} after measuring again {REMEASURE} times, so the measured "
         "peaks are no upper bound on this machine now; no roofline"

@@ -353,6 +353,7 @@ def test_the_bandwidth_roof_of_a_kernel_is_that_of_its_working_set():
 
 def test_a_kernel_that_beats_its_roof_has_it_measured_again_then_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("NBCOMPILE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_peaks, "_refused", None)
     low = _fake_record(1e10, 1e10, [], "busy")
     high = _fake_record(5e10, 1e10, [], "quiet")
     runs = iter([low, high, low, low, low])
@@ -373,5 +374,15 @@ def test_a_kernel_that_beats_its_roof_has_it_measured_again_then_refused(tmp_pat
     assert refused is None and notes[-1].startswith("refused: dot.1")
     # each try measures for longer than the last: more chances of a quiet moment
     assert patience == [1.0, 1.0, 1.0, 2.0, 4.0]
+    # a re-run soon after is refused at once, against the peaks it was refused with: the
+    # three measurements just made are this machine's state (each costs seconds)
+    cached = _peaks.cpu_peaks()[0]
+    again_refused, notes = _peaks.upper_bound(cached, faster)
+    assert again_refused is None and patience == [1.0, 1.0, 1.0, 2.0, 4.0]
+    assert notes[0].startswith("refused: dot.1") and "s ago in this session" in notes[0]
+    # ... but not once that time has passed
+    monkeypatch.setattr(_peaks, "REFUSED_FOR", 0.0)
+    runs = iter([low, low, low])
+    assert _peaks.upper_bound(cached, faster)[0] is None and len(patience) == 8
     spec = spec_peaks("tpu", "v5e")
     assert _peaks.upper_bound(spec, faster) == (spec, [])  # a datasheet is not re-measured
