@@ -52,11 +52,14 @@ _VERSION = 7
 TOLERANCE = 1.05
 #: measurements (the highest kept) before a roof a kernel beats is refused
 REMEASURE = 3
-#: seconds after a refusal during which a roof beaten again is refused without measuring again
-#: (the three measurements just made are this machine's state; each costs seconds)
+#: seconds after a refusal during which a kernel that beat the peaks then, beating them again,
+#: has them refused without measuring again (the three measurements just made are this
+#: machine's state; each costs seconds)
 REFUSED_FOR = 600.0
-#: (the refused peaks' figures, time.monotonic() of the refusal) in this process, or None
-_refused: tuple[tuple[float, ...], float] | None = None
+#: the last refusal in this process: (the peaks' figures, time.monotonic(), the (name,
+#: working-set bytes) of each kernel that still beat them, in every refusal of these peaks), or
+#: None
+_refused: tuple[tuple[float, ...], float, frozenset[tuple[str, float | None]]] | None = None
 #: square f32 matmuls measured for the FLOP/s peak (the fastest counts)
 MATMUL_SIZES = (256, 512, 1024)
 
@@ -489,6 +492,11 @@ def _figures(peaks: Peaks) -> tuple[float, ...]:
     return (peaks.flops_per_s.value, peaks.bytes_per_s.value, *(bw for _, bw in peaks.bandwidths))
 
 
+def _beating(peaks: Peaks, rates: list[tuple[str, float, float, float | None]]) -> frozenset:
+    """(name, working-set bytes) of each kernel of ``rates`` that beats ``peaks``."""
+    return frozenset((n, s) for n, f, b, s in rates if beaten(peaks, f, b, s))
+
+
 def upper_bound(
     peaks: Peaks, rates: list[tuple[str, float, float, float | None]]
 ) -> tuple[Peaks | None, list[str]]:
@@ -496,8 +504,9 @@ def upper_bound(
     working-set bytes)``; when one beats them, measure again (keeping the higher figures) and
     check again, up to :data:`REMEASURE` times. Returns the peaks that bound every kernel — or
     None, refused, when a kernel still beats them — and notes saying what happened. Peaks
-    refused in this process less than :data:`REFUSED_FOR` seconds ago are refused again at once
-    (a ``--profile`` re-run does not wait for three more measurements). Datasheet peaks are
+    refused in this process less than :data:`REFUSED_FOR` seconds ago, beaten again by a kernel
+    that beat them then, are refused again at once (a ``--profile`` re-run does not wait for
+    three more measurements). Datasheet peaks are
     returned as they are (a kernel cannot be measured above them here)."""
     if peaks.flops_per_s.source != "measured":
         return peaks, []
@@ -507,11 +516,15 @@ def upper_bound(
     global _refused
     if _refused is not None and _refused[0] == _figures(peaks):
         ago = time.monotonic() - _refused[1]
-        if ago < REFUSED_FOR:  # these peaks were measured again just now and refused: not again
+        # a kernel that beat these peaks just now, after measuring again, beats them again (a
+        # re-run of the same program): that alone refuses them, and measuring again just
+        # failed to raise them; peaks beaten only by other kernels are measured again
+        known = next((k for k in _beating(peaks, rates) if k in _refused[2]), None)
+        if ago < REFUSED_FOR and known is not None:
             return None, [
-                f"refused: {first[0]} ran at {first[1]}; these peaks were measured again "
-                f"{REMEASURE} times {ago:.0f} s ago in this session and did not bound the "
-                f"kernels then, so they are no upper bound on this machine now; no roofline "
+                f"refused: {known[0]} ran above these peaks again; they were measured again "
+                f"{REMEASURE} times {ago:.0f} s ago in this session and did not bound it "
+                f"then, so they are no upper bound on this machine now; no roofline "
                 f"(measured again after {REFUSED_FOR / 60:.0f} min)"
             ]
     notes = [f"{first[0]} ran at {first[1]} measured before: the peaks were measured again"]
@@ -522,7 +535,10 @@ def upper_bound(
         still = next(((n, w) for n, f, b, s in rates if (w := beaten(peaks, f, b, s))), None)
         if still is None:
             return peaks, notes
-    _refused = (_figures(peaks), time.monotonic())
+    beating = _beating(peaks, rates)
+    if _refused is not None and _refused[0] == _figures(peaks):  # the same peaks: all of them
+        beating |= _refused[2]
+    _refused = (_figures(peaks), time.monotonic(), beating)
     notes.append(
         f"refused: {still[0]} still ran at {still[1]} after measuring again {REMEASURE} times, so the measured "
         "peaks are no upper bound on this machine now; no roofline"

@@ -116,7 +116,8 @@ assert {"norm#1", "norm#2", "gelu"} <= set(p.by_function)
 # (FLOP/s ÷ bandwidth) is that cache's. A roof is an upper bound: a peak measured on a busy
 # machine is low, so when a kernel beats its roof the profile measures the peaks again (keeping
 # the higher figures) and, if a kernel still beats them, refuses the roofline — `p.notes` says
-# which happened.
+# which happened. Peaks refused for a kernel stay refused for it for ten minutes in the same
+# kernel process, so a re-run of `--profile` does not wait for three more measurements.
 
 # %% code
 peaks = p.peaks

@@ -24,7 +24,10 @@ def test_gpu_check_profiles_its_models_and_tabulates_where_the_events_came_from(
     for r in rows:
         assert r["backend"] == "cpu" and r["where"] == "host threads" and not r["device_plane"]
         assert r["kernels"] >= 1 and 0 < r["coverage"] <= 1 and r["step_ms"] > 0
-        assert r["peaks"]["flops_per_s"]["source"] == "measured"
+        if r["peaks"] is None:  # a kernel beat the peaks measured on this busy machine
+            assert any(n.startswith("refused: ") for n in r["notes"]), r["notes"]
+        else:
+            assert r["peaks"]["flops_per_s"]["source"] == "measured"
     table = gpu_profile.profile_table(rows).splitlines()
     assert table[0].startswith("| model | backend | kernel events from")
     assert len(table) == 2 + len(rows) and table[2].startswith("| mlp | cpu | host threads |")

@@ -380,9 +380,17 @@ def test_a_kernel_that_beats_its_roof_has_it_measured_again_then_refused(tmp_pat
     again_refused, notes = _peaks.upper_bound(cached, faster)
     assert again_refused is None and patience == [1.0, 1.0, 1.0, 2.0, 4.0]
     assert notes[0].startswith("refused: dot.1") and "s ago in this session" in notes[0]
-    # ... but not once that time has passed
+    # ... but another kernel beating them is measured again (its own three tries)
+    runs = iter([low, low, low])
+    other = [("dot.2", 9e10, 1e9, 2e6)]
+    assert _peaks.upper_bound(cached, other)[0] is None and len(patience) == 8
+    assert _peaks.upper_bound(cached, other)[0] is None and len(patience) == 8  # then at once
+    # a kernel of either refusal, beside a new one, refuses them at once
+    both, notes = _peaks.upper_bound(cached, [("dot.3", 9e10, 1e9, 3e6), *faster])
+    assert both is None and len(patience) == 8 and notes[0].startswith("refused: dot.1")
+    # ... and so is the same kernel once that time has passed
     monkeypatch.setattr(_peaks, "REFUSED_FOR", 0.0)
     runs = iter([low, low, low])
-    assert _peaks.upper_bound(cached, faster)[0] is None and len(patience) == 8
+    assert _peaks.upper_bound(cached, other)[0] is None and len(patience) == 11
     spec = spec_peaks("tpu", "v5e")
     assert _peaks.upper_bound(spec, faster) == (spec, [])  # a datasheet is not re-measured
