@@ -127,14 +127,20 @@ def op_name_phase(op_name: str | None) -> str | None:
 def _module_path(op_name: str | None) -> str | None:
     if not op_name:
         return None
-    parts = []
-    for part in op_name.split(";", 1)[0].split("/")[:-1]:
-        if _JITTED.search(part):
-            continue  # a jitted function (the program's own jit(NAME), jit(relu)): no module
-        part = strip_transforms(part, dotted=True)  # linear (a regex was quadratic on ")))")
-        if part:
-            parts.append(shown(part))
+    parts = [
+        scope for part in op_name.split(";", 1)[0].split("/")[:-1] if (scope := _module_scope(part))
+    ]
     return "/".join(user_scopes(parts)) or None
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _module_scope(part: str) -> str:
+    """One scope of an op name as a module path shows it ("" for none): the same few scopes
+    (``jit(train_step)``, ``transpose(jvp(GPT2))``, ``Block_0``) recur in every op name."""
+    if _JITTED.search(part):
+        return ""  # a jitted function (the program's own jit(NAME), jit(relu)): no module
+    part = strip_transforms(part, dotted=True)  # linear (a regex was quadratic on ")))")
+    return shown(part) if part else ""
 
 
 # ``jit(NAME)``, also under transforms (``transpose(jvp(jit(relu)))``); ``jvp(MLP)`` is a module

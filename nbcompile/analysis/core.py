@@ -422,13 +422,14 @@ def analyse_traced(
     it). Called by :func:`analyse`, or earlier in the thread that converts the pre-optimisation
     HLO while XLA compiles (``stages.run_stages(beside_compile=...)``), so that a long compile
     hides this part of the analysis."""
-    locator = Locator(source)
-    kinds = call_kinds(calls)
-    traced = trace_graph(closed_jaxpr, locator, name, grad=grad, calls=kinds)
-    part = TracedPart(closed_jaxpr, name, grad, locator, kinds, traced)
-    if pre_text is not None and has_const_candidates(traced):
-        with contextlib.suppress(HloParseError):  # the analysis parses again and notes why
-            part.pre, part.pre_text = parse_hlo(pre_text), pre_text
+    with _gc.paused():  # in XLA's compile's shadow too: 10^5 small acyclic objects (see _gc)
+        locator = Locator(source)
+        kinds = call_kinds(calls)
+        traced = trace_graph(closed_jaxpr, locator, name, grad=grad, calls=kinds)
+        part = TracedPart(closed_jaxpr, name, grad, locator, kinds, traced)
+        if pre_text is not None and has_const_candidates(traced):
+            with contextlib.suppress(HloParseError):  # the analysis parses again, notes why
+                part.pre, part.pre_text = parse_hlo(pre_text), pre_text
     return part
 
 

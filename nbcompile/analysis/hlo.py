@@ -60,6 +60,85 @@ _CALL_KEYS = (
     "true_computation",
     "false_computation",
 )
+#: opcodes that never call a computation (no ``calls``/``to_apply``/... attribute): the
+#: common ones, whose tails need no look (an opcode not named here is looked at)
+_CALLS_NOTHING = frozenset(
+    [
+        "parameter",
+        "constant",
+        "get-tuple-element",
+        "tuple",
+        "bitcast",
+        "broadcast",
+        "reshape",
+        "transpose",
+        "copy",
+        "convert",
+        "slice",
+        "dynamic-slice",
+        "dynamic-update-slice",
+        "concatenate",
+        "pad",
+        "iota",
+        "reverse",
+        "gather",
+        "dot",
+        "convolution",
+        "compare",
+        "select",
+        "clamp",
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "maximum",
+        "minimum",
+        "power",
+        "remainder",
+        "and",
+        "or",
+        "xor",
+        "not",
+        "negate",
+        "abs",
+        "sign",
+        "exponential",
+        "exponential-minus-one",
+        "log",
+        "log-plus-one",
+        "sqrt",
+        "rsqrt",
+        "cbrt",
+        "tanh",
+        "logistic",
+        "sine",
+        "cosine",
+        "tan",
+        "atan2",
+        "floor",
+        "ceil",
+        "round-nearest-even",
+        "round-nearest-afz",
+        "is-finite",
+        "erf",
+        "bitcast-convert",
+        "shift-left",
+        "shift-right-logical",
+        "shift-right-arithmetic",
+        "popcnt",
+        "clz",
+        "real",
+        "imag",
+        "complex",
+        "reduce-precision",
+        "rng-bit-generator",
+        "partition-id",
+        "replica-id",
+        "copy-start",
+        "copy-done",
+        "after-all",
+    ]
+)
 _CALLS = re.compile(r"\b(?:" + "|".join(_CALL_KEYS) + ")=")
 _METADATA = re.compile(r"\bmetadata=\{((?:[^{}\"]|" + _STRING + r")*)\}")
 _META_COMMON = re.compile(r'op_name="([^"\\]*)"(?: stack_frame_id=(\d+))?')
@@ -190,6 +269,7 @@ class Instruction:
     text: str = ""
     bare_tail: str = ""  # the tail without its metadata (what XLA computes with)
     _called: list[str] | None = None
+    _head_attrs: tuple[dict[str, str], bool] | None = None
 
     @property
     def attrs(self) -> dict[str, str]:
@@ -207,15 +287,31 @@ class Instruction:
         tail = self.bare_tail
         return tail if self._attrs is None and '"' not in tail and "{" not in tail else None
 
+    def _head(self) -> tuple[dict[str, str], bool]:
+        """The attributes before the tail's first string or bracket (XLA prints ``kind=kLoop,
+        calls=%f`` before a fusion's ``backend_config={...}``), and whether that is the whole
+        tail: read there without splitting the tail, they are exactly what :attr:`attrs`
+        gives for them (memoised)."""
+        if self._head_attrs is None:
+            tail = self.bare_tail
+            cut = min((i for c in '"{[(' if (i := tail.find(c)) >= 0), default=None)
+            found = _SIMPLE_ATTR.findall(tail if cut is None else tail[:cut])
+            if cut is not None and found:
+                found.pop()  # the attribute the cut runs into: its value goes on past it
+            self._head_attrs = (dict(found), cut is None)
+        return self._head_attrs
+
     @property
     def kind(self) -> str | None:
         """Fusion kind without the ``k`` prefix, lower case (``loop``, ``input``, ``custom``)."""
-        plain = self._plain()
-        if plain is not None:
-            found = _SIMPLE_ATTR.findall(plain)
-            kind = next((v for k, v in found if k == "kind"), None)
-        else:
-            kind = self.attrs.get("kind")
+        head, whole = self._head()
+        kind = head.get("kind")
+        if kind is None and not whole:
+            plain = self._plain()
+            if plain is not None:
+                kind = next((v for k, v in _SIMPLE_ATTR.findall(plain) if k == "kind"), None)
+            else:
+                kind = self.attrs.get("kind")
         if kind is None:
             return None
         return kind[1:].lower() if kind.startswith("k") else kind.lower()
@@ -227,7 +323,14 @@ class Instruction:
             return self._called
         names: list[str] = []
         self._called = names
+        if self.opcode in _CALLS_NOTHING:
+            return names
         tail = self.bare_tail or self.tail
+        if self.opcode == "fusion":  # one computation, named before any string or brace
+            value = self._head()[0].get("calls")
+            if value is not None:
+                names.extend(_NAME_REF.findall(value) or [value.strip("{} ")])
+                return names
         if "=" not in tail or _CALLS.search(tail) is None:
             return names
         plain = self._plain()

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from .. import _gc
 from ..stages import Progress
 
 if TYPE_CHECKING:
@@ -138,14 +139,15 @@ class Display:
         key = self._state_key()
         if self._report is None or self._report[0] != key:
             t0 = time.perf_counter()
-            report = build_report(
-                self.analysis.to_json(),
-                meta=self._meta(),
-                extras=dict(self.extras),
-                grad=self.grad.analysis.to_json() if self.grad is not None else None,
-                node_values=self._debug_values(),
-                module_classes=self._module_classes(),
-            )
+            with _gc.paused():  # ~10^5 small acyclic dicts and lists (nbcompile/_gc.py)
+                report = build_report(
+                    self.analysis.to_json(),
+                    meta=self._meta(),
+                    extras=dict(self.extras),
+                    grad=self.grad.analysis.to_json() if self.grad is not None else None,
+                    node_values=self._debug_values(),
+                    module_classes=self._module_classes(),
+                )
             since = self._changes_diff() if self._changes_diff is not None else None
             if since is not None and "changes" in report["extras"]:
                 from ..comparison import diff_compilations

@@ -130,6 +130,57 @@ def test_attributes_read_without_splitting_equal_the_split(train2):
     assert fast_paths > 100
 
 
+HEAD_TAILS = [
+    # (tail, kind, called): a fusion's attributes read before its first string or bracket
+    (', kind=kLoop, calls=%fused.1, backend_config={"a":1}', "loop", ["fused.1"]),
+    (
+        ', kind=kCustom, calls=%f, backend_config={"fusion_config":{"kind":"__ynn"}}',
+        "custom",
+        ["f"],
+    ),
+    # the attribute the cut runs into is not read from the head
+    (', kind=kLoop, calls=%f{x}, metadata={op_name="n"}', "loop", None),
+    # named after a string or a bracket: read the long way
+    (', backend_config="calls=%decoy", kind=kInput, calls=%real', "input", ["real"]),
+    (", replica_groups=[2,2]<=[4], kind=kOutput, calls=%g", "output", ["g"]),
+    (', frontend_attributes={calls="%decoy"}, calls=%h', None, ["h"]),
+    (", calls=%k", None, ["k"]),
+]
+
+
+@pytest.mark.parametrize(("tail", "kind", "called"), HEAD_TAILS)
+def test_a_fusions_head_attributes_equal_the_split(tail, kind, called):
+    """``kind`` and a fusion's ``called`` read before the tail's first string or bracket
+    (``Instruction._head``) give what splitting the whole tail gives."""
+    from nbcompile.analysis.hlo import _CALL_KEYS, _NAME_REF
+
+    line = f"%fusion = f32[4]{{0}} fusion(%x){tail}"
+    fast, slow = _parse_instruction(line, "c", 1), _parse_instruction(line, "c", 1)
+    got = (fast.kind, list(fast.called))
+    attrs = slow.attrs
+    raw = attrs.get("kind")
+    long_way = [
+        n
+        for key in _CALL_KEYS
+        if key in attrs
+        for n in _NAME_REF.findall(attrs[key]) or [attrs[key].strip("{} ")]
+    ]
+    assert got == (None if raw is None else raw[1:].lower(), long_way)
+    assert got[0] == kind
+    if called is not None:
+        assert got[1] == called
+
+
+def test_ops_that_never_call_are_not_looked_at_and_others_are():
+    """``called`` skips the tails of opcodes that cannot call a computation; any other
+    opcode (``reduce``, ``sort``, ``custom-call``, one XLA adds later) is looked at."""
+    add = _parse_instruction("%a = f32[4]{0} add(%x, %y), to_apply=%decoy", "c", 1)
+    assert add.called == []  # an add has no computation to call, whatever its tail says
+    for opcode in ("reduce", "sort", "custom-call", "some-new-op"):
+        instr = _parse_instruction(f"%r = f32[] {opcode}(%x, %z), to_apply=%sum", "c", 1)
+        assert instr.called == ["sum"], opcode
+
+
 def test_cost_once_per_distinct_kernel_equals_cost_of_every_kernel(train2, monkeypatch):
     """Two layers repeat their kernels: the memo must cut XLA calls and change no figure."""
     module = parse_hlo(train2.hlo_text)
@@ -215,6 +266,46 @@ def test_optimised_text_printed_once_per_executable():
     assert FakeCompiled.printed == 1
     stages.compiled = FakeCompiled()  # a recompile prints the new executable
     assert stages.hlo_text == "HloModule m" and FakeCompiled.printed == 2
+
+
+def test_pauses_in_two_threads_end_with_the_last_one():
+    """The analysis beside XLA's compile pauses the collector in its thread while the
+    compiling thread may pause it too: the first pause in records the switch, the last one
+    out restores it, in either order."""
+    import threading
+
+    from nbcompile import _gc
+
+    assert gc.isenabled()
+    for first_out in ("main", "thread"):
+        entered, leave = threading.Event(), threading.Event()
+
+        def beside(entered=entered, leave=leave):
+            with _gc.paused():
+                entered.set()
+                leave.wait(10)
+
+        thread = threading.Thread(target=beside)
+        with _gc.paused():
+            thread.start()
+            entered.wait(10)
+            assert not gc.isenabled()
+            if first_out == "thread":
+                leave.set()
+                thread.join(10)
+                assert not gc.isenabled()  # this thread's pause is still under way
+        if first_out == "main":
+            assert not gc.isenabled()  # the other thread's pause is still under way
+            leave.set()
+            thread.join(10)
+        assert gc.isenabled(), first_out
+    gc.disable()
+    try:
+        with _gc.paused():
+            pass
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()
 
 
 def test_analysis_restores_the_cyclic_gc(train2, monkeypatch):
