@@ -16,7 +16,8 @@ export JAX_PLATFORMS ?= cpu
 # the oldest supported stack (SPEC 9.1): what `make test-compat` installs
 COMPAT_JAX := jax==0.10.2 jaxlib==0.10.2
 # what touches JAX's internals, run on that stack too: every reach, both call-capture backends,
-# the cache, the library example models, the frozen format across versions
+# the cache, the library example models, the frozen format across versions, the HLO parser's
+# shortcuts (they lean on the order XLA prints attributes in)
 COMPAT_TESTS := tests/test_jax_reaches.py tests/analysis/test_capture_hooks.py \
 	tests/analysis/test_call_groups.py tests/analysis/test_call_kinds_hash.py \
 	tests/analysis/test_capture_backends.py tests/test_cache_live.py \
@@ -27,7 +28,7 @@ COMPAT_TESTS := tests/test_jax_reaches.py tests/analysis/test_capture_hooks.py \
 	tests/measure/test_kernel_code.py tests/measure/test_passes.py \
 	tests/test_exchange_schema.py tests/analysis/test_long_names.py tests/analysis/test_loops.py \
 	tests/analysis/test_call_transforms.py tests/analysis/test_call_cap.py tests/analysis/test_call_prompt_code.py tests/analysis/test_capture_list_items.py \
-	tests/test_early_hlo.py
+	tests/test_early_hlo.py tests/analysis/test_fast_paths.py
 
 .PHONY: lab demo newest-python test test-compat test-fast test-ui test-fuzz test-gpu-deviceless test-tutorials-plugins tutorials-burner bench bench-check gpu-check docs lint clean
 
