@@ -126,10 +126,17 @@ class Program:
                     pre_optimisation=stages.early_hlo.text if stages.early_hlo else None,
                     beside_compile=stages.early_hlo.beside if stages.early_hlo else None,
                     calls=stages.calls,
+                    keep_optimised=self._keep_optimised if self.metal is not None else None,
                 )
             )
             self.analysis_seconds = time.perf_counter() - t0
         return self._analysis
+
+    def _keep_optimised(self, text: str, module: Any) -> None:
+        """``--passes``: the optimised module the analysis parsed goes to the program's dump,
+        where the kernels' look-ups (their code, the library calls the view names) read it
+        instead of parsing it again (~0.2 s for a 12-layer train step; ``parsed_module``)."""
+        self.metal.module = (text, module)
 
     def refresh_locations(self) -> None:
         """Cell numbers in the analysis as they are now (a cache hit after cells re-ran)."""

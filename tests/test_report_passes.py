@@ -218,3 +218,40 @@ def test_shared_kernels_parse_the_optimised_module_once(plain, monkeypatch):
             with pytest.raises(nbcompile.NbcompileError):
                 plain.kernel_code(name)
     assert library and len(parsed) == 1
+
+
+def _formed_reference(diff: str) -> list[str]:
+    """The fusions a diff forms, read by matching every line in full (the first version)."""
+    whole = re.compile(r"^\+\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?\bfusion\(")
+    lines = diff.splitlines()
+    gone = {m[1] for line in lines if (m := whole.match("+" + line[1:])) and line[0] == "-"}
+    added = (m[1] for line in lines if line.startswith("+") and (m := whole.match(line)))
+    return [name for name in dict.fromkeys(added) if name not in gone]
+
+
+def test_the_fusions_formed_are_those_the_full_match_finds(comp):
+    """``_formed`` matches only the diff lines that call a fusion: the same names as matching
+    every line, on a real program's pass log and on lines made to mislead."""
+    from nbcompile.report.metal import _formed
+
+    log = comp.passes
+    diffs = [log.diff(s.index) for s in log.steps if s.changed]
+    assert any(_formed_reference(d) for d in diffs), "no step of this program formed a fusion"
+    made_up = "\n".join(
+        [
+            "--- before",
+            "+++ after",
+            "+  ROOT %tuple.9 = (f32[4]) tuple(%fusion.2)",  # uses a fusion: defines none
+            "+  ROOT %fusion.3 = f32[4] fusion(%p), kind=kLoop, calls=%fused_computation.3",
+            "   %kept.1 = f32[4] fusion(%q), kind=kLoop, calls=%c",  # context, not added
+            "-  %fusion.4 = f32[4] fusion(%a), kind=kLoop",
+            "+  %fusion.4 = f32[4] fusion(%b), kind=kLoop",  # rewired, not formed
+            "+%bare.2=f32[2]{0} fusion(f32[2]{0} %z), kind=kInput",
+            "",
+            "-",
+            "+",
+        ]
+    )
+    for diff in [*diffs, made_up]:
+        assert _formed(diff) == _formed_reference(diff)
+    assert _formed(made_up) == ["fusion.3", "bare.2"]

@@ -41,3 +41,9 @@ class Artifacts:
     pre_optimisation: Callable[[], str | None] | None = field(
         default=None, compare=False, repr=False
     )
+    #: told the optimised module's text and its parse, where something keeps them for later
+    #: (``--passes``: the program's dump, whose kernel look-ups would parse it again; the
+    #: analysis itself keeps neither)
+    keep_optimised: Callable[[str, Any], None] | None = field(
+        default=None, compare=False, repr=False
+    )

@@ -275,10 +275,13 @@ def _optimised(artifacts: Artifacts, notes: list[str]) -> HloModule | None:
         )
         return None
     try:
-        return parse_hlo(text)
+        module = parse_hlo(text)
     except HloParseError as err:
         notes.append(f"optimised HLO could not be parsed ({err}); compiled view unavailable")
         return None
+    if artifacts.keep_optimised is not None:
+        artifacts.keep_optimised(text, module)
+    return module
 
 
 def _static_cost_estimate(unit_costs: dict[str, dict[str, Any]]) -> dict[str, Any]:

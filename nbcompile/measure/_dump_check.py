@@ -18,7 +18,15 @@ from pathlib import Path
 from ..errors import TargetError
 from ..stages._dump import dump_unwritable, free_space, move_dump_hint
 
-__all__ = ["check_dump", "dump_cut_short", "dump_unwritable", "no_passes_reason", "whole_elf"]
+__all__ = [
+    "ELF_MACHINES",
+    "check_dump",
+    "dump_cut_short",
+    "dump_unwritable",
+    "elf_functions",
+    "no_passes_reason",
+    "whole_elf",
+]
 
 #: a file holding the whole module as text: a pass step (``.0014.<pipeline>...``), the module
 #: before and after optimisations
@@ -29,30 +37,82 @@ _STEP_OR_MODULE = re.compile(
 _DUMP_FLAG = re.compile(r"--xla_dump_[a-z_]+(?:=\S*)?")
 
 
-def whole_elf(blob: bytes) -> bool:
-    """Whether ``blob`` is a complete ELF object: its magic, its header, and its section table
-    and every section's bytes within its length. Read from the ELF header's fixed fields (ELF64
-    and ELF32, either byte order) with ``struct``: importing pyelftools for this took longer
-    (~0.15 s) than a small program's whole dumped compile takes to read."""
+def _section_table(blob: bytes) -> tuple[str, bool, list[tuple[int, int, int, int, int]]] | None:
+    """(byte order, ELF64, [(type, offset, size, link, entry size)] of every section) of ELF
+    object ``blob``, read from the ELF header's fixed fields (ELF64 and ELF32, either byte
+    order) with ``struct``; None where it is no ELF or its section table runs past its end."""
     if len(blob) < 52 or blob[:4] != b"\x7fELF" or blob[4] not in (1, 2) or blob[5] not in (1, 2):
-        return False
+        return None
     wide, order = blob[4] == 2, "<" if blob[5] == 1 else ">"
     try:
         if wide:
             shoff, shentsize, shnum = struct.unpack_from(order + "Q10xHH", blob, 0x28)
-            fields, layout = struct.Struct(order + "4xI16xQQ"), 64
+            fields, layout = struct.Struct(order + "4xI16xQQIIQQ"), 64
         else:
             shoff, shentsize, shnum = struct.unpack_from(order + "I10xHH", blob, 0x20)
-            fields, layout = struct.Struct(order + "4xI8xII"), 40
+            fields, layout = struct.Struct(order + "4xI8xIIIIII"), 40
         if shnum and (shentsize < layout or shoff + shnum * shentsize > len(blob)):
-            return False
+            return None
+        table = []
         for i in range(shnum):
-            kind, offset, size = fields.unpack_from(blob, shoff + i * shentsize)
-            if kind != 8 and offset + size > len(blob):  # SHT_NOBITS (.bss) has no bytes here
-                return False
+            kind, offset, size, link, _info, _align, entsize = fields.unpack_from(
+                blob, shoff + i * shentsize
+            )
+            table.append((kind, offset, size, link, entsize))
     except struct.error:
+        return None
+    return order, wide, table
+
+
+def whole_elf(blob: bytes) -> bool:
+    """Whether ``blob`` is a complete ELF object: its magic, its header, and its section table
+    and every section's bytes within its length (:func:`_section_table`: importing pyelftools
+    for this took longer, ~0.15 s, than a small program's whole dumped compile takes to
+    read)."""
+    found = _section_table(blob)
+    if found is None:
         return False
-    return True
+    # SHT_NOBITS (8, .bss) has no bytes in the file
+    return all(kind == 8 or offset + size <= len(blob) for kind, offset, size, *_ in found[2])
+
+
+#: ``e_machine`` values of the ISAs kernel code is disassembled for
+ELF_MACHINES = {62: "EM_X86_64", 183: "EM_AARCH64"}
+
+
+def elf_functions(blob: bytes) -> tuple[str, list[tuple[str, int, int, int]]]:
+    """(``e_machine`` as pyelftools names it, [(name, offset in ``blob``, value, size)] of
+    every function ``blob`` defines): its ``.symtab`` entries of type ``STT_FUNC`` with a
+    section, each at its section's offset. Read with ``struct`` from the ELF64/ELF32 symbol
+    layout: pyelftools took ~3 ms an object for this (0.18 s for a 12-layer train step's 59
+    objects), this ~0.1 ms. A malformed object defines nothing (``ValueError``)."""
+    found = _section_table(blob)
+    if found is None:
+        raise ValueError("not a whole ELF object")
+    order, wide, table = found
+    machine = struct.unpack_from(order + "H", blob, 18)[0]
+    # Elf64_Sym: name, info, other, shndx, value, size; Elf32_Sym: name, value, size, info,
+    # other, shndx
+    sym = struct.Struct(order + ("IBBHQQ" if wide else "IIIBBH"))
+    out = []
+    for kind, offset, size, link, entsize in table:
+        if kind != 2 or link >= len(table) or entsize < sym.size:  # SHT_SYMTAB
+            continue
+        _k, names_at, names_size, *_ = table[link]
+        names = blob[names_at : names_at + names_size]
+        end = min(offset + size, len(blob))
+        for at in range(offset, end - sym.size + 1, entsize):
+            if wide:
+                name, info, _other, shndx, value, length = sym.unpack_from(blob, at)
+            else:
+                name, value, length, info, _other, shndx = sym.unpack_from(blob, at)
+            # STT_FUNC, defined (not SHN_UNDEF nor a reserved index)
+            if info & 0xF != 2 or shndx == 0 or shndx >= len(table):
+                continue
+            stop = names.find(b"\0", name)
+            text = names[name : stop if stop >= 0 else len(names)].decode("utf-8", "replace")
+            out.append((text, table[shndx][1], value, length))
+    return ELF_MACHINES.get(machine, f"EM_{machine}"), out
 
 
 def _ends_a_module(path: Path) -> bool:

@@ -79,10 +79,13 @@ def short(name: str) -> str:
     return f"{name[:NAME_CHARS]!r}... ({len(name):,} characters)"
 
 
+_NOT_WORD = re.compile(r"[^\w]")
+
+
 def symbols(name: str) -> list[str]:
     """The symbol names XLA may give kernel ``name`` (``fusion.3`` -> ``fusion_3``)."""
-    plain = re.sub(r"[^\w]", "_", name)
-    return list(dict.fromkeys([name, plain]))
+    plain = _NOT_WORD.sub("_", name)
+    return [name] if plain == name else [name, plain]
 
 
 def ir_of(llvm_ir: dict[str, str], symbol: str) -> str | None:

@@ -11,7 +11,8 @@ started, when its last HLO pass was dumped and when it ended. A dump XLA could n
 (a full disk: XLA logs the failure and compiles on) is refused with NBC610 (measure/_dump_check.py).
 
 :func:`kernel_code` reads one kernel out of that: its symbol is found in the objects' ELF symbol
-tables (pyelftools) and its machine code disassembled by Capstone — never by our own decoder.
+tables (read with ``struct``: measure/_dump_check.py) and its machine code disassembled by
+Capstone — never by our own decoder.
 XLA emits no LLVM debug locations for its kernels (no ``!dbg`` in the IR, checked with JAX
 0.10.2 and 0.12.0.1), so each instruction is mapped to the source locations of the kernel's HLO
 ops (kernel granularity: every instruction of a kernel carries the same locations);
@@ -95,8 +96,13 @@ class MetalDump:
     libraries_off: MetalDump | None = field(default=None, repr=False, compare=False)
     #: (profile id, the report's ``extras["passes"]``) once built (compilation/_display.py)
     view: Any = field(default=None, repr=False, compare=False)
-    #: {symbol: (ELF file, symbol)} of the objects' functions, read once (:func:`kernel_code`)
-    functions: dict[str, tuple[Any, Any]] | None = field(default=None, repr=False, compare=False)
+    #: {symbol: (e_machine, object, code offset, address, size)} of the objects' functions,
+    #: read once (:func:`kernel_code`)
+    functions: dict[str, tuple[str, bytes, int, int, int]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    #: (kernel names, those with a function in the objects), worked out once (:func:`kernel_code`)
+    with_code: tuple[list[str], list[str]] | None = field(default=None, repr=False, compare=False)
     #: (optimised module text, its fusions' signatures by name), read once (:func:`kernel_code`)
     signatures: tuple[str, dict[str, Any]] | None = field(default=None, repr=False, compare=False)
     #: (optimised module text, its parsed module), read once (library fusions)
@@ -230,48 +236,59 @@ def _keep_program_module(root: Path) -> None:
             path.unlink()
 
 
-def _functions(objects: dict[str, bytes]) -> Iterator[tuple[Any, Any]]:
-    """(ELF file, symbol) of every function defined in ``objects``."""
-    import io
-
-    from elftools.elf.elffile import ELFFile
+def _functions(objects: dict[str, bytes]) -> Iterator[tuple[str, tuple[str, bytes, int, int, int]]]:
+    """(symbol name, (``e_machine``, object, offset of its code in the object, address, size))
+    of every function defined in ``objects`` (:func:`~nbcompile.measure._dump_check.elf_functions`);
+    an object that is not whole ELF defines none (the dump check refused a damaged dump)."""
+    from ._dump_check import elf_functions
 
     for blob in objects.values():
-        elf = ELFFile(io.BytesIO(blob))
-        table = elf.get_section_by_name(".symtab")
-        for symbol in table.iter_symbols() if table is not None else ():
-            if symbol["st_info"]["type"] == "STT_FUNC" and symbol["st_shndx"] != "SHN_UNDEF":
-                yield elf, symbol
+        try:
+            machine, functions = elf_functions(blob)
+        except ValueError:
+            continue
+        for name, section_at, value, size in functions:
+            yield name, (machine, blob, section_at + value, value, size)
 
 
-def _function_index(dump: MetalDump) -> dict[str, tuple[Any, Any]]:
-    """{symbol name: (ELF file, symbol)} of every function in ``dump``'s objects (the first
-    definition of a name), read once per dump: every kernel's look-up then costs nothing."""
+def _function_index(dump: MetalDump) -> dict[str, tuple[str, bytes, int, int, int]]:
+    """{symbol name: (``e_machine``, object, offset of its code, address, size)} of every
+    function in ``dump``'s objects (the first definition of a name), read once per dump: every
+    kernel's look-up then costs nothing."""
     if dump.functions is None:
-        index: dict[str, tuple[Any, Any]] = {}
-        for elf, symbol in _functions(dump.objects):
-            index.setdefault(symbol.name, (elf, symbol))
+        index: dict[str, tuple[str, bytes, int, int, int]] = {}
+        for name, found in _functions(dump.objects):
+            index.setdefault(name, found)
         dump.functions = index
     return dump.functions
 
 
+def _with_code(dump: MetalDump, kernels: Sequence[str]) -> list[str]:
+    """Those of ``kernels`` an object of ``dump`` defines a function for, worked out once per
+    dump and kernel list (the report asks for the code of several kernels in a row)."""
+    kernels = list(kernels)
+    if dump.with_code is None or dump.with_code[0] != kernels:
+        index = _function_index(dump)
+        found = [k for k in kernels if any(s in index for s in symbols(k))]
+        dump.with_code = (kernels, found)
+    return dump.with_code[1]
+
+
 def _find_function(
-    index: dict[str, tuple[Any, Any]], names: Sequence[str]
-) -> tuple[Any, str, bytes, int]:
-    """(ELF file, symbol, code bytes, address) of the first of ``names`` defined in ``index``."""
+    index: dict[str, tuple[str, bytes, int, int, int]], names: Sequence[str]
+) -> tuple[str, str, bytes, int]:
+    """(``e_machine``, symbol, code bytes, address) of the first of ``names`` defined in
+    ``index``."""
     for name in names:
         if name in index:
-            elf, symbol = index[name]
-            start, size = symbol["st_value"], symbol["st_size"]
-            data = elf.get_section(symbol["st_shndx"]).data()
-            return elf, symbol.name, data[start : start + size], start
+            machine, blob, at, address, size = index[name]
+            return machine, name, blob[at : at + size], address
     raise KeyError(names[0])
 
 
-def _disassembler(elf: Any) -> tuple[Any, str]:
+def _disassembler(machine: str) -> tuple[Any, str]:
     import capstone
 
-    machine = elf.header["e_machine"]
     if machine == "EM_X86_64":
         return capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64), "x86-64"
     if machine == "EM_AARCH64":
@@ -331,8 +348,7 @@ def kernel_code(
             code="NBC600",
             hint="compile with --backend cpu to see XLA:CPU's code for the same program",
         )
-    index = _function_index(dump)
-    with_code = [k for k in kernels if index.keys() & set(symbols(k))]
+    with_code = _with_code(dump, kernels)
     shared = None if name in with_code else shared_kernel(dump, hlo, name, with_code)
     try:
         return _object_code(dump, name, shared, locations)
@@ -401,8 +417,8 @@ def _object_code(
     """:class:`KernelCode` of kernel ``name`` read from XLA:CPU's object files (the code of
     ``shared`` where XLA compiled the fusion once for both); KeyError where no object defines
     it."""
-    elf, symbol, code, address = _find_function(_function_index(dump), symbols(shared or name))
-    disassembler, isa = _disassembler(elf)
+    machine, symbol, code, address = _find_function(_function_index(dump), symbols(shared or name))
+    disassembler, isa = _disassembler(machine)
     asm = [
         f"{i.address:6x}:  {i.mnemonic} {i.op_str}".rstrip()
         for i in disassembler.disasm(code, address)

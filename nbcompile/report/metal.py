@@ -44,7 +44,8 @@ MAX_FORMED = 50
 #: op metadata (source locations, op names) XLA writes on every instruction: left out of the
 #: shipped diffs, which then show several times more of what a pass changed
 _METADATA = re.compile(r",? metadata=\{[^{}]*\}")
-_FUSION_DEF = re.compile(r"^\+\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?\bfusion\(")
+#: a fusion defined on a diff line, read after its ``+``/``-`` (``match(line, 1)``)
+_FUSION_DEF = re.compile(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?\bfusion\(")
 
 
 def _cut(text: str, limit: int) -> tuple[str, int | None]:
@@ -57,10 +58,15 @@ def _cut(text: str, limit: int) -> tuple[str, int | None]:
 
 def _formed(diff: str) -> list[str]:
     """Names of the fusions a step's diff adds: defined on its ``+`` lines and not on its ``-``
-    lines (a fusion whose operands changed is removed and added back)."""
-    lines = diff.splitlines()
-    gone = {m[1] for line in lines if (m := _FUSION_DEF.match("+" + line[1:])) and line[0] == "-"}
-    added = (m[1] for line in lines if line.startswith("+") and (m := _FUSION_DEF.match(line)))
+    lines (a fusion whose operands changed is removed and added back). Only lines that call a
+    fusion are matched (a diff's lines are whole instructions, most of them no fusion's)."""
+    gone, added = set(), []
+    for line in diff.splitlines():
+        if "fusion(" not in line or line[:1] not in ("+", "-"):
+            continue
+        found = _FUSION_DEF.match(line, 1)
+        if found is not None:
+            (added.append if line[0] == "+" else gone.add)(found[1])
     return [name for name in dict.fromkeys(added) if name not in gone]
 
 

@@ -158,3 +158,38 @@ def test_a_deviceless_tpu_compile_dumps_its_own_passes():
         comp.kernel_code(comp.fusions[0].name)
     assert err.value.code == "NBC600"
     assert COMPILES.count - before == 1
+
+
+def test_the_dump_reads_the_analysis_parse_of_the_optimised_module(monkeypatch):
+    """``--passes``: the kernels' look-ups (their code, the library calls the view names) read
+    the optimised module the analysis parsed, not a second parse of the same text; what they
+    answer is what a fresh parse answers."""
+    from nbcompile.analysis import hlo as hlo_mod
+    from nbcompile.measure import _kernel_code
+
+    w, x = jnp.full((24, 24), 0.01), jnp.ones((8, 24))
+
+    def looked_up(w, x):
+        h = x @ w
+        for _ in range(4):
+            h = jnp.sin(h) * 0.5 + h
+        return h.sum(axis=1)
+
+    c = nbcompile.compile(looked_up, w, x, passes=True)
+    c.analysis  # noqa: B018
+    dump = c._metal_dump()
+    assert dump.module is not None and dump.module[0] == c.hlo, "the analysis kept no parse"
+    parses = []
+    real = hlo_mod.parse_hlo
+    monkeypatch.setattr(_kernel_code, "parse_hlo", lambda text: parses.append(text) or real(text))
+    names = [f.name for f in c.fusions]
+    kernel = next(f.name for f in c.fusions if "sine" in f.ops)
+    code = c.kernel_code(kernel)
+    notes = {n: c._library_call(n) for n in names}
+    assert parses == [], "the optimised module was parsed again"
+    # the same answers from a dump that parses the text afresh
+    dump.module, dump.signatures = None, None
+    assert {n: c._library_call(n) for n in names} == notes
+    assert len(parses) == 1, "a dump without the analysis's parse parses the module once"
+    again = c.kernel_code(kernel)
+    assert (again.symbol, again.asm, again.shared_with) == (code.symbol, code.asm, code.shared_with)
