@@ -28,7 +28,7 @@ COMPAT_TESTS := tests/test_jax_reaches.py tests/analysis/test_capture_hooks.py \
 	tests/measure/test_kernel_code.py tests/measure/test_passes.py \
 	tests/test_exchange_schema.py tests/analysis/test_long_names.py tests/analysis/test_loops.py \
 	tests/analysis/test_call_transforms.py tests/analysis/test_call_cap.py tests/analysis/test_call_prompt_code.py tests/analysis/test_capture_list_items.py \
-	tests/test_early_hlo.py tests/analysis/test_fast_paths.py
+	tests/test_early_hlo.py tests/analysis/test_fast_paths.py tests/measure/test_elf_symbols.py
 
 .PHONY: lab demo newest-python test test-compat test-fast test-ui test-fuzz test-gpu-deviceless test-tutorials-plugins tutorials-burner bench bench-check gpu-check docs lint clean
 
