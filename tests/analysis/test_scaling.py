@@ -9,7 +9,10 @@ for 2 -> 4 -> 8 layers here, as some fused computations grow with depth; analysi
 linear in what it is given.)
 
 Timed in CPU time of the analysing thread (``time.thread_time``), the best of three runs per
-size, so that other work on a shared machine does not count. Two ways through the analysis:
+size, the sizes interleaved, so that other work on a shared machine does not count; on a VM the
+thread's CPU time still holds what the host gave to others, so a growth over its limit is
+measured again (up to six more rounds) before it fails -- a quadratic stage fails every round
+(``test_a_quadratic_stage_fails``). Two ways through the analysis:
 the model in a user file (every kernel has a source), and the model seen as library code (no
 kernel has a user frame: every fusion's source is inferred from its neighbours, the search that
 was quadratic before). XLA's own analyses (``cost_analysis()``, ``memory_analysis()`` -- in their own thread,
@@ -67,13 +70,33 @@ def programs():
 SIZE_OF = {"analyse.traced": "jaxpr_eqns", "analyse.pre_optimisation": "hlo_ops_before"}
 
 
-def _stage_times(artifacts: Artifacts, repeats: int = 3) -> tuple[dict[str, float], dict]:
-    best: dict[str, float] = {}
-    for _ in range(repeats):
-        analysis = analyse(artifacts)
-        for stage, seconds in analysis.timings.items():
-            best[stage] = min(seconds, best.get(stage, math.inf))
-    return best, analysis.counts
+def _best_of(programs: list[Artifacts], rounds: int, best: list[dict[str, float]]) -> list[dict]:
+    """``rounds`` more analyses of every program, the sizes interleaved (2, 4, 8, 2, 4, 8, ...)
+    so that a slow spell of a shared machine falls on all of them; ``best`` keeps each stage's
+    least time per program. Returns each program's counts."""
+    counts: list[dict] = [{} for _ in programs]
+    for _ in range(rounds):
+        for i, artifacts in enumerate(programs):
+            analysis = analyse(artifacts)
+            for stage, seconds in analysis.timings.items():
+                best[i][stage] = min(seconds, best[i].get(stage, math.inf))
+            counts[i] = analysis.counts
+    return counts
+
+
+def _growth(best: list[dict[str, float]], counts: list[dict]) -> list[tuple]:
+    """(stage, ms per size, growth per doubling of the size, limit) for each stage that took
+    long enough to measure: the growth fitted between the smallest and largest program."""
+    report = []
+    for stage in best[0]:
+        times = [b[stage] for b in best]
+        if times[-1] < FLOOR:
+            continue
+        size = [c[SIZE_OF.get(stage, "hlo_ops_after")] for c in counts]
+        growth = 2 ** (math.log(times[-1] / max(times[0], 1e-6)) / math.log(size[-1] / size[0]))
+        limit = XLA_LIMIT if stage in XLA_STAGES else NBCOMPILE_LIMIT
+        report.append((stage, [round(t * 1000, 1) for t in times], round(growth, 2), limit))
+    return report
 
 
 @pytest.mark.parametrize("model_is_user_code", [True, False])
@@ -81,23 +104,45 @@ def test_every_stage_is_at_most_n_log_n(programs, monkeypatch, model_is_user_cod
     monkeypatch.setattr(core._Clock, "timer", staticmethod(time.thread_time))
     if not model_is_user_code:  # nothing is the user's: every source must be inferred
         monkeypatch.setattr(lines, "is_user_file", lambda file: False)
-    measured = [_stage_times(a) for a in programs]
-    kernels = [counts["kernels"] for _, counts in measured]
+    kernels, report = _measure(programs)
     assert kernels[0] * 1.5 < kernels[1] and kernels[1] * 1.5 < kernels[2], kernels
     if not model_is_user_code:
         assert all(f.lines_inferred or not f.locations for f in analyse(programs[0]).fusions)
-    report = []
-    for stage in measured[0][0]:
-        times = [m[0][stage] for m in measured]
-        if times[-1] < FLOOR:
-            continue
-        # growth per doubling of the size, fitted between the smallest and largest program
-        size = [counts[SIZE_OF.get(stage, "hlo_ops_after")] for _, counts in measured]
-        growth = 2 ** (math.log(times[-1] / max(times[0], 1e-6)) / math.log(size[-1] / size[0]))
-        limit = XLA_LIMIT if stage in XLA_STAGES else NBCOMPILE_LIMIT
-        report.append((stage, [round(t * 1000, 1) for t in times], round(growth, 2), limit))
-    failed = [r for r in report if r[2] > r[3]]
     assert report, "no stage took long enough to measure"
+    failed = [r for r in report if r[2] > r[3]]
     assert not failed, (
         f"kernels {kernels}; stage, ms per size, growth per doubling, limit: {report}"
     )
+
+
+def _measure(programs: list[Artifacts]) -> tuple[list[int], list[tuple]]:
+    """Each program's kernel count, and each stage's growth (see :func:`_growth`)."""
+    best: list[dict[str, float]] = [{} for _ in programs]
+    counts = _best_of(programs, 3, best)
+    report = _growth(best, counts)
+    # CPU time on a shared VM still counts time the host gave to others (steal): a growth over
+    # its limit is measured again, up to six more interleaved rounds, before it fails. A stage
+    # that truly grows too fast does so in every round; a slow spell passes.
+    for _ in range(6):
+        if not any(r[2] > r[3] for r in report):
+            break
+        _best_of(programs, 1, best)
+        report = _growth(best, counts)
+    return [c["kernels"] for c in counts], report
+
+
+def test_a_quadratic_stage_fails(programs, monkeypatch):
+    """The measurement above can fail: folding made quadratic in the traced program's size
+    (CPU work ~ equations squared) is caught through every re-measurement."""
+    monkeypatch.setattr(core._Clock, "timer", staticmethod(time.thread_time))
+    find_folded = core.find_folded
+
+    def quadratic(traced, *args, **kwargs):
+        n = len(traced.eqns) // 2
+        sum(i ^ j for i in range(n) for j in range(n))  # ~n^2 steps of CPU time
+        return find_folded(traced, *args, **kwargs)
+
+    monkeypatch.setattr(core, "find_folded", quadratic)
+    _, report = _measure(programs)
+    folding = next(r for r in report if r[0] == "analyse.folding")
+    assert folding[2] > folding[3], report
