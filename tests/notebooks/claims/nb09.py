@@ -3,16 +3,22 @@
 from . import Ablation, Claim
 
 IMPORTS = "from nbcompile.measure import profile, variants_for\n"
-BUSY_CALIBRATION = IMPORTS + (
+#: peaks never refused: the profile keeps the roofline whatever beats it
+NO_REFUSAL = (
+    'import sys; sys.modules["nbcompile.measure.profile"].upper_bound = lambda peaks, rates: '
+    "(peaks, [])\n"
+)
+#: every calibration of this session made on a busy machine (a quarter of the FLOP/s)
+BUSY = (
     "import dataclasses, sys\n"
     '_prof = sys.modules["nbcompile.measure.profile"]\n'
-    "from nbcompile.measure._peaks import Peak\n"
+    '_peaks = sys.modules["nbcompile.measure._peaks"]\n'
     "_true = _prof.cpu_peaks()[0]\n"
-    "_busy = dataclasses.replace(_true, flops_per_s=Peak(_true.flops_per_s.value / 4, "
+    "_busy = dataclasses.replace(_true, flops_per_s=_peaks.Peak(_true.flops_per_s.value / 4, "
     '"measured", "on a busy machine"))\n'
-    "_prof.cpu_peaks = lambda refresh=False: (_busy, {})\n"
-    "_prof.upper_bound = lambda peaks, rates: (peaks, [])\n"
+    "_prof.cpu_peaks = _peaks.cpu_peaks = lambda refresh=False, patience=1.0: (_busy, {})\n"
 )
+BUSY_CALIBRATION = IMPORTS + BUSY + NO_REFUSAL
 NARROW = {"D, SEQ, HEADS = 512, 256, 8": "D, SEQ, HEADS = 16, 1024, 16"}
 
 CLAIMS = [
@@ -69,9 +75,12 @@ CLAIMS = [
                 **NARROW,
                 "assert p.step_seconds > 1e-3 and p.coverage >= 0.95": "pass",
                 "assert matmul_share > 0.5": "pass",
-                "assert p.peaks is not None and all(k.roof_fraction <= 1.05 for k in timed)": "pass",
+                "assert roof_bounds  # claim: roof-bounds-kernels": "pass",
+                IMPORTS: IMPORTS + NO_REFUSAL,
             },
-            why="width 16: the matrix products are tiny, memory-bound and far from the peak",
+            why="width 16: the matrix products are tiny, memory-bound and far from the peak "
+            "(the roofline kept even where a tiny kernel beats it, as refused peaks would skip "
+            "the claim)",
         ),
         window="10-105 % of the peak together: measured 23-81 % on a 2-core machine shared with "
         "other jobs (the peak is the quietest moment's, the kernels are measured now)",
