@@ -65,8 +65,12 @@ def _formed(diff: str) -> list[str]:
         if "fusion(" not in line or line[:1] not in ("+", "-"):
             continue
         found = _FUSION_DEF.match(line, 1)
-        if found is not None:
-            (added.append if line[0] == "+" else gone.add)(found[1])
+        if found is None:
+            continue
+        if line[0] == "+":
+            added.append(found[1])
+        else:
+            gone.add(found[1])
     return [name for name in dict.fromkeys(added) if name not in gone]
 
 
