@@ -116,8 +116,9 @@ assert {"norm#1", "norm#2", "gelu"} <= set(p.by_function)
 # (FLOP/s ÷ bandwidth) is that cache's. A roof is an upper bound: a peak measured on a busy
 # machine is low, so when a kernel beats its roof the profile measures the peaks again (keeping
 # the higher figures) and, if a kernel still beats them, refuses the roofline — `p.notes` says
-# which happened, and on a machine too busy for a roofline the cells below say so instead. Peaks refused for a kernel stay refused for it for ten minutes in the same
-# kernel process, so a re-run of `--profile` does not wait for three more measurements.
+# which happened; on a machine too busy for a roofline the cells below say so instead. Peaks
+# refused for a kernel stay refused for it for ten minutes in the same kernel process, so a
+# re-run of `--profile` does not wait for three more measurements.
 
 # %% code
 peaks = p.peaks
@@ -245,7 +246,8 @@ assert whole_off > whole_on or whole_on - whole_off < q3 - q1  # the whole call:
 #   matrix product took most of it, and nearly all execution time is on named kernels.
 # - On the roofline — peaks measured as upper bounds, a bandwidth per cache level — the
 #   matmuls are compute-bound and ran at a good share of the FLOP/s peak; the memory-bound
-#   kernels ran at a measured share of what their bytes ÷ their cache's bandwidth allow.
+#   kernels ran at a measured share of what their bytes ÷ their cache's bandwidth allow. (On a
+#   machine too busy for upper bounds, the roofline was refused, and the notes said why.)
 # - Switching fusion off multiplied the element-wise kernels and the bytes they move (XLA's
 #   counts), and the whole program, timed in turns, took longer.
 # - In Python: `c.run_profile(calls=20)` / `c.profile`, or `nbcompile.measure.profile(c)`;
