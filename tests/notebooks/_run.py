@@ -126,6 +126,25 @@ def execute(path: Path, work: Path, timeout: int = 300) -> tuple[nbformat.Notebo
     return nb, seconds
 
 
+def execute_after_imports(
+    path: Path, work: Path, imports: str, added: str, name: str
+) -> nbformat.NotebookNode:
+    """Run a copy of the notebook at ``path`` (as :func:`execute`, saved as ``name``) with
+    ``added`` run right after ``imports`` in its first code cell (which must hold them: a
+    patch of the session, such as calibrations made on a busy machine); returns it executed,
+    checked free of tracebacks and start-up noise."""
+    nb = nbformat.read(path, as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    assert imports in first.source, f"{path.name}: its first code cell lost {imports!r}"
+    first.source = first.source.replace(imports, imports + added)
+    patched = work / "src" / name
+    patched.parent.mkdir(exist_ok=True)
+    nbformat.write(nb, patched)
+    ran, _ = execute(patched, work)
+    assert noise(ran) == [], noise(ran)
+    return ran
+
+
 def outputs_text(nb: nbformat.NotebookNode, name: str | None = None) -> str:
     """Every text output (streams ``name`` only when given; else streams, errors and plain-text
     results) of the executed notebook, joined."""

@@ -8,7 +8,7 @@ import re
 import nbformat
 import pytest
 
-from ._run import ROOT, execute, noise
+from ._run import ROOT, execute, execute_after_imports, noise
 from .claims.nb09 import BUSY, IMPORTS
 
 NOTEBOOK = ROOT / "notebooks" / "09_where_the_time_goes.ipynb"
@@ -83,15 +83,7 @@ def test_a_busy_machine_refuses_the_roofline_and_the_tutorial_says_so(tmp_path):
     """Every calibration made on a busy machine (a quarter of the FLOP/s): the matmuls beat
     the peaks, which are measured again three times (as low) and refused; the tutorial shows
     the refusal and its note, checks the claim as the refusal states it, and runs to its end."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    first = next(c for c in nb.cells if c.cell_type == "code")
-    assert IMPORTS in first.source
-    first.source = first.source.replace(IMPORTS, IMPORTS + BUSY)
-    busy = tmp_path / "src" / "09_busy_machine.ipynb"
-    busy.parent.mkdir()
-    nbformat.write(nb, busy)
-    ran, _ = execute(busy, tmp_path)
-    assert noise(ran) == [], noise(ran)
+    ran = execute_after_imports(NOTEBOOK, tmp_path, IMPORTS, BUSY, "09_busy_machine.ipynb")
     out = _stdout(ran)
     assert "roofline refused" in out
     refusal = re.findall(r"^note: refused: (.*)$", out, flags=re.M)

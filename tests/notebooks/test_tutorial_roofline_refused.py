@@ -17,7 +17,7 @@ import re
 import nbformat
 import pytest
 
-from ._run import ROOT, execute, noise, outputs_text
+from ._run import ROOT, execute_after_imports, outputs_text
 
 NOTEBOOK = ROOT / "notebooks" / "03_folding_and_fusion.ipynb"
 IMPORTS = "from nbcompile.measure import ablate, calibrate, variants_for\n"
@@ -41,15 +41,7 @@ pytestmark = pytest.mark.kernel
 
 
 def test_a_roof_the_chain_beats_is_measured_again_three_times_then_refused(tmp_path):
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    first = next(c for c in nb.cells if c.cell_type == "code")
-    assert IMPORTS in first.source
-    first.source = first.source.replace(IMPORTS, IMPORTS + BUSY_ROOF)
-    busy = tmp_path / "src" / "03_busy_roof.ipynb"
-    busy.parent.mkdir()
-    nbformat.write(nb, busy)
-    ran, _ = execute(busy, tmp_path)
-    assert noise(ran) == [], noise(ran)
+    ran = execute_after_imports(NOTEBOOK, tmp_path, IMPORTS, BUSY_ROOF, "03_busy_roof.ipynb")
     out = outputs_text(ran, "stdout")
     # measured again three times, then refused: said, and the roofline cell's assertion (the
     # chain within 2.5x of the memory prediction) held, since the notebook ran to its end
