@@ -27,6 +27,7 @@ __all__ = [
     "HloParseError",
     "Instruction",
     "array_shapes",
+    "entry_instructions",
     "mesh_replica_groups",
     "parse_hlo",
     "parse_replica_groups",
@@ -547,6 +548,43 @@ def count_instructions(text: str) -> int:
     """Instructions in HLO text, without parsing it (same as ``parse_hlo(text).instruction_count()``
     for well-formed text; used where only the count is needed)."""
     return len(_INSTRUCTION_LINE.findall(text))
+
+
+def entry_instructions(text: str) -> list[tuple[str, str]]:
+    """``(name, opcode)`` of the instructions of the ENTRY computation of HLO text, in order,
+    without building the module: the same as ``parse_hlo(text)``'s ENTRY computation (empty
+    where there is none), for well-formed text. A profile reads only these (~0.15 s less than
+    parsing a 12-layer train step's 17,000 instructions: its fused computations are most of
+    them)."""
+    head = -1  # where the line after the ENTRY header starts
+    at = text.find("ENTRY")
+    while at >= 0:  # the last header, as the parser keeps; "ENTRY" is rare elsewhere
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        line = text[start:end].strip()
+        if (
+            not text[start:at].strip(" \t")
+            and line.endswith("{")
+            and (m := _COMP.match(line)) is not None
+            and m.group(1)
+        ):
+            head = end + 1
+        at = text.find("ENTRY", end)
+    if head < 0:
+        return []
+    out = []
+    for line_no, raw in enumerate(text[head:].splitlines()):
+        line = raw.strip()
+        if line == "}":
+            break
+        if line:
+            fast = _FAST.fullmatch(line)
+            name, opcode = (
+                fast.group(2, 4) if fast is not None else _parse_slow(line, line_no)[1:4:2]
+            )
+            out.append((name, opcode))
+    return out
 
 
 def parse_hlo(text: str) -> HloModule:

@@ -23,11 +23,11 @@ from typing import Any
 
 import jax
 
+from ..analysis.hlo import entry_instructions
 from ..errors import TargetError
 from ._calls import CallForm
 from ._delta import ProfileDelta, profile_delta
 from ._estimate import estimate
-from ._hlo import entry_kernels
 from ._kernels import CONTAINERS, kernels_of, module_name
 from ._loop_bounds import executions_per_call, plan_calls
 from ._loops import LoopTime, layer_rows, loop_times
@@ -116,7 +116,8 @@ def _measure(c: Any, calls: int, warmup: int, roofline: bool) -> Profile:
     infos = kernels_of(c)
     call = _call_once(c)
     notes: list[str] = []
-    library = [n for n, op in entry_kernels(c.hlo) if op == "custom-call" and n in infos]
+    # (the ENTRY computation's opcodes read from the text: no parse of the whole module)
+    library = [n for n, op in entry_instructions(c.hlo or "") if op == "custom-call" and n in infos]
     module = module_name(c.hlo)
     program_loops = list(getattr(c.analysis, "loops", None) or [])
     per_call, heaviest = executions_per_call(program_loops, infos)

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from nbcompile.analysis.hlo import count_opcodes, parse_hlo
+from nbcompile.analysis.hlo import count_opcodes, entry_instructions, parse_hlo
 from nbcompile.analysis.passes_log import read_pass_log, unified_diff
 
 from ._metal_cell import compiled
@@ -147,6 +147,27 @@ def test_the_fast_opcode_count_is_the_parsers(comp):
     for k in range(len(comp.passes)):  # every module XLA dumped for a real program
         text = comp.passes.hlo(k)
         assert count_opcodes(text) == _opcodes(text), comp.passes.steps[k]
+
+
+def _entry(text):
+    entry = parse_hlo(text).entry_computation
+    if entry is None or not entry.is_entry:
+        return []
+    return [(i.name, i.opcode) for i in entry.instructions]
+
+
+def test_the_entry_scan_is_the_parsers(comp):
+    """What a profile reads of the optimised module (the ENTRY computation's names and
+    opcodes, scanned from the text) is what the parser builds, line for line."""
+    for text in (UNFUSED, FUSED, TRICKY):
+        assert entry_instructions(text) == _entry(text) != []
+    assert ("t", "tuple") in entry_instructions(TRICKY)  # a tuple shape: the full rule
+    no_entry = TRICKY.replace("ENTRY %main.9", "%main.9")
+    assert entry_instructions(no_entry) == _entry(no_entry) == []
+    for k in range(len(comp.passes)):  # every module XLA dumped for a real program
+        text = comp.passes.hlo(k)
+        assert entry_instructions(text) == _entry(text), comp.passes.steps[k]
+    assert entry_instructions(comp.hlo) == _entry(comp.hlo) != []
 
 
 _HUNK_HEAD = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
