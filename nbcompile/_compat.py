@@ -728,6 +728,19 @@ def release_free_memory() -> float:
     return time.perf_counter() - t0
 
 
+def passed_as_argument(value: Any) -> bool:
+    """Whether JAX passes this closed-over array to the program as an argument instead of
+    embedding it as a constant: JAX >= 0.12.1 does by default (``jax_use_simplified_jaxpr_
+    constants``) for arrays above ``jax_embedded_constants_max_bytes`` (1,024 bytes), and XLA
+    can then fold no work on it. The rule is JAX 0.12.1's ``jax._src.core.is_hoistable``."""
+    import numpy as np
+
+    if not getattr(jax.config, "jax_use_simplified_jaxpr_constants", False):
+        return False
+    limit = getattr(jax.config, "jax_embedded_constants_max_bytes", None)
+    return limit is not None and np.ndim(value) > 0 and getattr(value, "nbytes", 4) > int(limit)
+
+
 def single_device_sharding(device: Any) -> Any:
     """A sharding that puts an array whole on ``device``: ``make_single_device_sharding``
     where JAX has it (0.12.1 deprecates the ``SingleDeviceSharding`` class, and a deprecation

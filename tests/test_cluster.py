@@ -205,6 +205,32 @@ def test_one_process_records_no_processes_and_cluster_checks_its_count() -> None
     assert err.value.code == "NBC803"
 
 
+def test_a_jaxlib_whose_collectives_hang_in_engines_is_refused(monkeypatch) -> None:
+    """jaxlib 0.12.1: the first program across processes never returns in an IPython kernel
+    (ipyparallel engines, plain jupyter kernels; plain jax.jit, no nbcompile), while the same
+    program in plain Python processes returns at once. cluster() refuses such a jaxlib before
+    starting anything, naming it and the version that works; the variable lets one try anyway."""
+    import jax
+
+    from nbcompile import processes
+
+    monkeypatch.setattr(processes._cluster, "HANGING_JAXLIBS", {jax.lib.__version__})
+    monkeypatch.delenv(processes.TRY_ANYWAY_ENV, raising=False)
+    started = []
+    monkeypatch.setattr(ipp, "Cluster", lambda *a, **k: started.append(a) or 1 / 0)
+    with pytest.raises(nbcompile.NbcompileError) as err:
+        nbcompile.cluster(2)
+    assert err.value.code == "NBC803" and not started
+    assert f"jaxlib {jax.lib.__version__}" in str(err.value)
+    assert "0.12.0.1" in err.value.hint
+    assert processes.collectives_hang() == jax.lib.__version__
+    monkeypatch.setenv(processes.TRY_ANYWAY_ENV, "1")
+    assert processes.collectives_hang() is None
+    monkeypatch.setattr(processes._cluster, "HANGING_JAXLIBS", set())
+    monkeypatch.delenv(processes.TRY_ANYWAY_ENV)
+    assert processes.collectives_hang() is None
+
+
 @pytest.fixture(scope="module")
 def rc() -> Iterator[Any]:
     # As in the full suite (and a notebook): an IPython shell exists in the client's process.

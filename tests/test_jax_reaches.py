@@ -171,3 +171,20 @@ def test_private_attributes_of_jax_objects_that_nbcompile_reads():
     modules = compiled.runtime_executable().hlo_modules()
     assert modules and modules[0].as_serialized_hlo_module_proto()
     assert jax.devices("cpu")[0].client is not None
+
+
+def test_the_constant_flags_folding_reads_exist_and_decide_the_lowering():
+    """``_compat.passed_as_argument`` reads ``jax_use_simplified_jaxpr_constants`` (JAX says
+    the flag will exist only briefly) and ``jax_embedded_constants_max_bytes``; its answer must
+    be what the lowering does (``jax.const`` marks an array passed as an argument)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from nbcompile import _compat
+
+    assert hasattr(jax.config, "jax_use_simplified_jaxpr_constants"), "flag gone: see _compat"
+    assert hasattr(jax.config, "jax_embedded_constants_max_bytes")
+    for size in (8, 256):  # 32 bytes and 32 KB
+        a = np.ones((size, size // 8), np.float32)
+        text = jax.jit(lambda x, a=a: x + jnp.asarray(a).sum()).lower(1.0).as_text()
+        assert _compat.passed_as_argument(a) == ("jax.const" in text), (size, jax.__version__)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .namestack import shown, strip_transforms
+from .namestack import shown, strip_transforms, unrepeated
 
 __all__ = [
     "BACKWARD",
@@ -135,7 +135,7 @@ def _scopes(op_name: str) -> Iterator[tuple[str, bool]]:
     """The scopes of an op name as the view shows them, outer first, each with whether it lies
     under a ``transpose(...)`` (backward); jit wrappers and transforms-only parts left out."""
     backward = False
-    for part in op_name.split("/")[:-1]:
+    for part in unrepeated(op_name).split("/")[:-1]:
         if "transpose(" in part:
             backward = True
         if _JITTED.search(part):

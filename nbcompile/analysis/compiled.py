@@ -35,7 +35,7 @@ from .hlo import (
 )
 from .hlo import shape_elements as _elements
 from .lines import Locator
-from .namestack import shown, strip_transforms
+from .namestack import shown, strip_transforms, unrepeated
 
 __all__ = [
     "CompiledInfo",
@@ -127,9 +127,8 @@ def op_name_phase(op_name: str | None) -> str | None:
 def _module_path(op_name: str | None) -> str | None:
     if not op_name:
         return None
-    parts = [
-        scope for part in op_name.split(";", 1)[0].split("/")[:-1] if (scope := _module_scope(part))
-    ]
+    stack = unrepeated(op_name.split(";", 1)[0])
+    parts = [scope for part in stack.split("/")[:-1] if (scope := _module_scope(part))]
     return "/".join(user_scopes(parts)) or None
 
 

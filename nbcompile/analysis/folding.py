@@ -1,7 +1,10 @@
 """Constant folding at the three levels where it happens.
 
 * ``trace``: closed-over arrays become constants baked into the program (named when the
-  function's globals or closure hold them). Large ones (> 1 MB) get a hint.
+  function's globals or closure hold them). Large ones (> 1 MB) get a hint. JAX >= 0.12.1
+  passes arrays above ``jax_embedded_constants_max_bytes`` (1 KB) to the program as arguments
+  instead: they are listed as such, and the work on them (XLA cannot fold it: it is no
+  longer constant to XLA) is listed as not folded, with the hint.
 * ``lowering``: computations on literals that the StableHLO -> HLO conversion already folded,
   so they never reach XLA (present in the jaxpr, absent from pre-optimisation HLO).
 * ``xla``: constant sub-computations of the pre-optimisation HLO (every input a constant, at
@@ -17,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _compat
 from ..capture.source import Location
 from .hlo import HloModule, Instruction, shape_bytes
 from .lines import Locator
@@ -41,6 +45,12 @@ _HLO_MOVEMENT = {
     "tuple",
     "get-tuple-element",
 }
+_HINT_ARGUMENT = (
+    "JAX passes closed-over arrays larger than jax_embedded_constants_max_bytes ({limit} "
+    "bytes; JAX >= 0.12.1) to the program as arguments, so XLA cannot fold work on them: "
+    "compute it once outside the function, or raise the limit with "
+    "jax.config.update('jax_embedded_constants_max_bytes', ...)"
+)
 _HINT_LARGE = (
     "pass it as an argument instead: a baked-in array makes the program {mb:.1f} MB "
     "larger and every compile slower"
@@ -118,6 +128,9 @@ def _trace_constants(traced: Traced, fn: Any, consumers: dict[str, int | None]) 
         mb = node.bytes / 1e6
         hint = _HINT_LARGE.format(mb=mb) if node.bytes > LARGE_CONSTANT_BYTES else None
         what = f"closed-over constant {name}" if name else "closed-over constant"
+        if _compat.passed_as_argument(value):
+            what += ", passed as an argument"
+            hint = _hint_argument()
         # captured into the program as a constant at trace time: not folding (nothing was
         # computed ahead of time), so it does not count as a folded constant
         out.append(
@@ -197,6 +210,7 @@ def find_folded(
     candidates = _const_eqns_from_graph(traced)
     if pre is None or not candidates:
         return out
+    arguments = _on_arguments(traced, candidates)
     pre_keys = {
         (_key(i), _where(pre, i, source))
         for c in pre.computations.values()
@@ -204,6 +218,21 @@ def find_folded(
         if i.opcode != "constant"
     }
     for e in candidates:
+        if e.node.id in arguments:
+            if arguments[e.node.id]:  # the last such op of its chain: one entry per chain
+                out.append(
+                    Folded(
+                        f"{e.primitive} of closed-over constants passed as arguments",
+                        "trace",
+                        e.node.bytes,
+                        e.node.shape,
+                        e.node.line,
+                        _hint_argument(),
+                        folded=False,
+                        ops=(e.primitive,),
+                    )
+                )
+            continue
         if (e.primitive, e.node.location) not in pre_keys:
             e.node.folded = True
             out.append(
@@ -253,6 +282,30 @@ def find_folded(
             )
         )
     return out
+
+
+def _hint_argument() -> str:
+    import jax
+
+    return _HINT_ARGUMENT.format(limit=getattr(jax.config, "jax_embedded_constants_max_bytes", "?"))
+
+
+def _on_arguments(traced: Traced, candidates: list[Any]) -> dict[str, bool]:
+    """Constant computations that read an array JAX passes as an argument (node id -> whether
+    no other such computation reads it: the end of its chain)."""
+    passed = {node.id for node, _var, value in traced.consts if _compat.passed_as_argument(value)}
+    if not passed:
+        return {}
+    inputs: dict[str, list[str]] = {}
+    for edge in traced.graph.edges:
+        inputs.setdefault(edge.dst, []).append(edge.src)
+    reached = set(passed)
+    for e in traced.eqns:  # in trace order: inputs before their readers
+        if any(s in reached for s in inputs.get(e.node.id, [])):
+            reached.add(e.node.id)
+    found = {e.node.id for e in candidates if e.node.id in reached}
+    read = {s for node_id in found for s in inputs.get(node_id, [])}
+    return {node_id: node_id not in read for node_id in found}
 
 
 def _const_eqns_from_graph(traced: Traced) -> list[Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-__all__ = ["LIMIT", "shown", "strip_transforms", "transform_names"]
+__all__ = ["LIMIT", "shown", "strip_transforms", "transform_names", "unrepeated"]
 
 #: longest scope name kept whole (characters); longer ones are cut by :func:`shown`
 LIMIT = 200
@@ -73,3 +73,28 @@ def shown(name: str) -> str:
         return name
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{name[: LIMIT - 40]}…[{len(name):,} chars, {digest}]"
+
+
+def unrepeated(stack: str) -> str:
+    """``stack`` without a scope path JAX wrote twice. JAX 0.12.1 names the transposed body of a
+    ``custom_jvp`` rule (``jax.nn.softmax``'s, say) with the enclosing path again:
+    ``transpose(jvp(Outer))/attn/jvp(Outer)/attn/mul`` for what is ``transpose(jvp(Outer))/
+    attn/mul``. A run of scopes that starts at a transformed scope and repeats, transforms
+    aside, the run just before it, which starts at a ``transpose(`` scope, is dropped; the
+    first run, which carries the ``transpose(`` (the backward), stays."""
+    if "transpose(" not in stack or stack.count("(") < 3:
+        return stack
+    parts = stack.split("/")
+    wrapped = [i for i, part in enumerate(parts) if _LEAD_WORD.match(part)]
+    transposed = [i for i in wrapped if "transpose(" in parts[i]]
+    bare: list[str] | None = None
+    for k in wrapped:
+        if "transpose(" in parts[k]:
+            continue
+        for s in transposed:
+            if s >= k:
+                break
+            bare = bare or [strip_transforms(part) for part in parts]
+            if bare[s:k] == bare[k : 2 * k - s]:
+                return unrepeated("/".join(parts[:k] + parts[2 * k - s :]))
+    return stack

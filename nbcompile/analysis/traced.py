@@ -21,7 +21,7 @@ from . import _jax
 from .calls import BACKWARD, CallKinds
 from .graph import Graph, Node
 from .lines import Locator
-from .namestack import shown, strip_transforms, transform_names
+from .namestack import shown, strip_transforms, transform_names, unrepeated
 
 __all__ = ["EqnInfo", "Traced", "eager_dispatches", "trace_graph", "walk_order"]
 
@@ -140,7 +140,7 @@ def _path_of(name_stack: str) -> tuple[tuple[str, ...], frozenset[str]]:
     """Scopes (transforms stripped, absurdly long names cut: ``namestack.shown``) and the
     transforms named in a name stack string; linear in its length (``analysis/namestack.py``)."""
     scopes = []
-    for part in name_stack.split("/"):
+    for part in unrepeated(name_stack).split("/"):
         part = strip_transforms(part)
         if part:
             scopes.append(shown(part))
@@ -151,7 +151,7 @@ def _path_of(name_stack: str) -> tuple[tuple[str, ...], frozenset[str]]:
 def _transposed(name_stack: str) -> tuple[bool, ...]:
     """Per scope of :func:`_path_of`: whether it sits under a ``transpose(...)``."""
     flags, backward = [], False
-    for part in name_stack.split("/"):
+    for part in unrepeated(name_stack).split("/"):
         backward = backward or "transpose(" in part
         if strip_transforms(part):
             flags.append(backward)

@@ -186,11 +186,17 @@ def lowered_custom_calls(fn: Any, operands: Sequence[Any], platform: str) -> lis
     wide = any(
         getattr(a.dtype, "itemsize", 0) == 8 or str(a.dtype) == "complex128" for a in operands
     )
-    with config.threefry_gpu_kernel_lowering(True), config.enable_x64(wide):
-        lowered = jax.jit(fn).trace(*operands).lower(lowering_platforms=(platform,))
-    with single_threaded_context():
-        serialized = serialize_module(lowered.compiler_ir("stablehlo"))
-    return _program.module_facts(serialized)["custom_calls"]
+    # jax.export, as programs are written (a plain jit's lowering of lgamma for a platform
+    # without its FFI plugin does not serialise on JAX 0.12.1), with forward compatibility off:
+    # inside its window export writes a new target's older lowering (0.12.1's lgamma/digamma
+    # FFI calls), which a file written with the flag on, or by a later JAX, does not.
+    with (
+        config.threefry_gpu_kernel_lowering(True),
+        config.enable_x64(wide),
+        config.export_ignore_forward_compatibility(True),
+    ):
+        exported = jax.export.export(jax.jit(fn), platforms=[platform])(*operands)
+    return _program.module_facts(exported.mlir_module_serialized)["custom_calls"]
 
 
 def lax_linalg() -> Any:

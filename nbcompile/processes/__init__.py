@@ -16,19 +16,30 @@ process's ``--profile`` side by side (``c.profile.processes``). See ``docs/proce
 from __future__ import annotations
 
 from ._agree import ProcessInfo, agree, fingerprint
-from ._cluster import DEFAULT_TIMEOUT, TIMEOUT_ENV, cluster, process_timeout
+from ._cluster import (
+    DEFAULT_TIMEOUT,
+    HANGING_JAXLIBS,
+    TIMEOUT_ENV,
+    TRY_ANYWAY_ENV,
+    cluster,
+    collectives_hang,
+    process_timeout,
+)
 from ._profiles import KernelSpread, ProcessProfile, ProcessProfiles, gather_profiles
 from ._view import one_line, processes_view
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "HANGING_JAXLIBS",
     "TIMEOUT_ENV",
+    "TRY_ANYWAY_ENV",
     "KernelSpread",
     "ProcessInfo",
     "ProcessProfile",
     "ProcessProfiles",
     "agree",
     "cluster",
+    "collectives_hang",
     "fingerprint",
     "gather_profiles",
     "one_line",

@@ -15,11 +15,36 @@ from typing import Any
 
 from ..errors import TargetError
 
-__all__ = ["DEFAULT_TIMEOUT", "TIMEOUT_ENV", "cluster", "process_timeout"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "HANGING_JAXLIBS",
+    "TIMEOUT_ENV",
+    "TRY_ANYWAY_ENV",
+    "cluster",
+    "collectives_hang",
+    "process_timeout",
+]
 
 #: environment variable: seconds a process waits for the others' programs before NBC801
 TIMEOUT_ENV = "NBCOMPILE_PROCESS_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0
+#: jaxlib versions whose CPU collectives hang inside IPython kernels (the engines): the first
+#: program that crosses processes never returns (measured with plain ipykernel kernels and
+#: ipyparallel engines, plain jax.jit, no nbcompile; the same program in plain Python processes
+#: returns at once); cluster() refuses them with NBC803
+HANGING_JAXLIBS = {"0.12.1"}
+#: environment variable: "1" starts engines on such a jaxlib anyway (to check a fix)
+TRY_ANYWAY_ENV = "NBCOMPILE_CLUSTER_ANYWAY"
+
+
+def collectives_hang() -> str | None:
+    """The installed jaxlib's version where its collectives hang in engines, else None."""
+    import jax
+
+    version = jax.lib.__version__
+    if version in HANGING_JAXLIBS and os.environ.get(TRY_ANYWAY_ENV) != "1":
+        return version
+    return None
 
 
 def process_timeout() -> float:
@@ -117,6 +142,15 @@ def cluster(
             f"cluster({n!r}): the number of processes must be a whole number ≥ 1",
             code="NBC803",
             hint="e.g. nbcompile.cluster(2)",
+        )
+    hangs = collectives_hang()
+    if hangs is not None:
+        raise TargetError(
+            f"cluster({n}): jaxlib {hangs}'s CPU collectives hang inside IPython kernels, so "
+            "the engines' first program across processes would never return",
+            code="NBC803",
+            hint="for many processes install jax and jaxlib 0.12.0.1 "
+            "(pip install 'jax==0.12.0.1' 'jaxlib==0.12.0.1'); one process is not affected",
         )
     try:
         import ipyparallel as ipp

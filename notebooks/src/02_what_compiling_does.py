@@ -24,7 +24,7 @@ def layer(params, x):
     h = x @ params["w"]
     mu = h.mean(axis=-1, keepdims=True)
     var = ((h - mu) ** 2).mean(axis=-1, keepdims=True)
-    h = (h - mu) / jnp.sqrt(var + 1e-5) * params["scale"]
+    h = (h - mu) * (1 / jnp.sqrt(var + 1e-5)) * params["scale"]
     return jax.nn.relu(h)
 layer(params, x)
 
@@ -100,7 +100,8 @@ for st in steps:
 # Read the table top to bottom:
 # - the **call-inliner** pastes `relu`'s own small jitted function into the program.
 # - **algsimp** (algebraic simplification) rewrites expressions into cheaper equal ones: the
-#   divisions by a constant become multiplications, `x / sqrt(v)` becomes `x * rsqrt(v)`.
+#   divisions by a constant become multiplications, `1 / sqrt(v)` becomes `rsqrt(v)`. (XLA up
+#   to jaxlib 0.12.0.1 also rewrote `x / sqrt(v)` that way; jaxlib 0.12.1 keeps that division.)
 # - **cse** (common-subexpression elimination) computes `h - mu` once instead of twice.
 # - the **dot library rewriter** hands the matrix product and the reductions to this CPU's
 #   kernel library, and **fusion** merges the element-wise work into a few kernels. The

@@ -30,7 +30,15 @@ def seconds(f, *args, repeat=7):
 # %% md
 # ## Constant folding
 # `A @ B` uses only constants, so XLA can compute it once, while compiling, and the program
-# only multiplies `x` by the result.
+# only multiplies `x` by the result. XLA folds only what the program holds as a constant: since
+# JAX 0.12.1, `jax.jit` passes a closed-over array larger than `jax_embedded_constants_max_bytes`
+# to the program as an argument instead. We raise that limit above the size of `A` and `B` so
+# they are embedded, as every JAX before 0.12.1 did; the default comes back after the measurement.
+
+# %% code
+default_limit = jax.config.jax_embedded_constants_max_bytes
+print("default limit:", default_limit, "bytes; A and B:", A.nbytes, "bytes each")
+jax.config.update("jax_embedded_constants_max_bytes", 1 << 20)  # embed arrays up to 1 MiB
 
 # %% code
 %%compile
@@ -85,6 +93,28 @@ assert not any(f.stage == "xla" and f.folded for f in unfolded.folded), f"folded
 assert unfolded.summary()["kernels"] > c.summary()["kernels"], "the unfolded program should run more kernels"
 assert raw["flops"] == flops_off, ("JAX's cost_analysis disagrees", raw["flops"], flops_off)
 np.testing.assert_allclose(np.asarray(project(x)), np.asarray(x @ (A @ B)), rtol=2e-3, atol=2e-2)
+
+# %% md
+# **JAX's default since 0.12.1.** With the limit back at its default, the same function compiled again:
+# JAX marks `A` and `B` as arguments (`jax.const` in the lowered module), XLA sees no constant,
+# and `A @ B` runs at every call. nbcompile names the arrays "passed as an argument" and lists the
+# work on them as not folded, with the way out (compute `M` once outside, or raise the limit).
+# On older JAX the program is the folded one above.
+
+# %% code
+jax.config.update("jax_embedded_constants_max_bytes", default_limit)
+passed = "jax.const" in jax.jit(c.original).lower(x).as_text()  # JAX's own marker
+by_default = nbcompile.compile(c.original, x)
+for f in by_default.folded:
+    print(f"{f.stage}: {f.what} {f.shape}, folded={f.folded}")
+print(f"JAX {jax.__version__} passes A and B as arguments: {passed}; "
+      f"{by_default.cost['flops'] / 1e6:.2f} MFLOP per call (XLA)")
+hint = next((f.hint for f in by_default.folded if not f.folded and f.hint), None)
+print("hint:", hint)
+arguments = [f for f in by_default.folded if f.what.endswith("passed as an argument")]
+assert (len(arguments) == 2) == passed, (passed, by_default.folded)
+assert by_default.cost["flops"] == (flops_off if passed else flops_on), (passed, by_default.cost["flops"])
+assert not passed or any(not f.folded and "dot" in "".join(f.ops) and f.hint for f in by_default.folded)
 
 # %% md
 # **Not everything constant is folded.** XLA's folding pass deliberately skips `iota` (what
@@ -309,7 +339,9 @@ assert (refused or 0.95 * fastest <= t_chain) and t_chain < 2.5 * from_memory, f
 # ## What you saw
 # - Folding computed `A @ B` once at compile time: less arithmetic and less time per call;
 #   switched off, the matmul ran at every call. Capturing a NumPy array as a constant is not
-#   folding, and XLA leaves `iota`/`broadcast` unfolded by design.
+#   folding, and XLA leaves `iota`/`broadcast` unfolded by design. Since JAX 0.12.1, arrays
+#   above `jax_embedded_constants_max_bytes` are passed as arguments and nothing on them is
+#   folded unless you raise that limit.
 # - Fusion ran the chain as one kernel: the same FLOPs and a fraction of the bytes, both
 #   predicted by counting arrays (every unfused op reads its operands and writes its result),
 #   and measured faster.

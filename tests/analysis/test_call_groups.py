@@ -134,8 +134,14 @@ def test_compiled_kernels_carry_their_calls_and_only_their_own(ip):
         for fusion in analysis.fusions:
             blocks = {_block_of(p) for p in fusion.functions} & set(BLOCKS)
             assert len(blocks) <= 1, (fusion.name, fusion.functions)
-    dots = [n for n in c.grad.analysis.compiled_graph.nodes if n.extra.get("opcode") == "dot"]
-    assert dots and all(n.extra.get("calls") for n in dots)  # the unfused dots of the step
+    # the step's matrix products: unfused dots, or YNNPACK library fusions (jaxlib 0.12.1
+    # hands XLA:CPU's remaining dots to YNNPACK), each named after its call
+    grad = c.grad.analysis
+    library = {f.name for f in grad.fusions if "dot" in f.ops}
+    dots = [
+        n for n in grad.compiled_graph.nodes if n.extra.get("opcode") == "dot" or n.label in library
+    ]
+    assert len(dots) >= 20 and all(n.extra.get("calls") for n in dots), len(dots)
     spans = [f.functions for f in c.grad.analysis.fusions if "mean (backward)" in f.functions]
     assert any("block#10" in fs for fs in spans)  # a fusion that really spans two calls
 

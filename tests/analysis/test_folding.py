@@ -108,3 +108,44 @@ def test_folded_constant_matmul_feeding_another_matmul_is_reported_folded():
     )
     (dot,) = [f for f in _xla(off) if "dot" in f.ops]
     assert not dot.folded
+
+
+W1 = np.random.default_rng(3).standard_normal((256, 256)).astype(np.float32)  # 256 KB each
+W2 = np.random.default_rng(4).standard_normal((256, 256)).astype(np.float32)
+
+
+def projected(x):
+    m = jnp.asarray(W1) @ jnp.asarray(W2)  # its own line: XLA's two dots differ by line
+    return x @ m
+
+
+@pytest.mark.parametrize("limit", [None, 1 << 20])
+def test_arrays_jax_passes_as_arguments_are_named_and_their_work_unfolded(limit):
+    """JAX >= 0.12.1 passes closed-over arrays above ``jax_embedded_constants_max_bytes``
+    (1 KB) to the program as arguments (``jax.const`` in the lowered module): XLA cannot fold
+    ``W1 @ W2`` then, and the report says so, with the way out; with the limit raised (or on
+    older JAX, which embeds every constant) XLA folds it."""
+    import jax
+
+    old = jax.config.jax_embedded_constants_max_bytes
+    if limit is not None:
+        jax.config.update("jax_embedded_constants_max_bytes", limit)
+    try:
+        x = jnp.ones((8, 256))
+        passed = "jax.const" in jax.jit(projected).lower(x).as_text()  # JAX's own marker
+        a = analyse(make_artifacts(projected, x))
+    finally:
+        jax.config.update("jax_embedded_constants_max_bytes", old)
+    trace = {f.name: f for f in a.folded if f.stage == "trace" and f.name}
+    assert set(trace) == {"W1", "W2"}
+    work = [f for f in a.folded if "dot" in "".join(f.ops)]
+    assert len(work) == 1, a.folded
+    if passed:
+        assert all(f.what.endswith("passed as an argument") for f in trace.values())
+        assert all("jax_embedded_constants_max_bytes" in f.hint for f in trace.values())
+        assert not work[0].folded and "jax_embedded_constants_max_bytes" in work[0].hint
+        assert work[0].line == projected.__code__.co_firstlineno + 1
+    else:
+        assert not any("argument" in f.what for f in a.folded)
+        assert work[0].stage == "xla" and work[0].folded
+    assert a.summary()["folded_constants"] == (0 if passed else 1)

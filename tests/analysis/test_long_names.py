@@ -172,7 +172,7 @@ def test_a_cell_with_a_100kb_scope_name_analyses_and_shows_it_cut() -> None:
 
     x = jnp.ones((8, 8))
     start = time.monotonic()
-    jax.jit(f).lower(x).compile()
+    plain_text = jax.jit(f).lower(x).compile().as_text()
     plain = time.monotonic() - start
     start = time.monotonic()
     c = nbcompile.compile(f, x)
@@ -181,6 +181,43 @@ def test_a_cell_with_a_100kb_scope_name_analyses_and_shows_it_cut() -> None:
     shown = namestack.shown("a" * n)
     traced_paths = {node.path for node in c.analysis.traced_graph.nodes}
     assert any(shown in p.split("/") for p in traced_paths), traced_paths
-    assert shown in {m for fusion in c.analysis.fusions for m in fusion.modules}
+    # XLA names the compiled ops by the scope only where it keeps the op name: jaxlib 0.12.0.1
+    # keeps 100 KB names; 0.12.1 drops an op name longer than 4,096 characters, and then no
+    # kernel is named after the scope (none after a wrong one either)
+    kept = "a" * n in plain_text
+    modules = {m for fusion in c.analysis.fusions for m in fusion.modules}
+    assert (shown in modules) == kept, (kept, modules)
+    if not kept:
+        assert modules <= {""}, modules
     everything = json.dumps(c.analysis.to_json()) + repr(c)
     assert not re.search(r"a{500}|\){500}", everything)
+
+
+def test_a_path_jax_writes_twice_in_a_transposed_custom_jvp_is_read_once() -> None:
+    """JAX 0.12.1 names the transposed body of a ``custom_jvp`` rule (``jax.nn.softmax``'s)
+    with the enclosing path again (``transpose(jvp(Outer))/attn/jvp(Outer)/attn/mul``): read
+    as written, those kernels sat in ``Outer/attn/Outer/attn`` of the forward. Read once, they
+    sit in ``Outer/attn``, backward, on every JAX."""
+    import jax
+    import jax.numpy as jnp
+
+    import nbcompile
+
+    written = "jit(f)/transpose(jvp(Outer))/attn/jvp(Outer)/attn/mul"
+    assert namestack.unrepeated(written) == "jit(f)/transpose(jvp(Outer))/attn/mul"
+    for kept in (
+        "jit(f)/transpose(jvp(Outer))/attn/mul",
+        "jit(f)/jvp(Outer)/attn/jvp(Outer)/attn/mul",  # no transpose: not this quirk
+        "transpose(jvp(A))/b/jvp(C)/b/x",  # another scope: not a repeat
+        "jit(g)/jit(g)/add",
+    ):
+        assert namestack.unrepeated(kept) == kept
+
+    def f(x):
+        with jax.named_scope("Outer"), jax.named_scope("attn"):
+            return (jax.nn.softmax(x * 2.0, axis=-1) ** 2).sum()
+
+    c = nbcompile.compile(f, jnp.ones((4, 8)), grad=0)
+    paths = {m for fusion in c.grad.analysis.fusions for m in fusion.modules}
+    assert paths and all(p.split("/")[:2] == ["Outer", "attn"] for p in paths), paths
+    assert not any("Outer/attn/Outer" in p for p in paths), paths
