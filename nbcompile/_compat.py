@@ -741,18 +741,6 @@ def passed_as_argument(value: Any) -> bool:
     return limit is not None and np.ndim(value) > 0 and getattr(value, "nbytes", 4) > int(limit)
 
 
-def single_device_sharding(device: Any) -> Any:
-    """A sharding that puts an array whole on ``device``: ``make_single_device_sharding``
-    where JAX has it (0.12.1 deprecates the ``SingleDeviceSharding`` class, and a deprecation
-    warning is an error under ``-W error``), else the class (JAX 0.10.2 to 0.12.0)."""
-    import jax.sharding
-
-    make = getattr(jax.sharding, "make_single_device_sharding", None)
-    if make is not None:
-        return make(device)
-    return jax.sharding.SingleDeviceSharding(device)
-
-
 def name_scope(label: str) -> Any:
     """One scope element of JAX's name stack (``source_info_util.Scope``; JAX 0.10.2)."""
     global _Scope

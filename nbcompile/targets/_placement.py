@@ -168,9 +168,7 @@ def place_args(
     ``--shard`` naming no array argument, or a spec that does not fit.
     """
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec
-
-    from .._compat import single_device_sharding
+    from jax.sharding import NamedSharding, PartitionSpec, make_single_device_sharding
 
     specs = dict(specs or {})
     if specs and target.mesh is None:
@@ -204,7 +202,7 @@ def place_args(
         if not abstract:
             return leaf
         if target.devices:
-            return abstract_leaf(leaf, single_device_sharding(target.devices[0]))
+            return abstract_leaf(leaf, make_single_device_sharding(target.devices[0]))
         return abstract_leaf(leaf)
 
     placed = []
