@@ -20,6 +20,7 @@ from benchmarks.__main__ import FIGURES, QUICK, main
 from benchmarks._process_rows import process_model
 from benchmarks._stats import Row, summarise
 from benchmarks._table import compare
+from nbcompile.processes import collectives_hang
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,6 +151,10 @@ def test_measurements_did_what_they_claim(quick_run):
     code = rows[("kernel code", QUICK.passes[0][0])]
     assert code["subject"] is not None and code["extra"]["kernels"], code["note"]
     two = rows[("%%compile 2 processes", process_model(*QUICK.processes[2:]))]
+    hangs = collectives_hang()
+    if hangs is not None:  # jaxlib 0.12.1: nbcompile.cluster refuses it, the row says why
+        assert two["ratio"] is None and "NBC803" in two["note"] and hangs in two["note"]
+        return
     assert two["ratio"] is not None, two["note"]
     assert two["extra"]["processes_seen"] == [2]  # the subject's cells ran on 2 JAX processes
     assert all(r["processes"] == 0 for p in two["extra"]["runs"] for r in p["one"])
