@@ -102,12 +102,6 @@ def _linalg() -> Any:
     return _jaxcompat.lax_linalg()
 
 
-def _lax() -> Any:
-    import jax
-
-    return jax.lax
-
-
 def _one(fn: Callable[..., Any]) -> Candidates:
     def gen(ops: list[Any], res: list[Any]) -> Iterator[tuple[Callable[..., Any], int]]:
         yield fn, len(ops)
@@ -153,6 +147,8 @@ def _svd_algorithms() -> tuple[Any, ...]:
 
 def _families() -> list[tuple[re.Pattern[str], str | None, Candidates]]:
     """(target pattern, platform or None = from the prefix, candidate operations)."""
+    import jax
+
     L = _linalg()
     bools = (True, False)
     svd = _options(_svd, bools, bools, _svd_algorithms())
@@ -220,8 +216,8 @@ def _families() -> list[tuple[re.Pattern[str], str | None, Candidates]]:
         (re.compile(r"(cu|hip)_lu_pivots_to_permutation"), None, _permutation),
         (re.compile(r"(cu|hip)_threefry2x32_ffi"), None, _threefry),
         # element-wise special functions (JAX >= 0.12.1 lowers them to FFI calls)
-        (re.compile(r"(cpu|cu|hip)_lgamma_ffi"), None, _one(_lax().lgamma)),
-        (re.compile(r"(cpu|cu|hip)_digamma_ffi"), None, _one(_lax().digamma)),
+        (re.compile(r"(cpu|cu|hip)_lgamma_ffi"), None, _one(jax.lax.lgamma)),
+        (re.compile(r"(cpu|cu|hip)_digamma_ffi"), None, _one(jax.lax.digamma)),
         (re.compile(r"LuDecomposition"), "tpu", _one(L.lu)),
         (re.compile(r"Qr"), "tpu", _one(L.geqrf)),
         (
